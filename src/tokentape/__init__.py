@@ -1,7 +1,8 @@
 """tokentape: a deterministic, replayable data pipeline for LLM pretraining."""
 
-from tokentape.errors import TokentapeError
-
 __version__ = "0.1.0"
 
-__all__ = ["TokentapeError", "__version__"]
+from tokentape.errors import TokentapeError
+from tokentape.store.reader import Source, open_source
+
+__all__ = ["Source", "TokentapeError", "__version__", "open_source"]

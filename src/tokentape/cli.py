@@ -1,0 +1,206 @@
+"""The ``tokentape`` program: thin sub-commands over the library.
+
+Bad input prints one line ``tokentape: error: ...`` and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import fields
+from typing import Any
+
+from tokentape import __version__
+from tokentape.corpora import write_builtin_corpora
+from tokentape.demo import run_demo
+from tokentape.errors import TokentapeError
+from tokentape.report import dropped_text, fmt_bytes, fmt_int, key_values, manifest_text
+from tokentape.store.format import read_manifest
+from tokentape.tokenize.driver import TokenizeSummary, tokenize
+from tokentape.tokenize.job import TokenizeConfig
+
+EXIT_USAGE = 2
+
+TOKENIZE_EPILOG = """\
+inputs:
+  .jsonl, .jsonl.gz, .jsonl.zst  one JSON object per line, text in --text-key
+  .parquet                       text in the --text-key column
+  .txt                           the whole file is one document
+  directories expand to the supported files below them, sorted by relative path; globs
+  expand sorted; inputs keep command-line order.
+
+tokenizers (--tokenizer):
+  bytes                 built-in: 256 byte ids + end-of-document id 256
+  tiktoken:PATH         a tiktoken BPE ranks file (GPT-2 split pattern; <|endoftext|> = EOD)
+  PATH                  a Hugging Face tokenizer.json
+
+filters (--filter, repeatable):
+  unique-lines[:min_lines=20,min_ratio=0.3]   drop repetitive documents (log dumps)
+  min-tokens:N / max-tokens:N                 drop documents by token count
+
+examples:
+  tokentape tokenize data/web/*.jsonl.zst --out stores/web --tokenizer tok.json \\
+      --filter unique-lines --workers 8
+  tokentape tokenize books/ --out stores/books --tokenizer tiktoken:gpt2.tiktoken --json
+
+The output is byte-identical for any --workers. Interrupted (even by kill -9), the same
+command resumes where it stopped.
+"""
+
+
+def _add_tokenize(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "tokenize",
+        help="tokenize text corpora into a token store",
+        description="Tokenize text corpora into a memory-mappable token store (one source).",
+        epilog=TOKENIZE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="files, directories or globs")
+    p.add_argument("--out", required=True, metavar="DIR", help="output store directory")
+    p.add_argument("--tokenizer", default="bytes", metavar="SPEC", help="default: bytes")
+    p.add_argument("--eod-token", metavar="TOKEN", help="end-of-document token to use")
+    p.add_argument("--text-key", default="text", metavar="KEY", help="default: text")
+    p.add_argument("--filter", action="append", default=[], dest="filters", metavar="SPEC")
+    p.add_argument("--workers", type=int, default=1, metavar="N", help="processes (default 1)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "uint16", "uint32"])
+    p.add_argument(
+        "--shard-mb",
+        type=float,
+        default=256.0,
+        metavar="MB",
+        help="target shard size in MiB of tokens (default 256)",
+    )
+    p.add_argument(
+        "--unit-mb",
+        type=float,
+        default=8.0,
+        metavar="MB",
+        help="input MiB per unit of work (default 8)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a store or unfinished run with other settings in --out",
+    )
+    p.add_argument("--json", action="store_true", help="print a JSON summary, no progress bar")
+    p.set_defaults(func=cmd_tokenize)
+
+
+def summary_text(s: TokenizeSummary) -> str:
+    rate = s.text_bytes / s.seconds / 1e6 if s.seconds > 0 else 0.0
+    rows = [
+        ("store", f"{s.out} ({s.status})"),
+        ("documents read", fmt_int(s.docs_in)),
+        ("documents kept", fmt_int(s.n_docs)),
+        ("tokens", f"{fmt_int(s.n_tokens)} ({s.dtype}, vocabulary {fmt_int(s.vocab_size)})"),
+        ("shards", fmt_int(s.n_shards)),
+        ("dropped by filter", dropped_text(s.dropped_docs, s.dropped_tokens)),
+        ("input text", fmt_bytes(s.text_bytes)),
+        ("units", f"{s.units} ({s.units_reused} reused from an earlier run)"),
+        ("time", f"{s.seconds:.2f} s ({rate:.2f} MB/s of text)"),
+        ("content hash", s.content_hash),
+    ]
+    return key_values(rows)
+
+
+def cmd_tokenize(args: argparse.Namespace) -> int:
+    names = {f.name for f in fields(TokenizeConfig)}
+    config = TokenizeConfig(
+        **{k: v for k, v in vars(args).items() if k in names}
+        | {"inputs": tuple(args.inputs), "filters": tuple(args.filters)}
+    )
+    summary = tokenize(config, show_progress=not args.json)
+    if args.json:
+        print(json.dumps(summary.to_json(), indent=2))
+    else:
+        print(summary_text(summary))
+    return 0
+
+
+def _add_info(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "info",
+        help="show a token store's manifest",
+        description="Show a token store's manifest in human form (or as JSON).",
+    )
+    p.add_argument("store", metavar="DIR")
+    p.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    p.set_defaults(func=cmd_info)
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    manifest = read_manifest(args.store)
+    if args.json:
+        print(manifest.to_json(), end="")
+    else:
+        print(manifest_text(args.store, manifest))
+    return 0
+
+
+def _add_corpora(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "corpora",
+        help="write the built-in corpora (made from Python's own docs and sources)",
+        description="Write the built-in demo corpora to DIR: one directory per source.",
+    )
+    p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_corpora)
+
+
+def cmd_corpora(args: argparse.Namespace) -> int:
+    written = write_builtin_corpora(args.out)
+    if args.json:
+        print(json.dumps({name: str(path) for name, path in written.items()}, indent=2))
+    else:
+        print(key_values([(name, str(path)) for name, path in written.items()]))
+    return 0
+
+
+def _add_demo(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "demo",
+        help="run the end-to-end demo on the built-in corpora",
+        description="Build the built-in corpora, train a small BPE tokenizer on them, tokenize "
+        "each source into a store and show what is inside.",
+    )
+    p.add_argument("--out", default="demo-out", metavar="DIR", help="default: demo-out")
+    p.add_argument("--workers", type=int, default=2, metavar="N", help="default: 2")
+    p.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    return run_demo(args.out, args.workers)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tokentape",
+        description="A deterministic, replayable data pipeline for LLM pretraining.",
+    )
+    parser.add_argument("--version", action="version", version=f"tokentape {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_tokenize(sub)
+    _add_info(sub)
+    _add_corpora(sub)
+    _add_demo(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args: Any = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except TokentapeError as exc:
+        print(f"tokentape: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("tokentape: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,189 @@
+"""The on-disk format of a token store: names, dtype rule and the manifest schema.
+
+A source is a directory holding ``manifest.json`` and shards ``part-NNNNN.bin`` (raw
+little-endian token ids) with ``part-NNNNN.idx.npy`` (int64 ascending document starts, local to
+the shard). ``docs/format.md`` describes every field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokentape.errors import TokentapeError
+
+FORMAT_NAME = "tokentape.store"
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+HASH_ALGORITHM = "sha256"
+DEFAULT_BLOCK_BYTES = 64 * 2**20
+UINT16_MAX_VOCAB = 2**16
+
+_DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
+
+
+def choose_dtype(vocab_size: int) -> str:
+    """``uint16`` when every id fits (vocabulary of at most 65,536 ids), else ``uint32``."""
+    if vocab_size <= 0:
+        raise TokentapeError(f"vocabulary size must be positive, got {vocab_size}")
+    if vocab_size <= UINT16_MAX_VOCAB:
+        return "uint16"
+    if vocab_size <= 2**32:
+        return "uint32"
+    raise TokentapeError(f"vocabulary of {vocab_size} ids does not fit uint32")
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The little-endian numpy dtype of a manifest dtype name."""
+    try:
+        return _DTYPES[name]
+    except KeyError:
+        raise TokentapeError(f"unknown dtype '{name}'; expected uint16 or uint32") from None
+
+
+def shard_name(index: int) -> str:
+    return f"part-{index:05d}"
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One shard: its token and document counts and the hashes of its two files."""
+
+    name: str
+    n_tokens: int
+    n_docs: int
+    bin_sha256: str
+    idx_sha256: str
+    idx_bytes: int
+    block_bytes: int
+    block_sha256: tuple[str, ...]
+
+    @property
+    def bin_file(self) -> str:
+        return self.name + ".bin"
+
+    @property
+    def idx_file(self) -> str:
+        return self.name + ".idx.npy"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Everything a reader needs to trust a source, written last and atomically."""
+
+    dtype: str
+    vocab_size: int
+    eod_id: int
+    tokenizer: dict[str, Any]
+    shards: tuple[ShardInfo, ...]
+    n_tokens: int
+    n_docs: int
+    content_hash: str
+    filters: dict[str, Any]
+    inputs: dict[str, Any]
+    job: str
+    created_by: str
+    format: str = FORMAT_NAME
+    format_version: int = FORMAT_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["shards"] = [asdict(s) | {"block_sha256": list(s.block_sha256)} for s in self.shards]
+        order = ["format", "format_version", "dtype", "vocab_size", "eod_id", "n_tokens", "n_docs"]
+        ordered = {k: data.pop(k) for k in order} | data
+        return json.dumps(ordered, indent=2, ensure_ascii=False) + "\n"
+
+
+def content_hash(shards: list[ShardInfo] | tuple[ShardInfo, ...], dtype: str) -> str:
+    """One hash over the dtype and every shard's token hash, in order: the source's identity."""
+    h = hashlib.sha256(f"{FORMAT_NAME}/{FORMAT_VERSION}/{dtype}".encode())
+    for s in shards:
+        h.update(f"\n{s.n_tokens}:{s.n_docs}:{s.bin_sha256}:{s.idx_sha256}".encode())
+    return "sha256:" + h.hexdigest()
+
+
+def _field(data: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in data:
+        raise TokentapeError(f"{where}: missing field '{key}'")
+    value = data[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        expected = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise TokentapeError(
+            f"{where}: field '{key}' is {type(value).__name__}, expected {expected}"
+        )
+    return value
+
+
+def _parse_shard(data: Any, where: str) -> ShardInfo:
+    if not isinstance(data, dict):
+        raise TokentapeError(f"{where}: expected an object")
+    return ShardInfo(
+        name=_field(data, "name", str, where),
+        n_tokens=_field(data, "n_tokens", int, where),
+        n_docs=_field(data, "n_docs", int, where),
+        bin_sha256=_field(data, "bin_sha256", str, where),
+        idx_sha256=_field(data, "idx_sha256", str, where),
+        idx_bytes=_field(data, "idx_bytes", int, where),
+        block_bytes=_field(data, "block_bytes", int, where),
+        block_sha256=tuple(_field(data, "block_sha256", list, where)),
+    )
+
+
+def parse_manifest(text: str, where: str) -> Manifest:
+    """Validate and parse manifest JSON; ``where`` names the file in error messages."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TokentapeError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
+        raise TokentapeError(f"{where}: not a tokentape store manifest (field 'format')")
+    version = _field(data, "format_version", int, where)
+    if version != FORMAT_VERSION:
+        raise TokentapeError(
+            f"{where}: format_version {version} is not supported; expected {FORMAT_VERSION}"
+        )
+    dtype = _field(data, "dtype", str, where)
+    numpy_dtype(dtype)
+    shards_raw = _field(data, "shards", list, where)
+    shards = tuple(_parse_shard(s, f"{where}: shards[{i}]") for i, s in enumerate(shards_raw))
+    manifest = Manifest(
+        dtype=dtype,
+        vocab_size=_field(data, "vocab_size", int, where),
+        eod_id=_field(data, "eod_id", int, where),
+        tokenizer=_field(data, "tokenizer", dict, where),
+        shards=shards,
+        n_tokens=_field(data, "n_tokens", int, where),
+        n_docs=_field(data, "n_docs", int, where),
+        content_hash=_field(data, "content_hash", str, where),
+        filters=_field(data, "filters", dict, where),
+        inputs=_field(data, "inputs", dict, where),
+        job=_field(data, "job", str, where),
+        created_by=_field(data, "created_by", str, where),
+        extra=data.get("extra", {}),
+    )
+    if manifest.n_tokens != sum(s.n_tokens for s in shards):
+        raise TokentapeError(f"{where}: n_tokens does not equal the sum over shards")
+    if manifest.n_docs != sum(s.n_docs for s in shards):
+        raise TokentapeError(f"{where}: n_docs does not equal the sum over shards")
+    return manifest
+
+
+def read_manifest(directory: str | os.PathLike[str]) -> Manifest:
+    """Read ``DIR/manifest.json``; a directory without one is not a complete store."""
+    path = Path(directory) / MANIFEST_NAME
+    if not Path(directory).is_dir():
+        raise TokentapeError(f"store '{directory}': no such directory")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TokentapeError(
+            f"store '{directory}': no {MANIFEST_NAME}; not a complete tokentape store"
+        ) from None
+    return parse_manifest(text, str(path))

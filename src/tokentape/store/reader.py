@@ -1,0 +1,157 @@
+"""Memory-mapped, read-only access to a token store.
+
+A source is the concatenation of its shards in manifest order. Sample ``k`` at sequence length
+``L`` is the window of ``L + 1`` tokens starting at token ``k * L``; a window may span shards.
+Opening is cheap (the shards are memory-mapped, the document starts loaded) and any number of
+processes may open one store at once.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from tokentape.errors import TokentapeError
+from tokentape.store.format import Manifest, numpy_dtype, read_manifest
+from tokentape.tokenize.tokenizers import Tokenizer, tokenizer_from_manifest
+
+
+def _check_size(path: Path, expected: int) -> None:
+    try:
+        found = path.stat().st_size
+    except FileNotFoundError:
+        raise TokentapeError(f"{path}: shard file is missing") from None
+    if found != expected:
+        raise TokentapeError(
+            f"{path}: size is {found} bytes, the manifest says {expected}; "
+            "the store is damaged (run `tokentape verify`)"
+        )
+
+
+def _map_tokens(path: Path, dtype: np.dtype, n_tokens: int) -> np.ndarray:
+    if n_tokens == 0:
+        return np.zeros(0, dtype=dtype)
+    return np.memmap(path, dtype=dtype, mode="r", shape=(n_tokens,))
+
+
+class Source:
+    """One token store opened for reading; see ``open_source``."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+        self.manifest: Manifest = read_manifest(self.directory)
+        self.dtype = numpy_dtype(self.manifest.dtype)
+        shards, starts = [], []
+        for shard in self.manifest.shards:
+            bin_path = self.directory / shard.bin_file
+            idx_path = self.directory / shard.idx_file
+            _check_size(bin_path, shard.n_tokens * self.dtype.itemsize)
+            _check_size(idx_path, shard.idx_bytes)
+            shards.append(_map_tokens(bin_path, self.dtype, shard.n_tokens))
+            local = np.load(idx_path, allow_pickle=False)
+            if local.shape != (shard.n_docs,) or local.dtype != np.int64:
+                raise TokentapeError(
+                    f"{idx_path}: expected {shard.n_docs} int64 document starts, "
+                    f"found shape {local.shape} dtype {local.dtype}"
+                )
+            starts.append(local)
+        self._shards = shards
+        sizes = np.array([s.n_tokens for s in self.manifest.shards], dtype=np.int64)
+        # Token offset of each shard in the source, with the total appended.
+        self._shard_offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self.doc_starts = np.concatenate(
+            [local + off for local, off in zip(starts, self._shard_offsets[:-1], strict=True)]
+            or [np.zeros(0, dtype=np.int64)]
+        ).astype(np.int64)
+
+    @property
+    def n_tokens(self) -> int:
+        return self.manifest.n_tokens
+
+    @property
+    def n_docs(self) -> int:
+        return self.manifest.n_docs
+
+    @property
+    def eod_id(self) -> int:
+        return self.manifest.eod_id
+
+    def n_samples(self, seq_len: int) -> int:
+        """Windows of ``seq_len + 1`` tokens at stride ``seq_len``."""
+        _check_seq_len(seq_len)
+        return max(0, (self.n_tokens - 1) // seq_len)
+
+    def tokens(self, start: int, stop: int) -> np.ndarray:
+        """Tokens ``[start, stop)`` of the source, copied out of the shards they lie in."""
+        if not 0 <= start <= stop <= self.n_tokens:
+            raise IndexError(f"token range [{start}, {stop}) outside [0, {self.n_tokens})")
+        first = int(np.searchsorted(self._shard_offsets, start, side="right")) - 1
+        pieces, pos = [], start
+        shard = max(first, 0)
+        while pos < stop:
+            off = int(self._shard_offsets[shard])
+            end = min(stop, int(self._shard_offsets[shard + 1]))
+            if end > pos:
+                pieces.append(self._shards[shard][pos - off : end - off])
+            pos = max(pos, end)
+            shard += 1
+        if not pieces:
+            return np.zeros(0, dtype=self.dtype)
+        return pieces[0].copy() if len(pieces) == 1 else np.concatenate(pieces)
+
+    def window(self, k: int, seq_len: int) -> np.ndarray:
+        """Sample ``k``: tokens ``[k*L, k*L + L + 1)``."""
+        self._check_sample(k, seq_len)
+        return self.tokens(k * seq_len, k * seq_len + seq_len + 1)
+
+    def docs_in(self, k: int, seq_len: int) -> list[int]:
+        """Ids of the documents that overlap sample ``k``."""
+        self._check_sample(k, seq_len)
+        start, last = k * seq_len, k * seq_len + seq_len
+        first_doc = int(np.searchsorted(self.doc_starts, start, side="right")) - 1
+        last_doc = int(np.searchsorted(self.doc_starts, last, side="right")) - 1
+        return list(range(first_doc, last_doc + 1))
+
+    def _check_sample(self, k: int, seq_len: int) -> None:
+        n = self.n_samples(seq_len)
+        if not 0 <= k < n:
+            raise IndexError(f"sample {k} outside [0, {n}) at seq_len {seq_len}")
+
+    def doc_span(self, i: int) -> tuple[int, int]:
+        """Token range of document ``i``, its end-of-document token included."""
+        if not 0 <= i < self.n_docs:
+            raise IndexError(f"document {i} outside [0, {self.n_docs})")
+        end = int(self.doc_starts[i + 1]) if i + 1 < self.n_docs else self.n_tokens
+        return int(self.doc_starts[i]), end
+
+    def doc(self, i: int) -> np.ndarray:
+        """The tokens of document ``i``, without its end-of-document token."""
+        start, end = self.doc_span(i)
+        return self.tokens(start, end - 1)
+
+    @cached_property
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer recorded in the manifest (loaded from the copy inside the store)."""
+        return tokenizer_from_manifest(self.manifest.tokenizer, self.directory)
+
+    def decode(self, tokens: np.ndarray | list[int]) -> str:
+        return self.tokenizer.decode([int(t) for t in tokens])
+
+    def __repr__(self) -> str:
+        return (
+            f"Source({str(self.directory)!r}, n_tokens={self.n_tokens}, n_docs={self.n_docs}, "
+            f"dtype={self.manifest.dtype}, shards={len(self._shards)})"
+        )
+
+
+def _check_seq_len(seq_len: int) -> None:
+    if not isinstance(seq_len, int | np.integer) or seq_len <= 0:
+        raise ValueError(f"seq_len must be a positive integer, got {seq_len!r}")
+
+
+def open_source(path: str | os.PathLike[str]) -> Source:
+    """Open the token store at ``path`` (a directory with ``manifest.json``)."""
+    return Source(path)

@@ -1,0 +1,332 @@
+"""``tokentape tokenize``: inputs → units → (parallel, resumable) unit files → shards → manifest.
+
+1. Plan: expand the inputs in their documented order and cut them into units of work.
+2. Tokenize every unit not yet finished (in this process, or a pool of ``workers``), each into
+   its own unit file under ``OUT/.tokentape-work``. A unit's bytes depend only on its input.
+3. Assemble: concatenate the unit files in unit order into shards (hashing as they are written),
+   copy the tokenizer in, write ``manifest.json`` last, remove the work directory.
+
+Killed at any moment, the same command resumes: finished units are kept, assembly is redone,
+and the result is byte-identical to an uninterrupted run. Bad input removes what this run wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections import Counter
+from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from tokentape import __version__
+from tokentape.errors import TokentapeError
+from tokentape.store.atomic import write_atomic
+from tokentape.store.format import (
+    MANIFEST_NAME,
+    Manifest,
+    choose_dtype,
+    content_hash,
+    numpy_dtype,
+)
+from tokentape.store.writer import ShardWriter
+from tokentape.tokenize.filters import FilterSet, parse_filters
+from tokentape.tokenize.inputs import Unit, expand_inputs, plan_units
+from tokentape.tokenize.job import (
+    JOB_FILE,
+    WORK_DIR,
+    OutState,
+    TokenizeConfig,
+    canonical_hash,
+    clear_out,
+    inspect_out,
+    job_identity,
+)
+from tokentape.tokenize.progress import Counters, ProgressBar
+from tokentape.tokenize.tokenizers import (
+    Tokenizer,
+    load_tokenizer,
+    tokenizer_manifest,
+)
+from tokentape.tokenize.worker import (
+    UnitResult,
+    WorkerSettings,
+    load_result,
+    read_unit,
+    tokenize_unit,
+    unit_paths,
+)
+
+CRASH_ENV = "TOKENTAPE_CRASH_AT"
+
+
+def crashpoint(name: str) -> None:
+    """Test hook: SIGKILL this process at the named point when ``TOKENTAPE_CRASH_AT`` says so."""
+    if os.environ.get(CRASH_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class TokenizeSummary:
+    """What a tokenize run produced (also what ``--json`` prints)."""
+
+    out: str
+    status: str  # "created", "resumed" or "already complete"
+    dtype: str
+    vocab_size: int
+    eod_id: int
+    docs_in: int
+    n_docs: int
+    n_tokens: int
+    n_shards: int
+    text_bytes: int
+    dropped_docs: dict[str, int]
+    dropped_tokens: dict[str, int]
+    units: int
+    units_reused: int
+    seconds: float
+    content_hash: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+# --- worker processes ---------------------------------------------------------------------
+
+_WORKER: dict[str, Any] = {}
+
+
+def _exit_when_orphaned(parent: int) -> None:
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent:
+            os._exit(1)
+
+
+def _init_worker(
+    spec: str,
+    eod_token: str | None,
+    filter_specs: tuple[str, ...],
+    settings: WorkerSettings,
+    counters: Counters,
+    parent: int,
+) -> None:
+    threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
+    _WORKER["tokenizer"] = load_tokenizer(spec, eod_token)
+    _WORKER["filters"] = parse_filters(filter_specs)
+    _WORKER["settings"] = settings
+    _WORKER["counters"] = counters
+
+
+def _run_unit(unit: Unit) -> UnitResult:
+    return tokenize_unit(
+        unit, _WORKER["tokenizer"], _WORKER["filters"], _WORKER["settings"], _WORKER["counters"]
+    )
+
+
+# --- the job ------------------------------------------------------------------------------
+
+
+def _run_units(
+    pending: list[Unit],
+    config: TokenizeConfig,
+    tokenizer: Tokenizer,
+    filters: FilterSet,
+    settings: WorkerSettings,
+    counters: Counters,
+) -> None:
+    if config.workers == 1 or len(pending) <= 1:
+        for unit in pending:
+            tokenize_unit(unit, tokenizer, filters, settings, counters)
+            crashpoint("after-unit")
+        return
+    ctx = get_context("spawn")
+    initargs = (config.tokenizer, config.eod_token, config.filters, settings, counters, os.getpid())
+    workers = min(config.workers, len(pending))
+    with ProcessPoolExecutor(workers, ctx, initializer=_init_worker, initargs=initargs) as pool:
+        futures = [pool.submit(_run_unit, unit) for unit in pending]
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        for future in done:
+            if future.exception() is not None:
+                for f in futures:
+                    f.cancel()
+                raise future.exception()  # type: ignore[misc]
+        for future in futures:
+            future.result()
+            crashpoint("after-unit")
+
+
+def _assemble(
+    out: Path, work_dir: Path, results: list[UnitResult], dtype: str, shard_tokens: int
+) -> tuple[list, int]:
+    writer = ShardWriter(out, dtype, shard_tokens)
+    try:
+        for result in results:
+            tokens, lengths = read_unit(work_dir, result, dtype)
+            n_before = len(writer.shards)
+            writer.add(tokens, lengths)
+            if len(writer.shards) > n_before:
+                crashpoint("mid-assembly")
+        shards = writer.finish()
+    except BaseException:
+        writer.abort()
+        raise
+    return shards, sum(s.n_tokens for s in shards)
+
+
+def _summary_from_manifest(out: Path, manifest: Manifest, seconds: float) -> TokenizeSummary:
+    stats = manifest.filters
+    return TokenizeSummary(
+        out=str(out),
+        status="already complete",
+        dtype=manifest.dtype,
+        vocab_size=manifest.vocab_size,
+        eod_id=manifest.eod_id,
+        docs_in=stats.get("docs_in", manifest.n_docs),
+        n_docs=manifest.n_docs,
+        n_tokens=manifest.n_tokens,
+        n_shards=len(manifest.shards),
+        text_bytes=stats.get("text_bytes", 0),
+        dropped_docs=stats.get("dropped_docs", {}),
+        dropped_tokens=stats.get("dropped_tokens", {}),
+        units=manifest.inputs.get("units", 0),
+        units_reused=manifest.inputs.get("units", 0),
+        seconds=seconds,
+        content_hash=manifest.content_hash,
+    )
+
+
+def tokenize(config: TokenizeConfig, show_progress: bool = True) -> TokenizeSummary:
+    """Run (or resume) a tokenization job and return its summary."""
+    started = time.monotonic()
+    tokenizer = load_tokenizer(config.tokenizer, config.eod_token)
+    filters = parse_filters(config.filters)
+    files = expand_inputs(config.inputs)
+    units = plan_units(files, config.unit_bytes)
+    dtype = choose_dtype(tokenizer.vocab_size) if config.dtype == "auto" else config.dtype
+    itemsize = numpy_dtype(dtype).itemsize
+    shard_tokens = max(1, int(config.shard_mb * 2**20) // itemsize)
+    identity = job_identity(
+        config, files, tokenizer.fingerprint, filters.to_json(), dtype, shard_tokens
+    )
+    job_hash = canonical_hash(identity)
+    resume_key = {"job": job_hash, "mtime_ns": [f.mtime_ns for f in files]}
+
+    out = Path(config.out)
+    state, manifest = inspect_out(out, job_hash, resume_key, config.overwrite)
+    work_dir = out / WORK_DIR
+    if state is OutState.COMPLETE:
+        assert manifest is not None
+        shutil.rmtree(work_dir, ignore_errors=True)
+        return _summary_from_manifest(out, manifest, time.monotonic() - started)
+
+    created_out = not out.exists()
+    try:
+        work_dir.mkdir(parents=True, exist_ok=True)
+        if state is OutState.FRESH:
+            write_atomic(work_dir / JOB_FILE, json.dumps(resume_key).encode())
+        settings = WorkerSettings(
+            text_key=config.text_key,
+            dtype=dtype,
+            id_limit=min(tokenizer.vocab_size, 2 ** (8 * itemsize)),
+            work_dir=str(work_dir),
+        )
+        finished = {u.index: load_result(unit_paths(work_dir, u.index)[2]) for u in units}
+        pending = [u for u in units if finished[u.index] is None]
+        counters = Counters()
+        reused_bytes = sum(u.n_bytes for u in units if finished[u.index] is not None)
+        counters.add(input_bytes=reused_bytes)
+        total_bytes = sum(u.n_bytes for u in units)
+        stream = sys.stderr if show_progress else None
+        with ProgressBar(counters, total_bytes, stream=stream, baseline=counters.snapshot()):
+            _run_units(pending, config, tokenizer, filters, settings, counters)
+        results = [load_result(unit_paths(work_dir, u.index)[2]) for u in units]
+        if any(r is None for r in results):
+            raise TokentapeError(f"{work_dir}: a unit did not finish; run the command again")
+        done: list[UnitResult] = results  # type: ignore[assignment]
+        clear_out(out, keep=(WORK_DIR,))  # what an interrupted assembly left behind
+        shards, n_tokens = _assemble(out, work_dir, done, dtype, shard_tokens)
+        if n_tokens == 0:
+            raise TokentapeError(
+                f"inputs {', '.join(config.inputs)}: no document left to store "
+                "(all inputs empty or dropped by filters)"
+            )
+        crashpoint("before-manifest")
+        tok_info = tokenizer_manifest(tokenizer)
+        stored = tokenizer.stored_file()
+        if stored is not None:
+            name, data = stored
+            write_atomic(out / name, data)
+        dropped_docs: Counter[str] = Counter()
+        dropped_tokens: Counter[str] = Counter()
+        for r in done:
+            dropped_docs.update(r.dropped_docs)
+            dropped_tokens.update(r.dropped_tokens)
+        docs_in = sum(r.docs_in for r in done)
+        text_bytes = sum(r.text_bytes for r in done)
+        manifest = Manifest(
+            dtype=dtype,
+            vocab_size=tokenizer.vocab_size,
+            eod_id=tokenizer.eod_id,
+            tokenizer=tok_info,
+            shards=tuple(shards),
+            n_tokens=n_tokens,
+            n_docs=sum(s.n_docs for s in shards),
+            content_hash=content_hash(shards, dtype),
+            filters={
+                "config": filters.to_json(),
+                "docs_in": docs_in,
+                "text_bytes": text_bytes,
+                "dropped_docs": dict(sorted(dropped_docs.items())),
+                "dropped_tokens": dict(sorted(dropped_tokens.items())),
+            },
+            inputs={
+                "text_key": config.text_key,
+                "unit_bytes": config.unit_bytes,
+                "units": len(units),
+                "files": identity["inputs"],
+            },
+            job=job_hash,
+            created_by=f"tokentape {__version__}",
+        )
+        write_atomic(out / MANIFEST_NAME, manifest.to_json().encode())
+        crashpoint("after-manifest")
+        shutil.rmtree(work_dir, ignore_errors=True)
+    except TokentapeError:
+        _discard(out, created_out)
+        raise
+    return TokenizeSummary(
+        out=str(out),
+        status="resumed" if state is OutState.RESUME else "created",
+        dtype=dtype,
+        vocab_size=tokenizer.vocab_size,
+        eod_id=tokenizer.eod_id,
+        docs_in=docs_in,
+        n_docs=manifest.n_docs,
+        n_tokens=n_tokens,
+        n_shards=len(shards),
+        text_bytes=text_bytes,
+        dropped_docs=manifest.filters["dropped_docs"],
+        dropped_tokens=manifest.filters["dropped_tokens"],
+        units=len(units),
+        units_reused=len(units) - len(pending),
+        seconds=time.monotonic() - started,
+        content_hash=manifest.content_hash,
+    )
+
+
+def _discard(out: Path, created_out: bool) -> None:
+    """Bad input: leave no partial store behind."""
+    if not out.exists():
+        return
+    if created_out:
+        shutil.rmtree(out, ignore_errors=True)
+    else:
+        clear_out(out)

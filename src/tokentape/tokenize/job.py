@@ -1,0 +1,169 @@
+"""What a tokenization job is, and what its output directory may already hold.
+
+The job's identity is a hash of everything that changes the output bytes: inputs (paths, kinds,
+sizes), tokenizer fingerprint, text key, filters, dtype, shard and unit sizes. The worker count
+is not part of it: the output is the same for any number of workers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from tokentape.errors import TokentapeError
+from tokentape.store.format import FORMAT_VERSION, MANIFEST_NAME, Manifest, parse_manifest
+from tokentape.tokenize.inputs import InputFile
+
+WORK_DIR = ".tokentape-work"
+JOB_FILE = "job.json"
+TOKENIZER_PREFIX = "tokenizer"
+
+
+@dataclass(frozen=True)
+class TokenizeConfig:
+    """Settings of ``tokentape tokenize``."""
+
+    inputs: tuple[str, ...]
+    """Input files, directories or globs, in order."""
+    out: str
+    """Output store directory."""
+    tokenizer: str = "bytes"
+    """'bytes', 'tiktoken:PATH' or a Hugging Face tokenizer.json path."""
+    eod_token: str | None = None
+    """End-of-document token (default: the tokenizer's own)."""
+    text_key: str = "text"
+    """JSON field / parquet column holding the text."""
+    filters: tuple[str, ...] = ()
+    """Filter specs, e.g. 'unique-lines', 'min-tokens:16'."""
+    workers: int = 1
+    """Worker processes; the output is byte-identical for any count."""
+    dtype: str = "auto"
+    """'auto' (uint16 iff the vocabulary has at most 65,536 ids), 'uint16' or 'uint32'."""
+    shard_mb: float = 256.0
+    """Target shard size in MiB of tokens; shards are cut at document boundaries."""
+    unit_mb: float = 8.0
+    """Input bytes per unit of work (the granularity of parallelism and of resumption)."""
+    overwrite: bool = False
+    """Replace a store or an unfinished run with other settings in ``out``."""
+
+    def __post_init__(self) -> None:
+        if not self.inputs:
+            raise TokentapeError("no inputs given; pass files, directories or globs")
+        if self.workers < 1:
+            raise TokentapeError(f"--workers must be at least 1, got {self.workers}")
+        if self.dtype not in ("auto", "uint16", "uint32"):
+            raise TokentapeError(f"--dtype '{self.dtype}': expected auto, uint16 or uint32")
+        if not self.shard_mb > 0:
+            raise TokentapeError(f"--shard-mb must be positive, got {self.shard_mb}")
+        if not self.unit_mb > 0:
+            raise TokentapeError(f"--unit-mb must be positive, got {self.unit_mb}")
+        if not self.text_key:
+            raise TokentapeError("--text-key must not be empty")
+
+    @property
+    def unit_bytes(self) -> int:
+        return max(1, int(self.unit_mb * 2**20))
+
+
+def canonical_hash(data: Any) -> str:
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def job_identity(
+    config: TokenizeConfig,
+    files: list[InputFile],
+    tokenizer_fingerprint: str,
+    filters_json: list[dict[str, Any]],
+    dtype: str,
+    shard_tokens: int,
+) -> dict[str, Any]:
+    """The inputs of the output bytes, JSON-ready."""
+    return {
+        "format_version": FORMAT_VERSION,
+        "tokenizer": tokenizer_fingerprint,
+        "text_key": config.text_key,
+        "filters": filters_json,
+        "dtype": dtype,
+        "shard_tokens": shard_tokens,
+        "unit_bytes": config.unit_bytes,
+        "inputs": [{"path": f.path, "kind": f.kind, "size": f.size} for f in files],
+    }
+
+
+class OutState(Enum):
+    FRESH = "fresh"  # nothing of ours there (the directory may not exist yet)
+    RESUME = "resume"  # an unfinished run of this same job
+    COMPLETE = "complete"  # a finished store of this same job
+
+
+def _ours(name: str) -> bool:
+    prefixes = (
+        "part-",
+        ".part-",
+        f".{MANIFEST_NAME}.tmp-",
+        TOKENIZER_PREFIX,
+        f".{TOKENIZER_PREFIX}",
+    )
+    return name in (MANIFEST_NAME, WORK_DIR) or name.startswith(prefixes)
+
+
+def inspect_out(
+    out: Path, job_hash: str, resume_key: dict[str, Any], overwrite: bool
+) -> tuple[OutState, Manifest | None]:
+    """Decide what to do with ``out``; refuse a directory that is not ours or not this job's."""
+    if out.exists() and not out.is_dir():
+        raise TokentapeError(f"--out '{out}': exists and is not a directory")
+    if not out.exists():
+        return OutState.FRESH, None
+    names = sorted(os.listdir(out))
+    foreign = [n for n in names if not _ours(n)]
+    if foreign:
+        raise TokentapeError(
+            f"--out '{out}': not empty and not a tokentape store (found '{foreign[0]}'); "
+            "choose a new or empty directory"
+        )
+    manifest_path = out / MANIFEST_NAME
+    if manifest_path.exists():
+        manifest = parse_manifest(manifest_path.read_text(encoding="utf-8"), str(manifest_path))
+        if manifest.job == job_hash:
+            return OutState.COMPLETE, manifest
+        if not overwrite:
+            raise TokentapeError(
+                f"--out '{out}': holds a store made from other inputs or settings; "
+                "pass --overwrite to replace it"
+            )
+        clear_out(out)
+        return OutState.FRESH, None
+    job_path = out / WORK_DIR / JOB_FILE
+    if job_path.exists():
+        try:
+            previous = json.loads(job_path.read_text())
+        except json.JSONDecodeError:
+            previous = None
+        if previous == resume_key:
+            return OutState.RESUME, None
+        if not overwrite:
+            raise TokentapeError(
+                f"--out '{out}': holds an unfinished run with other inputs or settings "
+                "(or inputs changed since); pass --overwrite to discard it"
+            )
+    clear_out(out)
+    return OutState.FRESH, None
+
+
+def clear_out(out: Path, keep: tuple[str, ...] = ()) -> None:
+    """Remove everything tokentape writes in ``out`` (and nothing else), but for ``keep``."""
+    for name in os.listdir(out):
+        if _ours(name) and name not in keep:
+            path = out / name
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()

@@ -1,0 +1,159 @@
+"""Tokenize one unit of input into a unit file in the work directory.
+
+A unit's output is a pure function of its input bytes and the job settings, so it does not
+matter which process makes it, or how often: ``unit-NNNNNN.json`` (written last, atomically) marks
+it finished, and a rerun skips it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+
+from tokentape.errors import TokentapeError
+from tokentape.store.atomic import atomic_writer, write_atomic
+from tokentape.store.format import numpy_dtype
+from tokentape.store.writer import npy_bytes
+from tokentape.tokenize.filters import FilterSet
+from tokentape.tokenize.inputs import Unit, UnitPart, read_documents
+from tokentape.tokenize.progress import Counters
+from tokentape.tokenize.tokenizers import Tokenizer
+
+BATCH_DOCS = 256
+EMPTY = "empty"
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """What every unit of one job shares."""
+
+    text_key: str
+    dtype: str
+    id_limit: int  # every id must be below this: min(vocab size, 2**bits of dtype)
+    work_dir: str
+
+
+@dataclass(frozen=True)
+class UnitResult:
+    """Counts of one finished unit, as stored in its ``.json`` marker."""
+
+    index: int
+    docs_in: int
+    n_docs: int
+    n_tokens: int
+    text_bytes: int
+    dropped_docs: dict[str, int]
+    dropped_tokens: dict[str, int]
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, sort_keys=True)
+
+
+def unit_paths(work_dir: str | Path, index: int) -> tuple[Path, Path, Path]:
+    """(tokens .bin, document lengths .len.npy, finished marker .json) of unit ``index``."""
+    base = Path(work_dir) / f"unit-{index:06d}"
+    return base.with_suffix(".bin"), base.with_suffix(".len.npy"), base.with_suffix(".json")
+
+
+def load_result(marker: Path) -> UnitResult | None:
+    """The result recorded by a finished unit, or None when it has not finished."""
+    try:
+        return UnitResult(**json.loads(marker.read_text()))
+    except (FileNotFoundError, json.JSONDecodeError, TypeError):
+        return None
+
+
+def _batches(texts: Iterable[str], size: int) -> Iterator[list[str]]:
+    it = iter(texts)
+    while batch := list(islice(it, size)):
+        yield batch
+
+
+def _documents(unit: Unit, text_key: str) -> Iterator[tuple[UnitPart, str]]:
+    for part in unit.parts:
+        for text in read_documents(part, text_key):
+            yield part, text
+
+
+def tokenize_unit(
+    unit: Unit,
+    tokenizer: Tokenizer,
+    filters: FilterSet,
+    settings: WorkerSettings,
+    counters: Counters | None = None,
+) -> UnitResult:
+    """Tokenize ``unit``, append the EOD id to each kept document, and write its unit files."""
+    bin_path, len_path, marker = unit_paths(settings.work_dir, unit.index)
+    dtype = numpy_dtype(settings.dtype)
+    lengths: list[int] = []
+    dropped_docs: Counter[str] = Counter()
+    dropped_tokens: Counter[str] = Counter()
+    docs_in = text_bytes = n_tokens = 0
+    eod = tokenizer.eod_id
+    with atomic_writer(bin_path) as out:
+        for batch in _batches(_documents(unit, settings.text_key), BATCH_DOCS):
+            texts = [text for _, text in batch]
+            encoded = tokenizer.encode_batch(texts)
+            flat: list[int] = []
+            batch_bytes = 0
+            for (part, text), ids in zip(batch, encoded, strict=True):
+                batch_bytes += len(text.encode("utf-8", "surrogatepass"))
+                reason = (
+                    EMPTY
+                    if not ids
+                    else filters.text_reason(text) or filters.token_reason(len(ids))
+                )
+                if reason:
+                    dropped_docs[reason] += 1
+                    dropped_tokens[reason] += len(ids)
+                    continue
+                if max(ids) >= settings.id_limit:
+                    raise TokentapeError(
+                        f"{part.file.path}: token id {max(ids)} does not fit: ids must be below "
+                        f"{settings.id_limit} ({settings.dtype}, vocabulary {tokenizer.vocab_size})"
+                    )
+                flat.extend(ids)
+                flat.append(eod)
+                lengths.append(len(ids) + 1)
+            if flat:
+                out.write(np.asarray(flat, dtype=dtype).tobytes())
+            docs_in += len(batch)
+            text_bytes += batch_bytes
+            n_tokens += len(flat)
+            if counters is not None:
+                counters.add(docs=len(batch), tokens=len(flat), text_bytes=batch_bytes)
+    write_atomic(len_path, npy_bytes(np.asarray(lengths, dtype="<i8")))
+    result = UnitResult(
+        index=unit.index,
+        docs_in=docs_in,
+        n_docs=len(lengths),
+        n_tokens=n_tokens,
+        text_bytes=text_bytes,
+        dropped_docs=dict(sorted(dropped_docs.items())),
+        dropped_tokens=dict(sorted(dropped_tokens.items())),
+    )
+    write_atomic(marker, result.to_json().encode())
+    if counters is not None:
+        counters.add(input_bytes=unit.n_bytes)
+    return result
+
+
+def read_unit(
+    work_dir: str | Path, result: UnitResult, dtype: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """The tokens and document lengths a finished unit wrote, checked against its marker."""
+    bin_path, len_path, _ = unit_paths(work_dir, result.index)
+    tokens = np.fromfile(bin_path, dtype=numpy_dtype(dtype))
+    lengths = np.load(len_path, allow_pickle=False)
+    if len(tokens) != result.n_tokens or len(lengths) != result.n_docs:
+        raise TokentapeError(
+            f"{bin_path}: unit output does not match its marker; delete the output directory "
+            "and run again"
+        )
+    return tokens, lengths

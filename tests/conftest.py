@@ -1,0 +1,75 @@
+"""Shared test fixtures: real tokenizer files built offline (nothing is downloaded)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from pydoc_data.topics import topics
+
+import pytest
+import tokenizers
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
+EOD = "<|endoftext|>"
+BIG_VOCAB_WORDS = 70_000
+"""Ordinary words in the big-vocabulary tokenizer: ``w0`` .. ``w69999``."""
+
+
+def pydoc_texts() -> list[str]:
+    """The Python reference's topic texts (about 0.5 MB, shipped with every Python)."""
+    return [topics[key] for key in sorted(topics)]
+
+
+@pytest.fixture(scope="session")
+def hf_tokenizer_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A byte-level BPE (vocab 4000, ``<|endoftext|>`` special) trained on the pydoc topics."""
+    tok = tokenizers.Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=4000,
+        special_tokens=[EOD],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(pydoc_texts(), trainer=trainer)
+    path = tmp_path_factory.mktemp("hf-bpe") / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def gpt2_tiktoken() -> Path:
+    """The GPT-2 ranks file in ``../shared/tokenizers`` (or ``$TOKENTAPE_GPT2_TIKTOKEN``)."""
+    default = Path(__file__).resolve().parents[2] / "shared" / "tokenizers" / "gpt2.tiktoken"
+    path = Path(os.environ.get("TOKENTAPE_GPT2_TIKTOKEN", default))
+    if not path.is_file():
+        pytest.skip(f"GPT-2 ranks file not found at {path} (set TOKENTAPE_GPT2_TIKTOKEN)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def big_vocab_tokenizer_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A word-level tokenizer with 70,002 ids: ``<|endoftext|>`` = 0, ``[UNK]`` = 1, ``wK`` = K+2.
+
+    ``big_vocab_text()`` encodes to ids above 65,535, so a store needs uint32.
+    """
+    vocab = {EOD: 0, "[UNK]": 1}
+    vocab.update({f"w{k}": k + 2 for k in range(BIG_VOCAB_WORDS)})
+    tok = tokenizers.Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens([EOD])
+    path = tmp_path_factory.mktemp("hf-big") / "tokenizer.json"
+    tok.save(str(path))
+    return path
+
+
+def big_vocab_text() -> str:
+    """Ordinary text that the big-vocabulary tokenizer maps to ids above 65,535."""
+    return "w0 w65534 w65535 w69999 unknown"
+
+
+@pytest.fixture(scope="session")
+def big_vocab_sample() -> str:
+    """``big_vocab_text()`` as a fixture."""
+    return big_vocab_text()

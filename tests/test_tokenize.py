@@ -1,0 +1,329 @@
+"""End-to-end ``tokentape tokenize``: exact tokens, worker-count independence, crash safety,
+bad input, dtype choice. The command runs as a real subprocess where the test needs one."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import tiktoken
+import tiktoken.load
+import tokenizers
+
+from tokentape import TokentapeError, open_source
+from tokentape.cli import main
+from tokentape.tokenize.tokenizers import GPT2_SPLIT_PATTERN
+
+WORDS = ["alpha", "beta", "γάμμα", "δέλτα", "日本語", "emoji😀", "tab\tbed", "x" * 30, "42", "!?"]
+
+
+def make_documents(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    docs = []
+    for _ in range(n):
+        lines = [
+            " ".join(rng.choices(WORDS, k=rng.randint(1, 12))) for _ in range(rng.randint(1, 8))
+        ]
+        docs.append("\n".join(lines) + rng.choice(["", "\n", "  "]))
+    return docs
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> tuple[Path, list[str]]:
+    """Mixed-format inputs and, in reading order, the documents they hold."""
+    root = tmp_path_factory.mktemp("corpus")
+    docs = make_documents(420, seed=7)
+    parts = [docs[0:120], docs[120:240], docs[240:300], docs[300:360], docs[360:410], docs[410:]]
+    (root / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in parts[0]))
+    (root / "b.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in parts[1]))
+    with gzip.open(root / "c.jsonl.gz", "wt") as f:
+        f.writelines(json.dumps({"text": t}) + "\n" for t in parts[2])
+    pq.write_table(pa.table({"text": parts[3]}), root / "d.parquet", row_group_size=16)
+    (root / "e.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in parts[4]))
+    txt = root / "f"
+    txt.mkdir()
+    for i, t in enumerate(parts[5]):
+        (txt / f"{i:02d}.txt").write_text(t)
+    return root, docs
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tokentape.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
+
+
+def tree_bytes(directory: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(directory)): p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+
+
+def tokenize_args(root: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "tokenize",
+        str(root),
+        "--out",
+        str(out),
+        "--unit-mb",
+        "0.004",
+        "--shard-mb",
+        "0.01",
+        *extra,
+    ]
+
+
+def reference_encoders(kind: str, hf_path: Path | None, gpt2_path: Path | None):
+    """The tokenizers' own encode, built directly from the libraries."""
+    if kind == "hf":
+        tok = tokenizers.Tokenizer.from_file(str(hf_path))
+        return (lambda t: tok.encode(t, add_special_tokens=False).ids), tok.token_to_id(
+            "<|endoftext|>"
+        )
+    if kind == "tiktoken":
+        ranks = tiktoken.load.load_tiktoken_bpe(str(gpt2_path))
+        enc = tiktoken.Encoding(
+            "gpt2-test",
+            pat_str=GPT2_SPLIT_PATTERN,
+            mergeable_ranks=ranks,
+            special_tokens={"<|endoftext|>": len(ranks)},
+        )
+        return (lambda t: enc.encode(t, disallowed_special=())), len(ranks)
+    return (lambda t: list(t.encode("utf-8"))), 256
+
+
+@pytest.mark.parametrize("kind", ["hf", "tiktoken", "bytes"])
+def test_store_tokens_equal_the_tokenizers_own_encode(kind, corpus, tmp_path, request):
+    root, docs = corpus
+    hf = request.getfixturevalue("hf_tokenizer_json") if kind == "hf" else None
+    gpt2 = request.getfixturevalue("gpt2_tiktoken") if kind == "tiktoken" else None
+    spec = {"hf": str(hf), "tiktoken": f"tiktoken:{gpt2}", "bytes": "bytes"}[kind]
+    assert main([*tokenize_args(root, tmp_path / "s"), "--tokenizer", spec, "--json"]) == 0
+    encode, eod = reference_encoders(kind, hf, gpt2)
+    src = open_source(tmp_path / "s")
+    assert src.n_docs == len(docs) and src.eod_id == eod
+    assert len(src.manifest.shards) > 1
+    for i, text in enumerate(docs):
+        start, end = src.doc_span(i)
+        assert list(src.tokens(start, end)) == [*encode(text), eod], f"document {i}"
+        assert src.decode(src.doc(i)) == text
+
+
+def test_output_is_byte_identical_for_1_and_2_workers(corpus, hf_tokenizer_json, tmp_path):
+    root, _ = corpus
+    trees = []
+    for workers in ("1", "2"):
+        out = tmp_path / f"w{workers}"
+        args = tokenize_args(root, out, "--tokenizer", str(hf_tokenizer_json), "--json")
+        result = run_cli(*args, "--workers", workers, "--filter", "max-tokens:150")
+        assert result.returncode == 0, result.stderr
+        summary = json.loads(result.stdout)
+        assert summary["n_shards"] > 1 and summary["units"] > 4
+        assert summary["dropped_docs"]["max-tokens"] > 0
+        trees.append(tree_bytes(out))
+    assert trees[0] == trees[1]
+    assert "manifest.json" in trees[0] and not any(".tokentape-work" in k for k in trees[0])
+
+
+@pytest.fixture(scope="module")
+def reference_store(corpus, tmp_path_factory) -> dict[str, bytes]:
+    root, _ = corpus
+    out = tmp_path_factory.mktemp("ref") / "s"
+    assert main([*tokenize_args(root, out), "--json"]) == 0
+    return tree_bytes(out)
+
+
+@pytest.mark.parametrize(
+    ("point", "workers"),
+    [
+        ("after-unit", "1"),
+        ("after-unit", "2"),
+        ("mid-assembly", "1"),
+        ("mid-assembly", "2"),
+        ("before-manifest", "2"),
+        ("after-manifest", "1"),
+    ],
+)
+def test_sigkill_then_rerun_is_byte_identical(point, workers, corpus, reference_store, tmp_path):
+    root, _ = corpus
+    args = [*tokenize_args(root, tmp_path / "s"), "--workers", workers, "--json"]
+    killed = run_cli(*args, env={"TOKENTAPE_CRASH_AT": point})
+    assert killed.returncode == -signal.SIGKILL
+    assert (tmp_path / "s" / "manifest.json").exists() == (point == "after-manifest")
+    if point != "after-manifest":
+        with pytest.raises(TokentapeError, match="no manifest"):
+            open_source(tmp_path / "s")
+    rerun = run_cli(*args)
+    assert rerun.returncode == 0, rerun.stderr
+    status = json.loads(rerun.stdout)["status"]
+    assert status == ("already complete" if point == "after-manifest" else "resumed")
+    if point == "after-unit":
+        assert json.loads(rerun.stdout)["units_reused"] >= 1
+    assert tree_bytes(tmp_path / "s") == reference_store
+
+
+def test_sigkill_at_a_random_moment_then_rerun(corpus, reference_store, tmp_path):
+    """A kill from outside, whenever the first unit has finished."""
+    root, _ = corpus
+    args = [*tokenize_args(root, tmp_path / "s"), "--workers", "2", "--json"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tokentape.cli", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    work = tmp_path / "s" / ".tokentape-work"
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        if work.is_dir() and any(work.glob("unit-*.json")):
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.005)
+    proc.wait()
+    rerun = run_cli(*args)
+    assert rerun.returncode == 0, rerun.stderr
+    assert tree_bytes(tmp_path / "s") == reference_store
+
+
+def test_rerun_of_a_complete_store_changes_nothing(corpus, reference_store, tmp_path):
+    root, _ = corpus
+    args = tokenize_args(root, tmp_path / "s")
+    assert main([*args, "--json"]) == 0
+    assert main([*args, "--json"]) == 0
+    assert tree_bytes(tmp_path / "s") == reference_store
+    # Other settings into the same directory are refused without --overwrite ...
+    assert main([*args, "--filter", "min-tokens:5"]) == 2
+    assert tree_bytes(tmp_path / "s") == reference_store
+    # ... and accepted with it.
+    assert main([*args, "--filter", "min-tokens:5", "--overwrite"]) == 0
+    assert tree_bytes(tmp_path / "s") != reference_store
+
+
+def write_jsonl(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+GOOD = [json.dumps({"text": t}) for t in make_documents(40, seed=1)]
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        ("missing-file", r"input '.*nope\.jsonl': no such file"),
+        ("bad-json", r"late\.jsonl:3: invalid JSON"),
+        ("missing-key", r"late\.jsonl:2: no field 'text'"),
+        ("wrong-type", r"late\.jsonl:1: field 'text' is int, expected a string"),
+        ("empty-input", r"no document"),
+        ("unknown-tokenizer", r"unknown tokenizer spec 'gpt9'"),
+        ("foreign-out", r"not empty and not a tokentape store \(found 'notes\.txt'\)"),
+    ],
+)
+def test_bad_input_one_line_exit_2_nothing_left(case, expected, tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    write_jsonl(data / "early.jsonl", GOOD)  # finishes before the bad unit is reached
+    late = {
+        "bad-json": [GOOD[0], GOOD[1], '{"text": "unterminated'],
+        "missing-key": [GOOD[0], json.dumps({"body": "x"})],
+        "wrong-type": [json.dumps({"text": 5})],
+    }
+    inputs = [str(data / "early.jsonl")]
+    if case in late:
+        inputs.append(str(write_jsonl(data / "late.jsonl", late[case])))
+    if case == "missing-file":
+        inputs.append(str(data / "nope.jsonl"))
+    if case == "empty-input":
+        inputs = [str(write_jsonl(data / "empty.jsonl", []))]
+    out = tmp_path / "out"
+    if case == "foreign-out":
+        out.mkdir()
+        (out / "notes.txt").write_text("mine")
+    tokenizer = "gpt9" if case == "unknown-tokenizer" else "bytes"
+    result = run_cli(
+        "tokenize",
+        *inputs,
+        "--out",
+        str(out),
+        "--tokenizer",
+        tokenizer,
+        "--unit-mb",
+        "0.001",
+        "--workers",
+        "2",
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tokentape: error: "), result.stderr
+    assert "Traceback" not in result.stderr
+    assert re.search(expected, lines[0]), lines[0]
+    assert result.stdout == ""
+    if case == "foreign-out":
+        assert sorted(os.listdir(out)) == ["notes.txt"]
+    else:
+        assert not out.exists()
+
+
+def test_id_overflow_is_an_error(big_vocab_tokenizer_json, big_vocab_sample, tmp_path):
+    data = write_jsonl(tmp_path / "d.jsonl", [json.dumps({"text": big_vocab_sample})])
+    (tmp_path / "out").mkdir()  # an existing empty directory is left as it was
+    result = run_cli(
+        "tokenize",
+        str(data),
+        "--out",
+        str(tmp_path / "out"),
+        "--tokenizer",
+        str(big_vocab_tokenizer_json),
+        "--dtype",
+        "uint16",
+    )
+    assert result.returncode == 2
+    assert "d.jsonl: token id" in result.stderr and "does not fit" in result.stderr
+    assert os.listdir(tmp_path / "out") == []
+
+
+def test_uint32_above_65536_ids(big_vocab_tokenizer_json, big_vocab_sample, tmp_path):
+    data = write_jsonl(tmp_path / "d.jsonl", [json.dumps({"text": big_vocab_sample})])
+    args = ["tokenize", str(data), "--out", str(tmp_path / "s"), "--json"]
+    assert main([*args, "--tokenizer", str(big_vocab_tokenizer_json)]) == 0
+    src = open_source(tmp_path / "s")
+    assert src.manifest.dtype == "uint32" and src.manifest.vocab_size > 65_536
+    ids = (
+        tokenizers.Tokenizer.from_file(str(big_vocab_tokenizer_json))
+        .encode(big_vocab_sample, add_special_tokens=False)
+        .ids
+    )
+    assert max(ids) > 65_535
+    assert list(src.doc(0)) == ids
+    raw = np.fromfile(tmp_path / "s" / "part-00000.bin", dtype="<u4")
+    assert list(raw[:-1]) == ids
+
+
+def test_info_shows_the_manifest(corpus, tmp_path, capsys):
+    root, docs = corpus
+    assert main([*tokenize_args(root, tmp_path / "s"), "--json"]) == 0
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "s"), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["n_docs"] == len(docs) and info["format"] == "tokentape.store"
+    assert main(["info", str(tmp_path / "s")]) == 0
+    text = capsys.readouterr().out
+    assert f"{len(docs):,}" in text and "part-00001" in text and info["content_hash"] in text
+    assert main(["info", str(tmp_path / "nothing")]) == 2

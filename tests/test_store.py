@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import tempfile
 from pathlib import Path
 
@@ -160,3 +161,21 @@ def test_decode_uses_the_stored_tokenizer(tmp_path):
     write_store(tmp_path / "s", [list(text.encode())], shard_tokens=100)
     src = open_source(tmp_path / "s")
     assert src.decode(src.doc(0)) == text
+
+
+def _window_sums(args: tuple[str, int]) -> list[int]:
+    directory, seq_len = args
+    src = open_source(directory)
+    return [
+        int(src.window(k, seq_len).astype(np.int64).sum()) for k in range(src.n_samples(seq_len))
+    ]
+
+
+def test_many_processes_read_one_store_at_once(tmp_path):
+    rng = np.random.default_rng(1)
+    docs = [list(rng.integers(0, 256, size=int(rng.integers(1, 200)))) for _ in range(200)]
+    write_store(tmp_path / "s", docs, shard_tokens=2000)
+    expected = _window_sums((str(tmp_path / "s"), 64))
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        results = pool.map(_window_sums, [(str(tmp_path / "s"), 64)] * 8)
+    assert all(r == expected for r in results) and len(expected) > 100

@@ -1,0 +1,668 @@
+"""Input files of the offline tokenizer: which files, in which order, cut into which units.
+
+Supported files: ``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``, ``.parquet``, ``.txt``.
+
+Which files, in which order (``expand_inputs``):
+
+- Inputs are taken in command-line order; the files of one input keep the order below.
+- A directory stands for every file below it (recursively) whose name ends in a supported
+  suffix, sorted by its POSIX path relative to the directory (plain string order). Other
+  files are ignored; symlinked files are read, symlinked directories are not followed.
+- A glob (an input containing ``*``, ``?`` or ``[`` that is not itself an existing path)
+  stands for its matches, sorted, as Python's ``glob.glob(recursive=True)`` finds them
+  (``**`` spans directories). Matches with an unsupported suffix are ignored; a matching
+  directory expands as above.
+- A file named explicitly must have a supported suffix.
+- A file reached twice (same real path, after resolving symlinks) is read once, where it first
+  appears.
+- It is an error when an input does not exist, a glob matches no supported file, a directory
+  holds no supported file, a file cannot be read, or no file is left at all.
+
+Units of work (``plan_units``), a pure function of the files (sizes, and for big files the
+positions of line breaks or parquet row groups) and ``unit_bytes``:
+
+- Files are taken in order. Consecutive files share a unit while its total size stays at or
+  below ``unit_bytes``; a file that does not fit starts a new unit.
+- A plain ``.jsonl`` file larger than ``unit_bytes`` is cut into units of about ``unit_bytes``
+  each, every cut just after a line break. A ``.parquet`` file larger than ``unit_bytes`` is
+  cut between row groups (consecutive row groups share a unit while their compressed size
+  stays at or below ``unit_bytes``; a bigger row group is a unit alone). Compressed jsonl and
+  ``.txt`` files are never cut.
+- Units are numbered from 0. Reading every unit in order yields exactly the documents of
+  reading every file whole, in order.
+
+Documents (``read_documents``):
+
+- jsonl (plain, gzip, zstandard): one JSON object per line, the document is the string in
+  field ``text_key``. Blank lines are skipped; a UTF-8 byte order mark at the start of a file
+  is ignored; lines end at ``\\n`` (a ``\\r`` before it is JSON whitespace).
+- ``.txt``: the whole file, UTF-8, is one document (a leading byte order mark is dropped).
+- ``.parquet``: the string column ``text_key``, one document per row; nulls are errors.
+- Errors name the file and the 1-based line (jsonl) or 0-based row (parquet): invalid JSON,
+  not an object, a missing field, a field that is not a string, invalid UTF-8 (or a lone
+  surrogate escape), a corrupt compressed or parquet file, a file whose size changed since
+  it was planned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import gzip
+import itertools
+import json
+import os
+import re
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import zstandard
+
+from tokentape.errors import TokentapeError
+
+SUPPORTED_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".txt")
+KINDS = ("jsonl", "jsonl.gz", "jsonl.zst", "parquet", "txt")
+
+READ_BLOCK = 1 << 20  # bytes read (or decompressed) per step of the jsonl reader
+ZSTD_INPUT_BLOCK = 1 << 12  # compressed bytes per zstandard call (bounds its output: ~30,000x)
+SCAN_BLOCK = 1 << 16  # bytes read per step when looking for a line break to cut at
+_GLOB_CHARS = frozenset("*?[")
+_BOM = b"\xef\xbb\xbf"
+_MAX_FIELDS_SHOWN = 12
+# A JSON escape of a UTF-16 surrogate; only lines of a block holding one need the (slower)
+# check for a lone surrogate, which valid UTF-8 text cannot carry into a tokenizer.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+@dataclass(frozen=True)
+class InputFile:
+    """One input file, as expanded from the command line."""
+
+    path: str  # as the user spelled it / as expanded (used in messages and the manifest)
+    kind: str  # "jsonl" | "jsonl.gz" | "jsonl.zst" | "parquet" | "txt"
+    size: int  # bytes on disk
+    mtime_ns: int
+
+
+@dataclass(frozen=True)
+class UnitPart:
+    """A contiguous piece of one file: a byte range (jsonl), a row-group range (parquet)."""
+
+    file: InputFile
+    start: int  # jsonl: byte offset at a line start; parquet: first row group; else 0
+    stop: int  # exclusive; jsonl: byte offset after a newline or file size; parquet: row group
+    n_row_groups: int = 0  # parquet: row groups in the whole file; 0 for other kinds
+
+    @property
+    def n_bytes(self) -> int:
+        """Input bytes covered; for parquet the row-group share of the file size."""
+        if self.file.kind == "parquet":
+            if self.n_row_groups == 0:
+                return self.file.size
+            return self.file.size * (self.stop - self.start) // self.n_row_groups
+        return self.stop - self.start
+
+    def describe(self) -> dict[str, object]:
+        """JSON-ready identity of the part (path, kind, size, range)."""
+        return {
+            "path": self.file.path,
+            "kind": self.file.kind,
+            "size": self.file.size,
+            "start": self.start,
+            "stop": self.stop,
+        }
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A deterministic piece of tokenization work."""
+
+    index: int
+    parts: tuple[UnitPart, ...]
+
+    def key(self) -> str:
+        """Stable JSON text of the parts (paths, kinds, sizes, ranges); excludes the index."""
+        parts = [p.describe() for p in self.parts]
+        return json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+    @property
+    def n_bytes(self) -> int:
+        """Input bytes covered (for progress)."""
+        return sum(p.n_bytes for p in self.parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# expand_inputs
+
+
+def file_kind(path: str) -> str | None:
+    """The kind of a supported file name, or None."""
+    for suffix in sorted(SUPPORTED_SUFFIXES, key=len, reverse=True):
+        if path.endswith(suffix):
+            return suffix[1:]
+    return None
+
+
+def _supported_list() -> str:
+    return ", ".join(SUPPORTED_SUFFIXES)
+
+
+def _walk_error(spec: str) -> Callable[[OSError], None]:
+    def raise_error(err: OSError) -> None:
+        raise TokentapeError(f"input '{spec}': cannot list '{err.filename}' ({err.strerror})")
+
+    return raise_error
+
+
+def _files_in_dir(spec: str, directory: str) -> list[str]:
+    """Supported files below ``directory``, sorted by POSIX relative path."""
+    found: list[tuple[str, str]] = []
+    for root, _dirs, names in os.walk(directory, onerror=_walk_error(spec)):
+        for name in names:
+            full = os.path.join(root, name)
+            if file_kind(name) is None or not os.path.isfile(full):
+                continue
+            rel = os.path.relpath(full, directory).replace(os.sep, "/")
+            found.append((rel, full))
+    found.sort()
+    return [full for _, full in found]
+
+
+def _expand_glob(spec: str) -> list[str]:
+    matches = sorted(glob.glob(spec, recursive=True))
+    if not matches:
+        raise TokentapeError(f"input '{spec}': glob matched no files")
+    paths: list[str] = []
+    for match in matches:
+        if os.path.isdir(match):
+            paths.extend(_files_in_dir(spec, match))
+        elif file_kind(match) is not None and os.path.isfile(match):
+            paths.append(match)
+    if not paths:
+        raise TokentapeError(
+            f"input '{spec}': glob matched {len(matches)} path(s) but no supported file; "
+            f"expected one of {_supported_list()}"
+        )
+    return paths
+
+
+def _expand_spec(spec: str) -> list[str]:
+    if _GLOB_CHARS.intersection(spec) and not os.path.exists(spec):
+        return _expand_glob(spec)
+    if os.path.isdir(spec):
+        paths = _files_in_dir(spec, spec)
+        if not paths:
+            raise TokentapeError(
+                f"input '{spec}': directory holds no supported file; "
+                f"expected one of {_supported_list()}"
+            )
+        return paths
+    if not os.path.lexists(spec):
+        raise TokentapeError(f"input '{spec}': no such file or directory")
+    if not os.path.exists(spec):
+        raise TokentapeError(f"input '{spec}': broken symbolic link")
+    if file_kind(spec) is None:
+        raise TokentapeError(
+            f"input '{spec}': unsupported file type; expected one of {_supported_list()}"
+        )
+    if not os.path.isfile(spec):
+        raise TokentapeError(f"input '{spec}': not a regular file")
+    return [spec]
+
+
+def _input_file(path: str) -> InputFile:
+    kind = file_kind(path)
+    assert kind is not None
+    try:
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+    except PermissionError:
+        raise TokentapeError(f"input '{path}': permission denied; cannot read the file") from None
+    except OSError as err:
+        raise TokentapeError(f"input '{path}': cannot open ({err.strerror})") from None
+    return InputFile(path=path, kind=kind, size=st.st_size, mtime_ns=st.st_mtime_ns)
+
+
+def expand_inputs(specs: Sequence[str]) -> list[InputFile]:
+    """The input files named by ``specs`` (files, directories, globs), in the documented order."""
+    seen: set[str] = set()
+    files: list[InputFile] = []
+    for spec in specs:
+        for path in _expand_spec(os.fspath(spec)):
+            real = os.path.realpath(path)
+            if real in seen:
+                continue
+            seen.add(real)
+            files.append(_input_file(path))
+    if not files:
+        raise TokentapeError("no input files given; pass files, directories or globs")
+    return files
+
+
+# ---------------------------------------------------------------------------------------------
+# plan_units
+
+
+def _line_cuts(file: InputFile, unit_bytes: int) -> list[int]:
+    """Byte offsets that cut a plain jsonl file into pieces of about ``unit_bytes``.
+
+    Each cut is the first line start at or after the previous cut plus ``unit_bytes``; the
+    list starts with 0 and ends with the file size. Only the bytes near each cut are read.
+    """
+    cuts = [0]
+    with _open_planned(file) as f:
+        while True:
+            target = cuts[-1] + unit_bytes
+            if target >= file.size:
+                break
+            cut = _next_line_start(f, target, file.size)
+            if cut >= file.size:
+                break
+            cuts.append(cut)
+    cuts.append(file.size)
+    return cuts
+
+
+def _next_line_start(f: BinaryIO, target: int, size: int) -> int:
+    """The smallest line start >= ``target`` (``size`` when none)."""
+    pos = target - 1  # a newline at target-1 makes target itself a line start
+    f.seek(pos)
+    while pos < size:
+        block = f.read(SCAN_BLOCK)
+        if not block:
+            break
+        nl = block.find(b"\n")
+        if nl >= 0:
+            return pos + nl + 1
+        pos += len(block)
+    return size
+
+
+@contextlib.contextmanager
+def _open_planned(file: InputFile) -> Iterator[BinaryIO]:
+    try:
+        f = open(file.path, "rb")  # noqa: SIM115 - closed below
+    except OSError as err:
+        raise TokentapeError(f"{file.path}: cannot open ({err.strerror})") from None
+    with f:
+        yield f
+
+
+def _parquet_metadata(file: InputFile) -> pq.FileMetaData:
+    with _open_parquet(file) as pf:
+        return pf.metadata
+
+
+def _row_group_bytes(meta: pq.FileMetaData, i: int) -> int:
+    rg = meta.row_group(i)
+    return sum(rg.column(c).total_compressed_size for c in range(rg.num_columns))
+
+
+def _row_group_cuts(meta: pq.FileMetaData, unit_bytes: int) -> list[int]:
+    """Row-group boundaries grouping consecutive row groups up to ``unit_bytes`` (compressed)."""
+    cuts = [0]
+    total = 0
+    for i in range(meta.num_row_groups):
+        size = _row_group_bytes(meta, i)
+        if i > cuts[-1] and total + size > unit_bytes:
+            cuts.append(i)
+            total = 0
+        total += size
+    cuts.append(meta.num_row_groups)
+    return cuts
+
+
+def _file_parts(file: InputFile, unit_bytes: int) -> list[UnitPart]:
+    """The file as one part, or (big plain jsonl / parquet) as several, each a unit alone."""
+    if file.kind == "parquet":
+        meta = _parquet_metadata(file)
+        n = meta.num_row_groups
+        cuts = _row_group_cuts(meta, unit_bytes) if file.size > unit_bytes else [0, n]
+        return [UnitPart(file, a, b, n) for a, b in itertools.pairwise(cuts)]
+    if file.kind == "jsonl" and file.size > unit_bytes:
+        cuts = _line_cuts(file, unit_bytes)
+        return [UnitPart(file, a, b) for a, b in itertools.pairwise(cuts)]
+    return [UnitPart(file, 0, file.size)]
+
+
+def plan_units(files: Sequence[InputFile], unit_bytes: int) -> list[Unit]:
+    """Cut ``files`` into numbered units of about ``unit_bytes`` input bytes each."""
+    if unit_bytes < 1:
+        raise TokentapeError(f"unit size {unit_bytes}: expected a positive number of bytes")
+    groups: list[list[UnitPart]] = []
+    current: list[UnitPart] = []
+    total = 0
+    for file in files:
+        parts = _file_parts(file, unit_bytes)
+        if len(parts) > 1:
+            if current:
+                groups.append(current)
+            groups.extend([p] for p in parts)
+            current, total = [], 0
+            continue
+        if current and total + file.size > unit_bytes:
+            groups.append(current)
+            current, total = [], 0
+        current.append(parts[0])
+        total += file.size
+    if current:
+        groups.append(current)
+    return [Unit(index=i, parts=tuple(g)) for i, g in enumerate(groups)]
+
+
+# ---------------------------------------------------------------------------------------------
+# read_documents
+
+
+def read_documents(part: UnitPart, text_key: str) -> Iterator[str]:
+    """The documents of ``part``, in file order."""
+    _check_unchanged(part.file)
+    kind = part.file.kind
+    if kind == "txt":
+        return _read_txt(part.file)
+    if kind == "parquet":
+        return _read_parquet(part, text_key)
+    if kind in ("jsonl", "jsonl.gz", "jsonl.zst"):
+        return _read_jsonl(part, text_key)
+    raise TokentapeError(f"{part.file.path}: unknown input kind '{kind}'")
+
+
+def _check_unchanged(file: InputFile) -> None:
+    try:
+        size = os.stat(file.path).st_size
+    except OSError as err:
+        raise TokentapeError(f"{file.path}: cannot open ({err.strerror})") from None
+    if size != file.size:
+        raise TokentapeError(
+            f"{file.path}: size changed since the inputs were planned "
+            f"({file.size} -> {size} bytes); re-run to plan again"
+        )
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return text or type(err).__name__
+
+
+def _json_type(value: object) -> str:
+    names = {bool: "bool", int: "int", float: "float", str: "string", list: "array", dict: "object"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+# --- txt
+
+
+def _read_txt(file: InputFile) -> Iterator[str]:
+    try:
+        with open(file.path, "rb") as f:
+            data = f.read()
+    except OSError as err:
+        raise TokentapeError(f"{file.path}: cannot read ({err.strerror})") from None
+    if data.startswith(_BOM):
+        data = data[len(_BOM) :]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise TokentapeError(
+            f"{file.path}: not valid UTF-8 (byte offset {err.start}); expected UTF-8 text"
+        ) from None
+    yield text
+
+
+# --- parquet
+
+
+def _is_string_type(t: pa.DataType) -> bool:
+    is_view = getattr(pa.types, "is_string_view", None)
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or bool(is_view and is_view(t))
+
+
+def _open_parquet(file: InputFile) -> pq.ParquetFile:
+    try:
+        return pq.ParquetFile(file.path)
+    except (OSError, pa.ArrowException) as err:
+        raise TokentapeError(
+            f"{file.path}: not a readable parquet file ({_one_line(err)})"
+        ) from None
+
+
+def _read_parquet(part: UnitPart, text_key: str) -> Iterator[str]:
+    with _open_parquet(part.file) as pf:
+        yield from _parquet_texts(pf, part, text_key)
+
+
+def _parquet_texts(pf: pq.ParquetFile, part: UnitPart, text_key: str) -> Iterator[str]:
+    path = part.file.path
+    schema = pf.schema_arrow
+    if text_key not in schema.names:
+        raise TokentapeError(
+            f"{path}: no column '{text_key}' (columns: {', '.join(schema.names)}); "
+            "choose the column with --text-key"
+        )
+    col_type = schema.field(text_key).type
+    if not _is_string_type(col_type):
+        raise TokentapeError(f"{path}: column '{text_key}' is {col_type}, expected a string")
+    meta = pf.metadata
+    row = sum(meta.row_group(i).num_rows for i in range(part.start))
+    for i in range(part.start, part.stop):
+        try:
+            column = pf.read_row_group(i, columns=[text_key]).column(0)
+        except (OSError, pa.ArrowException) as err:
+            raise TokentapeError(
+                f"{path}: row group {i} is not readable ({_one_line(err)})"
+            ) from None
+        if column.null_count:
+            first_null = row + column.is_null().index(True).as_py()
+            raise TokentapeError(f"{path}: row {first_null}: field '{text_key}' is null")
+        for chunk in column.chunks:
+            yield from chunk.to_pylist()
+        row += len(column)
+
+
+# --- jsonl
+
+
+def _plain_blocks(part: UnitPart) -> Iterator[bytes]:
+    path = part.file.path
+    try:
+        f = open(path, "rb", buffering=0)  # noqa: SIM115 - closed below
+    except OSError as err:
+        raise TokentapeError(f"{path}: cannot open ({err.strerror})") from None
+    with f:
+        f.seek(part.start)
+        left = part.stop - part.start
+        while left > 0:
+            block = f.read(min(READ_BLOCK, left))
+            if not block:
+                raise TokentapeError(
+                    f"{path}: ended at byte {part.stop - left}, expected {part.stop} bytes "
+                    "(file changed since planning?)"
+                )
+            left -= len(block)
+            yield block
+
+
+def _gzip_blocks(part: UnitPart) -> Iterator[bytes]:
+    path = part.file.path
+    try:
+        with gzip.open(path, "rb") as f:
+            while block := f.read(READ_BLOCK):
+                yield block
+    except (OSError, EOFError, zlib.error) as err:
+        raise TokentapeError(f"{path}: corrupt or truncated gzip file ({_one_line(err)})") from None
+
+
+def _zstd_blocks(part: UnitPart) -> Iterator[bytes]:
+    """Decompressed bytes of every frame; a truncated last frame is an error.
+
+    ``decompressobj`` is used frame by frame (rather than ``stream_reader``) because it tells
+    when a frame is complete: ``stream_reader`` silently ends early on a truncated file.
+    """
+    path = part.file.path
+    dctx = zstandard.ZstdDecompressor()
+    dobj = dctx.decompressobj()
+    in_frame = False
+    pending: list[bytes] = []
+    n_pending = 0
+    try:
+        with open(path, "rb") as f:
+            while data := f.read(ZSTD_INPUT_BLOCK):
+                while data:
+                    in_frame = True
+                    out = dobj.decompress(data)
+                    if out:
+                        pending.append(out)
+                        n_pending += len(out)
+                    if not dobj.eof:
+                        break
+                    data = dobj.unused_data
+                    dobj = dctx.decompressobj()
+                    in_frame = False
+                if n_pending >= READ_BLOCK:
+                    yield b"".join(pending)
+                    pending, n_pending = [], 0
+    except zstandard.ZstdError as err:
+        raise TokentapeError(f"{path}: corrupt zstandard file ({_one_line(err)})") from None
+    except OSError as err:
+        raise TokentapeError(f"{path}: cannot read ({err.strerror})") from None
+    if in_frame:
+        raise TokentapeError(f"{path}: truncated zstandard file (last frame incomplete)")
+    if pending:
+        yield b"".join(pending)
+
+
+def _blocks(part: UnitPart) -> Iterator[bytes]:
+    kind = part.file.kind
+    if kind == "jsonl.gz":
+        return _gzip_blocks(part)
+    if kind == "jsonl.zst":
+        return _zstd_blocks(part)
+    return _plain_blocks(part)
+
+
+def _line_chunks(blocks: Iterable[bytes]) -> Iterator[bytes | memoryview]:
+    """Re-cut byte blocks into runs of whole lines; the last run may lack a final newline."""
+    pending: list[bytes] = []
+    for block in blocks:
+        nl = block.rfind(b"\n")
+        if nl < 0:
+            pending.append(block)
+            continue
+        view = memoryview(block)
+        head = view[: nl + 1]
+        yield b"".join([*pending, head]) if pending else head
+        pending = [block[nl + 1 :]] if nl + 1 < len(block) else []
+    if pending:
+        yield b"".join(pending)
+
+
+@dataclass(frozen=True)
+class _JsonlContext:
+    """What the error path needs to name a line: the part and its text key."""
+
+    part: UnitPart
+    text_key: str
+
+    def line_number(self, line_in_part: int) -> int:
+        """1-based line number in the whole file (counts newlines before the part: slow)."""
+        return _newlines_before(self.part) + line_in_part
+
+    def fail(self, line_in_part: int, what: str) -> TokentapeError:
+        return TokentapeError(f"{self.part.file.path}:{self.line_number(line_in_part)}: {what}")
+
+
+def _newlines_before(part: UnitPart) -> int:
+    if part.start == 0:
+        return 0
+    count = 0
+    left = part.start
+    with open(part.file.path, "rb", buffering=0) as f:
+        while left > 0:
+            block = f.read(min(READ_BLOCK, left))
+            if not block:
+                break
+            count += block.count(b"\n")
+            left -= len(block)
+    return count
+
+
+def _diagnose(ctx: _JsonlContext, raw: bytes, line_in_part: int) -> TokentapeError | None:
+    """The error for a line the fast path rejected, or None when the line is blank."""
+    if not raw.strip():
+        return None
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return ctx.fail(line_in_part, "not valid UTF-8")
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as err:
+        return ctx.fail(line_in_part, f"invalid JSON ({err.msg} at column {err.colno})")
+    except (ValueError, RecursionError) as err:
+        return ctx.fail(line_in_part, f"invalid JSON ({_one_line(err)})")
+    if not isinstance(obj, dict):
+        return ctx.fail(line_in_part, f"expected a JSON object, got {_json_type(obj)}")
+    key = ctx.text_key
+    if key not in obj:
+        names = list(obj)
+        shown = ", ".join(names[:_MAX_FIELDS_SHOWN])
+        if len(names) > _MAX_FIELDS_SHOWN:
+            shown += f", ... ({len(names)} fields)"
+        return ctx.fail(
+            line_in_part, f"no field '{key}' (fields: {shown}); choose the field with --text-key"
+        )
+    return _field_error(ctx, obj[key], line_in_part)
+
+
+def _field_error(ctx: _JsonlContext, value: object, line_in_part: int) -> TokentapeError:
+    key = ctx.text_key
+    if isinstance(value, str):
+        return ctx.fail(
+            line_in_part, f"field '{key}' has a lone surrogate escape, expected valid Unicode"
+        )
+    return ctx.fail(line_in_part, f"field '{key}' is {_json_type(value)}, expected a string")
+
+
+def _has_lone_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _read_jsonl(part: UnitPart, text_key: str) -> Iterator[str]:
+    """Fast path: split byte blocks into lines, decode and parse each line, take the field.
+
+    Anything unusual (blank line, bad UTF-8 or JSON, missing or non-string field) raises on
+    the fast path and is sorted out by ``_diagnose``, so a clean line pays for no checks.
+    """
+    ctx = _JsonlContext(part, text_key)
+    loads = json.loads
+    done = 0  # lines of the part already handled
+    first = part.start == 0
+    for chunk in _line_chunks(_blocks(part)):
+        if first:
+            first = False
+            if chunk[:3] == _BOM:
+                chunk = chunk[3:]
+        lines = bytes(chunk).split(b"\n")
+        if lines[-1] == b"":
+            lines.pop()
+        check_surrogates = _SURROGATE_ESCAPE.search(chunk) is not None
+        for i, line in enumerate(lines, start=done + 1):
+            try:
+                value = loads(line.decode("utf-8"))[text_key]
+            except (ValueError, KeyError, TypeError, IndexError, RecursionError):
+                err = _diagnose(ctx, line, i)
+                if err is None:
+                    continue
+                raise err from None
+            if type(value) is not str or (check_surrogates and _has_lone_surrogate(value)):
+                raise _field_error(ctx, value, i)
+            yield value
+        done += len(lines)

@@ -327,3 +327,16 @@ def test_info_shows_the_manifest(corpus, tmp_path, capsys):
     text = capsys.readouterr().out
     assert f"{len(docs):,}" in text and "part-00001" in text and info["content_hash"] in text
     assert main(["info", str(tmp_path / "nothing")]) == 2
+
+
+def test_a_worker_killed_mid_run_keeps_finished_units(corpus, reference_store, tmp_path):
+    root, _ = corpus
+    args = [*tokenize_args(root, tmp_path / "s"), "--workers", "2"]
+    broken = run_cli(*args, env={"TOKENTAPE_CRASH_AT": "worker-unit-3"})
+    assert broken.returncode == 2
+    assert "a worker process died" in broken.stderr and "Traceback" not in broken.stderr
+    assert (tmp_path / "s" / ".tokentape-work" / "job.json").exists()
+    rerun = run_cli(*args, "--json")
+    assert rerun.returncode == 0, rerun.stderr
+    assert json.loads(rerun.stdout)["status"] == "resumed"
+    assert tree_bytes(tmp_path / "s") == reference_store

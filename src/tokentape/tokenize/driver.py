@@ -15,12 +15,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import sys
 import threading
 import time
 from collections import Counter
 from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -46,6 +46,7 @@ from tokentape.tokenize.job import (
     TokenizeConfig,
     canonical_hash,
     clear_out,
+    crashpoint,
     inspect_out,
     job_identity,
 )
@@ -63,14 +64,6 @@ from tokentape.tokenize.worker import (
     tokenize_unit,
     unit_paths,
 )
-
-CRASH_ENV = "TOKENTAPE_CRASH_AT"
-
-
-def crashpoint(name: str) -> None:
-    """Test hook: SIGKILL this process at the named point when ``TOKENTAPE_CRASH_AT`` says so."""
-    if os.environ.get(CRASH_ENV) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass(frozen=True)
@@ -299,6 +292,11 @@ def tokenize(config: TokenizeConfig, show_progress: bool = True) -> TokenizeSumm
         write_atomic(out / MANIFEST_NAME, manifest.to_json().encode())
         crashpoint("after-manifest")
         shutil.rmtree(work_dir, ignore_errors=True)
+    except BrokenProcessPool:
+        raise TokentapeError(
+            f"{out}: a worker process died (killed, or out of memory); finished units are kept: "
+            "run the same command again to resume"
+        ) from None
     except TokentapeError:
         _discard(out, created_out)
         raise

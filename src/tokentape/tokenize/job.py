@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -20,6 +21,7 @@ from tokentape.errors import TokentapeError
 from tokentape.store.format import FORMAT_VERSION, MANIFEST_NAME, Manifest, parse_manifest
 from tokentape.tokenize.inputs import InputFile
 
+CRASH_ENV = "TOKENTAPE_CRASH_AT"
 WORK_DIR = ".tokentape-work"
 JOB_FILE = "job.json"
 TOKENIZER_PREFIX = "tokenizer"
@@ -95,6 +97,12 @@ def job_identity(
         "unit_bytes": config.unit_bytes,
         "inputs": [{"path": f.path, "kind": f.kind, "size": f.size} for f in files],
     }
+
+
+def crashpoint(name: str) -> None:
+    """Test hook: SIGKILL this process at the named point when ``TOKENTAPE_CRASH_AT`` says so."""
+    if os.environ.get(CRASH_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class OutState(Enum):

@@ -63,9 +63,21 @@ def _add_tokenize(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tokenizer", default="bytes", metavar="SPEC", help="default: bytes")
     p.add_argument("--eod-token", metavar="TOKEN", help="end-of-document token to use")
     p.add_argument("--text-key", default="text", metavar="KEY", help="default: text")
-    p.add_argument("--filter", action="append", default=[], dest="filters", metavar="SPEC")
+    p.add_argument(
+        "--filter",
+        action="append",
+        default=[],
+        dest="filters",
+        metavar="SPEC",
+        help="drop documents (repeatable; see filters below)",
+    )
     p.add_argument("--workers", type=int, default=1, metavar="N", help="processes (default 1)")
-    p.add_argument("--dtype", default="auto", choices=["auto", "uint16", "uint32"])
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        choices=["auto", "uint16", "uint32"],
+        help="token dtype (auto: uint16 iff the vocabulary has at most 65,536 ids)",
+    )
     p.add_argument(
         "--shard-mb",
         type=float,

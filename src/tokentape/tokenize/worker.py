@@ -8,6 +8,7 @@ it finished, and a rerun skips it.
 from __future__ import annotations
 
 import json
+from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -82,6 +83,15 @@ def _documents(unit: Unit, text_key: str) -> Iterator[tuple[UnitPart, str]]:
             yield part, text
 
 
+def _overflow(
+    part: UnitPart, token: int, settings: WorkerSettings, tokenizer: Tokenizer
+) -> TokentapeError:
+    return TokentapeError(
+        f"{part.file.path}: token id {token} does not fit: ids must be below "
+        f"{settings.id_limit} ({settings.dtype}, vocabulary {tokenizer.vocab_size})"
+    )
+
+
 def tokenize_unit(
     unit: Unit,
     tokenizer: Tokenizer,
@@ -102,7 +112,8 @@ def tokenize_unit(
         for batch in _batches(_documents(unit, settings.text_key), BATCH_DOCS):
             texts = [text for _, text in batch]
             encoded = tokenizer.encode_batch(texts)
-            flat: list[int] = []
+            flat = array("I")  # C unsigned int: converts ids at C speed
+            kept: list[UnitPart] = []
             batch_bytes = 0
             for (part, text), ids in zip(batch, encoded, strict=True):
                 batch_bytes += len(text.encode("utf-8", "surrogatepass"))
@@ -115,16 +126,19 @@ def tokenize_unit(
                     dropped_docs[reason] += 1
                     dropped_tokens[reason] += len(ids)
                     continue
-                if max(ids) >= settings.id_limit:
-                    raise TokentapeError(
-                        f"{part.file.path}: token id {max(ids)} does not fit: ids must be below "
-                        f"{settings.id_limit} ({settings.dtype}, vocabulary {tokenizer.vocab_size})"
-                    )
-                flat.extend(ids)
+                try:
+                    flat.extend(ids)
+                except OverflowError:
+                    raise _overflow(part, max(ids), settings, tokenizer) from None
                 flat.append(eod)
                 lengths.append(len(ids) + 1)
-            if flat:
-                out.write(np.asarray(flat, dtype=dtype).tobytes())
+                kept.append(part)
+            tokens = np.frombuffer(flat, dtype=np.uint32)
+            if len(tokens) and int(tokens.max()) >= settings.id_limit:
+                first = int(np.argmax(tokens >= settings.id_limit))
+                doc = int(np.searchsorted(np.cumsum(lengths[-len(kept) :]), first, side="right"))
+                raise _overflow(kept[doc], int(tokens[first]), settings, tokenizer)
+            out.write(tokens.astype(dtype, copy=False).tobytes())
             docs_in += len(batch)
             text_bytes += batch_bytes
             n_tokens += len(flat)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import tiktoken
 import tokenizers
@@ -517,3 +518,24 @@ def test_manifest_field_errors(tmp_path: Path, hf: Tokenizer) -> None:
         tokenizer_from_manifest(info, tmp_path)
     assert one_line_error(excinfo).startswith(f"tokenizer file '{tmp_path / 'tokenizer.json'}'")
     assert "not found" in str(excinfo.value)
+
+
+@settings(max_examples=40, deadline=None)
+@given(texts=st.lists(st.text(max_size=60), max_size=8))
+def test_encode_flat_is_encode_batch_concatenated(texts, hf_tokenizer_json, gpt2_tiktoken):
+    for spec in ("bytes", str(hf_tokenizer_json), f"tiktoken:{gpt2_tiktoken}"):
+        tok = load_tokenizer(spec)
+        flat, counts = tok.encode_flat(texts)
+        batch = tok.encode_batch(texts)
+        assert flat.dtype == np.uint32 and counts.dtype == np.int64
+        assert counts.tolist() == [len(ids) for ids in batch]
+        assert flat.tolist() == [i for ids in batch for i in ids]
+
+
+def test_hf_encode_batch_fast_path_gives_the_same_ids(hf_tokenizer_json, monkeypatch):
+    tok = load_tokenizer(str(hf_tokenizer_json))
+    texts = [*pydoc_texts()[:50], "bad \ud800 surrogate", "<|endoftext|> inside"]
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    slow = tok.encode_batch(texts)
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    assert tok.encode_batch(texts) == slow == [tok.encode(t) for t in texts]

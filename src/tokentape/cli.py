@@ -88,9 +88,9 @@ def _add_tokenize(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--unit-mb",
         type=float,
-        default=8.0,
+        default=None,
         metavar="MB",
-        help="input MiB per unit of work (default 8)",
+        help="input MiB per unit of work (default: 1/32 of the input, within 1-8)",
     )
     p.add_argument(
         "--overwrite",

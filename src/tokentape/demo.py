@@ -79,7 +79,6 @@ def run_demo(out: str, workers: int) -> int:
             tokenizer=str(tok_path),
             filters=("unique-lines",),
             workers=workers,
-            unit_mb=1.0,
         )
         summary = tokenize(config, show_progress=True)
         rows.append(_row(name, summary))
@@ -98,7 +97,6 @@ def run_demo(out: str, workers: int) -> int:
             tokenizer=str(tok_path),
             filters=("unique-lines",),
             workers=1,
-            unit_mb=1.0,
         ),
         show_progress=False,
     )

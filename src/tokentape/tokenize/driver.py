@@ -112,6 +112,9 @@ def _init_worker(
     parent: int,
 ) -> None:
     threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
+    # One thread per worker: the pool is the parallelism (see tokenizers.HFTokenizer).
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    os.environ["RAYON_NUM_THREADS"] = "1"
     _WORKER["tokenizer"] = load_tokenizer(spec, eod_token)
     _WORKER["filters"] = parse_filters(filter_specs)
     _WORKER["settings"] = settings
@@ -135,7 +138,7 @@ def _run_units(
     settings: WorkerSettings,
     counters: Counters,
 ) -> None:
-    if config.workers == 1 or len(pending) <= 1:
+    if len(pending) <= 1:  # not worth starting a process
         for unit in pending:
             tokenize_unit(unit, tokenizer, filters, settings, counters)
             crashpoint("after-unit")
@@ -202,12 +205,13 @@ def tokenize(config: TokenizeConfig, show_progress: bool = True) -> TokenizeSumm
     tokenizer = load_tokenizer(config.tokenizer, config.eod_token)
     filters = parse_filters(config.filters)
     files = expand_inputs(config.inputs)
-    units = plan_units(files, config.unit_bytes)
+    unit_bytes = config.unit_bytes(sum(f.size for f in files))
+    units = plan_units(files, unit_bytes)
     dtype = choose_dtype(tokenizer.vocab_size) if config.dtype == "auto" else config.dtype
     itemsize = numpy_dtype(dtype).itemsize
     shard_tokens = max(1, int(config.shard_mb * 2**20) // itemsize)
     identity = job_identity(
-        config, files, tokenizer.fingerprint, filters.to_json(), dtype, shard_tokens
+        config, files, tokenizer.fingerprint, filters.to_json(), dtype, shard_tokens, unit_bytes
     )
     job_hash = canonical_hash(identity)
     resume_key = {"job": job_hash, "mtime_ns": [f.mtime_ns for f in files]}
@@ -282,7 +286,7 @@ def tokenize(config: TokenizeConfig, show_progress: bool = True) -> TokenizeSumm
             },
             inputs={
                 "text_key": config.text_key,
-                "unit_bytes": config.unit_bytes,
+                "unit_bytes": unit_bytes,
                 "units": len(units),
                 "files": identity["inputs"],
             },

@@ -25,6 +25,8 @@ CRASH_ENV = "TOKENTAPE_CRASH_AT"
 WORK_DIR = ".tokentape-work"
 JOB_FILE = "job.json"
 TOKENIZER_PREFIX = "tokenizer"
+MIN_AUTO_UNIT = 2**20
+MAX_AUTO_UNIT = 8 * 2**20
 
 
 @dataclass(frozen=True)
@@ -49,8 +51,8 @@ class TokenizeConfig:
     """'auto' (uint16 iff the vocabulary has at most 65,536 ids), 'uint16' or 'uint32'."""
     shard_mb: float = 256.0
     """Target shard size in MiB of tokens; shards are cut at document boundaries."""
-    unit_mb: float = 8.0
-    """Input bytes per unit of work (the granularity of parallelism and of resumption)."""
+    unit_mb: float | None = None
+    """Input MiB per unit of work (the grain of parallelism and of resumption); None: auto."""
     overwrite: bool = False
     """Replace a store or an unfinished run with other settings in ``out``."""
 
@@ -63,14 +65,17 @@ class TokenizeConfig:
             raise TokentapeError(f"--dtype '{self.dtype}': expected auto, uint16 or uint32")
         if not self.shard_mb > 0:
             raise TokentapeError(f"--shard-mb must be positive, got {self.shard_mb}")
-        if not self.unit_mb > 0:
+        if self.unit_mb is not None and not self.unit_mb > 0:
             raise TokentapeError(f"--unit-mb must be positive, got {self.unit_mb}")
         if not self.text_key:
             raise TokentapeError("--text-key must not be empty")
 
-    @property
-    def unit_bytes(self) -> int:
-        return max(1, int(self.unit_mb * 2**20))
+    def unit_bytes(self, total_input_bytes: int) -> int:
+        """``unit_mb``, or by default a size that depends on the inputs alone (never on the
+        worker count): about 1/32 of the input, between 1 and 8 MiB."""
+        if self.unit_mb is not None:
+            return max(1, int(self.unit_mb * 2**20))
+        return min(MAX_AUTO_UNIT, max(MIN_AUTO_UNIT, total_input_bytes // 32))
 
 
 def canonical_hash(data: Any) -> str:
@@ -85,6 +90,7 @@ def job_identity(
     filters_json: list[dict[str, Any]],
     dtype: str,
     shard_tokens: int,
+    unit_bytes: int,
 ) -> dict[str, Any]:
     """The inputs of the output bytes, JSON-ready."""
     return {
@@ -94,7 +100,7 @@ def job_identity(
         "filters": filters_json,
         "dtype": dtype,
         "shard_tokens": shard_tokens,
-        "unit_bytes": config.unit_bytes,
+        "unit_bytes": unit_bytes,
         "inputs": [{"path": f.path, "kind": f.kind, "size": f.size} for f in files],
     }
 

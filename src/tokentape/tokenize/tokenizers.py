@@ -6,12 +6,12 @@ Text that spells the EOD token (``"<|endoftext|>"``) is tokenized as ordinary te
 
 ``encode_batch`` is single-threaded on purpose: parallelism belongs to the driver (one
 tokenizer per worker process), and a tokenizer that starts its own thread pool would
-oversubscribe the cores. The Hugging Face adapter loops over ``Tokenizer.encode`` (never
-``encode_batch``, which runs on a rayon thread pool unless ``TOKENIZERS_PARALLELISM`` says
-otherwise); measured on 5 MB of text the loop is as fast as a single-threaded
-``encode_batch`` / ``encode_batch_fast``, and it reads and changes no environment variable, so
-the importing process keeps whatever parallelism settings it has. The tiktoken adapter loops
-over ``encode_ordinary`` for the same reason (``encode_ordinary_batch`` uses a thread pool).
+oversubscribe the cores. The Hugging Face adapter loops over ``Tokenizer.encode`` unless
+``TOKENIZERS_PARALLELISM`` is off, in which case it calls ``encode_batch_fast`` (single-threaded
+then, and faster: it computes no character offsets); tokentape's worker processes switch it
+off, while a process that imports this module keeps whatever setting it has. The tiktoken
+adapter encodes one text at a time (``encode_ordinary_batch`` uses a thread pool), straight
+into numpy buffers in ``encode_flat``.
 
 Nothing here reads a cache directory or touches the network: tiktoken ranks files are parsed
 here rather than through ``tiktoken.load`` (which caches by path name in a temp directory).
@@ -23,11 +23,14 @@ import base64
 import binascii
 import hashlib
 import json
-from collections.abc import Sequence
+import os
+from array import array
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import tiktoken
 import tokenizers
 
@@ -94,6 +97,13 @@ class Tokenizer(Protocol):
         """``[encode(t) for t in texts]``, on the calling thread only."""
         ...
 
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """All texts' ids concatenated (``uint32``) and each text's id count (``int64``).
+
+        Equal to ``encode_batch`` flattened; the fast path of the tokenize workers.
+        """
+        ...
+
     def decode(self, ids: Sequence[int]) -> str:
         """Text of a sequence of ids (invalid UTF-8 is replaced, not raised)."""
         ...
@@ -115,6 +125,23 @@ def _fingerprint(kind: str, eod_id: int, *parts: bytes) -> str:
 def _valid_text(text: str) -> str:
     """``text`` with lone surrogates replaced by U+FFFD (as tiktoken does), so it is UTF-8."""
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _utf8(text: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _valid_text(text).encode("utf-8")
+
+
+def _flatten(id_lists: Iterable[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate id lists into ``uint32`` (converted at C speed) with their lengths."""
+    flat = array("I")
+    lengths = []
+    for ids in id_lists:
+        flat.extend(ids)
+        lengths.append(len(ids))
+    return np.frombuffer(flat, dtype=np.uint32), np.array(lengths, dtype=np.int64)
 
 
 def _check_ids(ids: Sequence[int], vocab_size: int, what: str) -> list[int]:
@@ -160,14 +187,17 @@ class ByteTokenizer:
 
     def encode(self, text: str) -> list[int]:
         """The document's UTF-8 bytes."""
-        try:
-            return list(text.encode("utf-8"))
-        except UnicodeEncodeError:
-            return list(_valid_text(text).encode("utf-8"))
+        return list(_utf8(text))
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """Each document's UTF-8 bytes."""
         return [self.encode(text) for text in texts]
+
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The documents' UTF-8 bytes, concatenated, as ids."""
+        encoded = [_utf8(text) for text in texts]
+        flat = np.frombuffer(b"".join(encoded), dtype=np.uint8).astype(np.uint32)
+        return flat, np.array([len(b) for b in encoded], dtype=np.int64)
 
     def decode(self, ids: Sequence[int]) -> str:
         """The bytes decoded as UTF-8 (invalid sequences replaced); EOD ids are skipped."""
@@ -267,6 +297,20 @@ class TiktokenTokenizer:
         """``encode`` of each text, on the calling thread."""
         encode_ordinary = self.encoding.encode_ordinary
         return [encode_ordinary(text) for text in texts]
+
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """``encode`` of each text straight into numpy buffers, concatenated."""
+        arrays = [self._encode_array(text) for text in texts]
+        lengths = np.array([len(a) for a in arrays], dtype=np.int64)
+        flat = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.uint32)
+        return flat.astype(np.uint32, copy=False), lengths
+
+    def _encode_array(self, text: str) -> np.ndarray:
+        # With no special token allowed, this is encode_ordinary without the list round trip.
+        try:
+            return self.encoding.encode_to_numpy(text, disallowed_special=())
+        except UnicodeEncodeError:
+            return self.encoding.encode_to_numpy(_valid_text(text), disallowed_special=())
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of the ids; the EOD id decodes to its token text."""
@@ -379,6 +423,9 @@ class HFTokenizer:
             if not isinstance(text, str):
                 raise
             ids = self.backend.encode(_valid_text(text), add_special_tokens=False).ids
+        return self._checked(ids)
+
+    def _checked(self, ids: list[int]) -> list[int]:
         if not self.eod_is_special and self.eod_id in ids:
             raise TokentapeError(
                 f"tokenizer {self.spec!r}: document text encodes to the end-of-document id "
@@ -388,8 +435,23 @@ class HFTokenizer:
         return ids
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        """``encode`` of each text, on the calling thread (no rayon pool)."""
-        return [self.encode(text) for text in texts]
+        """``encode`` of each text, on the calling thread (no rayon pool).
+
+        Where ``TOKENIZERS_PARALLELISM`` is off (as in tokentape's worker processes), the
+        library's ``encode_batch_fast`` runs on the calling thread too, and skips computing
+        character offsets; it gives the same ids.
+        """
+        if os.environ.get("TOKENIZERS_PARALLELISM", "").lower() not in ("false", "0", "off"):
+            return [self.encode(text) for text in texts]
+        try:
+            encodings = self.backend.encode_batch_fast(texts, add_special_tokens=False)
+        except (TypeError, UnicodeEncodeError):  # a lone surrogate somewhere in the batch
+            return [self.encode(text) for text in texts]
+        return [self._checked(e.ids) for e in encodings]
+
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """``encode_batch``, concatenated."""
+        return _flatten(self.encode_batch(texts))
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of the ids, special tokens (the EOD) included."""

@@ -8,7 +8,6 @@ it finished, and a rerun skips it.
 from __future__ import annotations
 
 import json
-from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -83,12 +82,32 @@ def _documents(unit: Unit, text_key: str) -> Iterator[tuple[UnitPart, str]]:
             yield part, text
 
 
+def with_eod(flat: np.ndarray, counts: np.ndarray, eod: int) -> np.ndarray:
+    """The documents of ``flat`` (sizes ``counts``), each followed by the ``eod`` id."""
+    ends = np.cumsum(counts + 1)
+    out = np.empty(int(ends[-1]) if len(ends) else 0, dtype=np.uint32)
+    is_eod = np.zeros(len(out), dtype=bool)
+    is_eod[ends - 1] = True
+    out[is_eod] = eod
+    out[~is_eod] = flat
+    return out
+
+
 def _overflow(
-    part: UnitPart, token: int, settings: WorkerSettings, tokenizer: Tokenizer
+    batch: list[tuple[UnitPart, str]],
+    keep: np.ndarray,
+    counts: np.ndarray,
+    tokens: np.ndarray,
+    settings: WorkerSettings,
+    tokenizer: Tokenizer,
 ) -> TokentapeError:
+    """The error for the first id at or above the limit, naming the file it came from."""
+    first = int(np.argmax(tokens >= settings.id_limit))
+    kept_parts = [part for (part, _), k in zip(batch, keep, strict=True) if k]
+    doc = int(np.searchsorted(np.cumsum(counts[keep] + 1), first, side="right"))
     return TokentapeError(
-        f"{part.file.path}: token id {token} does not fit: ids must be below "
-        f"{settings.id_limit} ({settings.dtype}, vocabulary {tokenizer.vocab_size})"
+        f"{kept_parts[doc].file.path}: token id {int(tokens[first])} does not fit: ids must be "
+        f"below {settings.id_limit} ({settings.dtype}, vocabulary {tokenizer.vocab_size})"
     )
 
 
@@ -111,39 +130,27 @@ def tokenize_unit(
     with atomic_writer(bin_path) as out:
         for batch in _batches(_documents(unit, settings.text_key), BATCH_DOCS):
             texts = [text for _, text in batch]
-            encoded = tokenizer.encode_batch(texts)
-            flat = array("I")  # C unsigned int: converts ids at C speed
-            kept: list[UnitPart] = []
-            batch_bytes = 0
-            for (part, text), ids in zip(batch, encoded, strict=True):
-                batch_bytes += len(text.encode("utf-8", "surrogatepass"))
-                reason = (
-                    EMPTY
-                    if not ids
-                    else filters.text_reason(text) or filters.token_reason(len(ids))
-                )
+            flat, counts = tokenizer.encode_flat(texts)
+            reasons = [
+                EMPTY if not n else filters.text_reason(text) or filters.token_reason(int(n))
+                for text, n in zip(texts, counts, strict=True)
+            ]
+            for reason, n in zip(reasons, counts, strict=True):
                 if reason:
                     dropped_docs[reason] += 1
-                    dropped_tokens[reason] += len(ids)
-                    continue
-                try:
-                    flat.extend(ids)
-                except OverflowError:
-                    raise _overflow(part, max(ids), settings, tokenizer) from None
-                flat.append(eod)
-                lengths.append(len(ids) + 1)
-                kept.append(part)
-            tokens = np.frombuffer(flat, dtype=np.uint32)
+                    dropped_tokens[reason] += int(n)
+            keep = np.array([r is None for r in reasons], dtype=bool)
+            tokens = with_eod(flat[np.repeat(keep, counts)], counts[keep], eod)
             if len(tokens) and int(tokens.max()) >= settings.id_limit:
-                first = int(np.argmax(tokens >= settings.id_limit))
-                doc = int(np.searchsorted(np.cumsum(lengths[-len(kept) :]), first, side="right"))
-                raise _overflow(kept[doc], int(tokens[first]), settings, tokenizer)
+                raise _overflow(batch, keep, counts, tokens, settings, tokenizer)
             out.write(tokens.astype(dtype, copy=False).tobytes())
+            lengths.extend((counts[keep] + 1).tolist())
+            batch_bytes = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
             docs_in += len(batch)
             text_bytes += batch_bytes
-            n_tokens += len(flat)
+            n_tokens += len(tokens)
             if counters is not None:
-                counters.add(docs=len(batch), tokens=len(flat), text_bytes=batch_bytes)
+                counters.add(docs=len(batch), tokens=len(tokens), text_bytes=batch_bytes)
     write_atomic(len_path, npy_bytes(np.asarray(lengths, dtype="<i8")))
     result = UnitResult(
         index=unit.index,

@@ -329,14 +329,28 @@ def test_info_shows_the_manifest(corpus, tmp_path, capsys):
     assert main(["info", str(tmp_path / "nothing")]) == 2
 
 
-def test_a_worker_killed_mid_run_keeps_finished_units(corpus, reference_store, tmp_path):
-    root, _ = corpus
-    args = [*tokenize_args(root, tmp_path / "s"), "--workers", "2"]
-    broken = run_cli(*args, env={"TOKENTAPE_CRASH_AT": "worker-unit-3"})
-    assert broken.returncode == 2
-    assert "a worker process died" in broken.stderr and "Traceback" not in broken.stderr
+def test_a_worker_killed_mid_run_keeps_finished_units(hf_tokenizer_json, tmp_path):
+    # Enough work (about 3 MB through a BPE) that the helper claims units before the
+    # calling process has done them all.
+    data = tmp_path / "big.jsonl"
+    lines = [json.dumps({"text": t}) for t in make_documents(600, seed=3)]
+    write_jsonl(data, lines * 12)
+    args = ["tokenize", str(data), "--tokenizer", str(hf_tokenizer_json), "--unit-mb", "0.05"]
+    assert main([*args, "--out", str(tmp_path / "ref"), "--json"]) == 0
+    broken = run_cli(
+        *args,
+        "--out",
+        str(tmp_path / "s"),
+        "--workers",
+        "2",
+        env={"TOKENTAPE_CRASH_AT": "helper-unit"},
+    )
+    assert broken.returncode == 2, broken.stdout
+    assert "a worker process died (exit codes [-9]" in broken.stderr
+    assert "Traceback" not in broken.stderr
     assert (tmp_path / "s" / ".tokentape-work" / "job.json").exists()
-    rerun = run_cli(*args, "--json")
+    rerun = run_cli(*args, "--out", str(tmp_path / "s"), "--workers", "2", "--json")
     assert rerun.returncode == 0, rerun.stderr
-    assert json.loads(rerun.stdout)["status"] == "resumed"
-    assert tree_bytes(tmp_path / "s") == reference_store
+    summary = json.loads(rerun.stdout)
+    assert summary["status"] == "resumed" and 0 < summary["units_reused"] < summary["units"]
+    assert tree_bytes(tmp_path / "s") == tree_bytes(tmp_path / "ref")

@@ -13,16 +13,11 @@ and the result is byte-identical to an uninterrupted run. Bad input removes what
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import sys
-import threading
 import time
 from collections import Counter
-from concurrent.futures import FIRST_EXCEPTION, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +33,7 @@ from tokentape.store.format import (
 )
 from tokentape.store.writer import ShardWriter
 from tokentape.tokenize.filters import FilterSet, parse_filters
-from tokentape.tokenize.inputs import Unit, expand_inputs, plan_units
+from tokentape.tokenize.inputs import expand_inputs, plan_units
 from tokentape.tokenize.job import (
     JOB_FILE,
     WORK_DIR,
@@ -50,9 +45,9 @@ from tokentape.tokenize.job import (
     inspect_out,
     job_identity,
 )
+from tokentape.tokenize.pool import PoolJob, run_units
 from tokentape.tokenize.progress import Counters, ProgressBar
 from tokentape.tokenize.tokenizers import (
-    Tokenizer,
     load_tokenizer,
     tokenizer_manifest,
 )
@@ -61,7 +56,6 @@ from tokentape.tokenize.worker import (
     WorkerSettings,
     load_result,
     read_unit,
-    tokenize_unit,
     unit_paths,
 )
 
@@ -91,72 +85,8 @@ class TokenizeSummary:
         return dict(self.__dict__)
 
 
-# --- worker processes ---------------------------------------------------------------------
-
-_WORKER: dict[str, Any] = {}
-
-
-def _exit_when_orphaned(parent: int) -> None:
-    while True:
-        time.sleep(0.5)
-        if os.getppid() != parent:
-            os._exit(1)
-
-
-def _init_worker(
-    spec: str,
-    eod_token: str | None,
-    filter_specs: tuple[str, ...],
-    settings: WorkerSettings,
-    counters: Counters,
-    parent: int,
-) -> None:
-    threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
-    # One thread per worker: the pool is the parallelism (see tokenizers.HFTokenizer).
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    os.environ["RAYON_NUM_THREADS"] = "1"
-    _WORKER["tokenizer"] = load_tokenizer(spec, eod_token)
-    _WORKER["filters"] = parse_filters(filter_specs)
-    _WORKER["settings"] = settings
-    _WORKER["counters"] = counters
-
-
-def _run_unit(unit: Unit) -> UnitResult:
-    return tokenize_unit(
-        unit, _WORKER["tokenizer"], _WORKER["filters"], _WORKER["settings"], _WORKER["counters"]
-    )
-
-
-# --- the job ------------------------------------------------------------------------------
-
-
-def _run_units(
-    pending: list[Unit],
-    config: TokenizeConfig,
-    tokenizer: Tokenizer,
-    filters: FilterSet,
-    settings: WorkerSettings,
-    counters: Counters,
-) -> None:
-    if len(pending) <= 1:  # not worth starting a process
-        for unit in pending:
-            tokenize_unit(unit, tokenizer, filters, settings, counters)
-            crashpoint("after-unit")
-        return
-    ctx = get_context("spawn")
-    initargs = (config.tokenizer, config.eod_token, config.filters, settings, counters, os.getpid())
-    workers = min(config.workers, len(pending))
-    with ProcessPoolExecutor(workers, ctx, initializer=_init_worker, initargs=initargs) as pool:
-        futures = [pool.submit(_run_unit, unit) for unit in pending]
-        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-        for future in done:
-            if future.exception() is not None:
-                for f in futures:
-                    f.cancel()
-                raise future.exception()  # type: ignore[misc]
-        for future in futures:
-            future.result()
-            crashpoint("after-unit")
+class WorkerDied(Exception):
+    """A helper process ended (killed, out of memory) before finishing the units it claimed."""
 
 
 def _assemble(
@@ -177,26 +107,44 @@ def _assemble(
     return shards, sum(s.n_tokens for s in shards)
 
 
-def _summary_from_manifest(out: Path, manifest: Manifest, seconds: float) -> TokenizeSummary:
+def _summary(
+    out: Path, manifest: Manifest, status: str, units_reused: int, seconds: float
+) -> TokenizeSummary:
     stats = manifest.filters
     return TokenizeSummary(
         out=str(out),
-        status="already complete",
+        status=status,
         dtype=manifest.dtype,
         vocab_size=manifest.vocab_size,
         eod_id=manifest.eod_id,
-        docs_in=stats.get("docs_in", manifest.n_docs),
+        docs_in=stats["docs_in"],
         n_docs=manifest.n_docs,
         n_tokens=manifest.n_tokens,
         n_shards=len(manifest.shards),
-        text_bytes=stats.get("text_bytes", 0),
-        dropped_docs=stats.get("dropped_docs", {}),
-        dropped_tokens=stats.get("dropped_tokens", {}),
-        units=manifest.inputs.get("units", 0),
-        units_reused=manifest.inputs.get("units", 0),
+        text_bytes=stats["text_bytes"],
+        dropped_docs=stats["dropped_docs"],
+        dropped_tokens=stats["dropped_tokens"],
+        units=manifest.inputs["units"],
+        units_reused=units_reused,
         seconds=seconds,
         content_hash=manifest.content_hash,
     )
+
+
+def _filter_stats(results: list[UnitResult], filters: FilterSet) -> dict[str, Any]:
+    """The manifest's ``filters`` block: configuration and what each reason dropped."""
+    dropped_docs: Counter[str] = Counter()
+    dropped_tokens: Counter[str] = Counter()
+    for r in results:
+        dropped_docs.update(r.dropped_docs)
+        dropped_tokens.update(r.dropped_tokens)
+    return {
+        "config": filters.to_json(),
+        "docs_in": sum(r.docs_in for r in results),
+        "text_bytes": sum(r.text_bytes for r in results),
+        "dropped_docs": dict(sorted(dropped_docs.items())),
+        "dropped_tokens": dict(sorted(dropped_tokens.items())),
+    }
 
 
 def tokenize(config: TokenizeConfig, show_progress: bool = True) -> TokenizeSummary:
@@ -222,7 +170,8 @@ def tokenize(config: TokenizeConfig, show_progress: bool = True) -> TokenizeSumm
     if state is OutState.COMPLETE:
         assert manifest is not None
         shutil.rmtree(work_dir, ignore_errors=True)
-        return _summary_from_manifest(out, manifest, time.monotonic() - started)
+        seconds = time.monotonic() - started
+        return _summary(out, manifest, "already complete", len(units), seconds)
 
     created_out = not out.exists()
     try:
@@ -243,10 +192,13 @@ def tokenize(config: TokenizeConfig, show_progress: bool = True) -> TokenizeSumm
         total_bytes = sum(u.n_bytes for u in units)
         stream = sys.stderr if show_progress else None
         with ProgressBar(counters, total_bytes, stream=stream, baseline=counters.snapshot()):
-            _run_units(pending, config, tokenizer, filters, settings, counters)
+            job = PoolJob(
+                config.tokenizer, config.eod_token, config.filters, settings, tuple(pending)
+            )
+            dead = run_units(job, tokenizer, filters, config.workers, counters)
         results = [load_result(unit_paths(work_dir, u.index)[2]) for u in units]
         if any(r is None for r in results):
-            raise TokentapeError(f"{work_dir}: a unit did not finish; run the command again")
+            raise WorkerDied(dead)
         done: list[UnitResult] = results  # type: ignore[assignment]
         clear_out(out, keep=(WORK_DIR,))  # what an interrupted assembly left behind
         shards, n_tokens = _assemble(out, work_dir, done, dtype, shard_tokens)
@@ -256,34 +208,20 @@ def tokenize(config: TokenizeConfig, show_progress: bool = True) -> TokenizeSumm
                 "(all inputs empty or dropped by filters)"
             )
         crashpoint("before-manifest")
-        tok_info = tokenizer_manifest(tokenizer)
         stored = tokenizer.stored_file()
         if stored is not None:
             name, data = stored
             write_atomic(out / name, data)
-        dropped_docs: Counter[str] = Counter()
-        dropped_tokens: Counter[str] = Counter()
-        for r in done:
-            dropped_docs.update(r.dropped_docs)
-            dropped_tokens.update(r.dropped_tokens)
-        docs_in = sum(r.docs_in for r in done)
-        text_bytes = sum(r.text_bytes for r in done)
         manifest = Manifest(
             dtype=dtype,
             vocab_size=tokenizer.vocab_size,
             eod_id=tokenizer.eod_id,
-            tokenizer=tok_info,
+            tokenizer=tokenizer_manifest(tokenizer),
             shards=tuple(shards),
             n_tokens=n_tokens,
             n_docs=sum(s.n_docs for s in shards),
             content_hash=content_hash(shards, dtype),
-            filters={
-                "config": filters.to_json(),
-                "docs_in": docs_in,
-                "text_bytes": text_bytes,
-                "dropped_docs": dict(sorted(dropped_docs.items())),
-                "dropped_tokens": dict(sorted(dropped_tokens.items())),
-            },
+            filters=_filter_stats(done, filters),
             inputs={
                 "text_key": config.text_key,
                 "unit_bytes": unit_bytes,
@@ -296,32 +234,18 @@ def tokenize(config: TokenizeConfig, show_progress: bool = True) -> TokenizeSumm
         write_atomic(out / MANIFEST_NAME, manifest.to_json().encode())
         crashpoint("after-manifest")
         shutil.rmtree(work_dir, ignore_errors=True)
-    except BrokenProcessPool:
+    except WorkerDied as exc:
         raise TokentapeError(
-            f"{out}: a worker process died (killed, or out of memory); finished units are kept: "
-            "run the same command again to resume"
+            f"{out}: a worker process died (exit codes {exc.args[0]}: killed, or out of memory) "
+            "before finishing its units; finished units are kept: run the same command again "
+            "to resume"
         ) from None
     except TokentapeError:
         _discard(out, created_out)
         raise
-    return TokenizeSummary(
-        out=str(out),
-        status="resumed" if state is OutState.RESUME else "created",
-        dtype=dtype,
-        vocab_size=tokenizer.vocab_size,
-        eod_id=tokenizer.eod_id,
-        docs_in=docs_in,
-        n_docs=manifest.n_docs,
-        n_tokens=n_tokens,
-        n_shards=len(shards),
-        text_bytes=text_bytes,
-        dropped_docs=manifest.filters["dropped_docs"],
-        dropped_tokens=manifest.filters["dropped_tokens"],
-        units=len(units),
-        units_reused=len(units) - len(pending),
-        seconds=time.monotonic() - started,
-        content_hash=manifest.content_hash,
-    )
+    status = "resumed" if state is OutState.RESUME else "created"
+    reused = len(units) - len(pending)
+    return _summary(out, manifest, status, reused, time.monotonic() - started)
 
 
 def _discard(out: Path, created_out: bool) -> None:

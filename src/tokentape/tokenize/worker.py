@@ -22,7 +22,6 @@ from tokentape.store.format import numpy_dtype
 from tokentape.store.writer import npy_bytes
 from tokentape.tokenize.filters import FilterSet
 from tokentape.tokenize.inputs import Unit, UnitPart, read_documents
-from tokentape.tokenize.job import crashpoint
 from tokentape.tokenize.progress import Counters
 from tokentape.tokenize.tokenizers import Tokenizer
 
@@ -119,7 +118,6 @@ def tokenize_unit(
     counters: Counters | None = None,
 ) -> UnitResult:
     """Tokenize ``unit``, append the EOD id to each kept document, and write its unit files."""
-    crashpoint(f"worker-unit-{unit.index}")
     bin_path, len_path, marker = unit_paths(settings.work_dir, unit.index)
     dtype = numpy_dtype(settings.dtype)
     lengths: list[int] = []

@@ -354,3 +354,30 @@ def test_a_worker_killed_mid_run_keeps_finished_units(hf_tokenizer_json, tmp_pat
     summary = json.loads(rerun.stdout)
     assert summary["status"] == "resumed" and 0 < summary["units_reused"] < summary["units"]
     assert tree_bytes(tmp_path / "s") == tree_bytes(tmp_path / "ref")
+
+
+def test_bad_input_met_by_a_helper_process(hf_tokenizer_json, tmp_path):
+    # Unit 0 keeps the calling process busy for a while; the helper that comes up meanwhile
+    # claims unit 1, which is bad, and its one-line error must reach the user.
+    data = tmp_path / "data"
+    data.mkdir()
+    lines = [json.dumps({"text": t}) for t in make_documents(600, seed=5)]
+    write_jsonl(data / "a-big.jsonl", lines * 7)
+    write_jsonl(data / "b-bad.jsonl", ['{"text": "fine"}', "{not json"])
+    unit_mb = str((data / "a-big.jsonl").stat().st_size / 2**20 + 0.001)
+    result = run_cli(
+        "tokenize",
+        str(data),
+        "--out",
+        str(tmp_path / "out"),
+        "--tokenizer",
+        str(hf_tokenizer_json),
+        "--workers",
+        "2",
+        "--unit-mb",
+        unit_mb,
+    )
+    assert result.returncode == 2
+    lines_out = result.stderr.strip().splitlines()
+    assert len(lines_out) == 1 and re.search(r"b-bad\.jsonl:2: invalid JSON", lines_out[0])
+    assert not (tmp_path / "out").exists()

@@ -16,8 +16,18 @@ from tokentape import __version__
 from tokentape.corpora import write_builtin_corpora
 from tokentape.demo import run_demo
 from tokentape.errors import TokentapeError
-from tokentape.report import dropped_text, fmt_bytes, fmt_int, key_values, manifest_text
+from tokentape.plot import plot_plan
+from tokentape.report import (
+    dropped_text,
+    fmt_bytes,
+    fmt_int,
+    key_values,
+    manifest_text,
+    plan_text,
+)
+from tokentape.store.atomic import write_atomic
 from tokentape.store.format import read_manifest
+from tokentape.tape.plan import check_budgets, load_plan_spec, resolve_plan
 from tokentape.tokenize.driver import TokenizeSummary, tokenize
 from tokentape.tokenize.job import TokenizeConfig
 
@@ -47,6 +57,22 @@ examples:
 
 The output is byte-identical for any --workers. Interrupted (even by kill -9), the same
 command resumes where it stopped.
+"""
+
+
+PLAN_EPILOG = """\
+plan file:
+  seq_len = 4096
+  seed = 1234
+  total_tokens = "2T"          # or total_samples = 488_281_250: the horizon
+  [[source]]
+  name = "web"
+  path = "stores/web"          # a store directory, relative to the plan file
+  weight = 60                  # any positive numbers; normalised
+  max_repeats = 1.0            # repeat budget: planned passes over this source
+
+example:
+  tokentape plan mix.toml --out mix.json --plot mix.png
 """
 
 
@@ -152,6 +178,34 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_plan(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "plan",
+        help="resolve a mixture plan: repeat table, index hash, PLAN.json",
+        description="Resolve a plan file (TOML): open its stores, turn the weights into exact "
+        "rationals, print the repeat table and the index hash, and refuse a plan that repeats a "
+        "source beyond its max_repeats. See docs/plan.md.",
+        epilog=PLAN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("plan", metavar="PLAN.toml")
+    p.add_argument("--out", metavar="PLAN.json", help="write the resolved plan (for the loader)")
+    p.add_argument("--json", action="store_true", help="print the resolved plan as JSON")
+    p.add_argument("--plot", metavar="PNG", help="draw shares and repeats (needs matplotlib)")
+    p.set_defaults(func=cmd_plan)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    plan = resolve_plan(load_plan_spec(args.plan), args.plan)
+    check_budgets(plan, args.plan)
+    if args.plot:
+        plot_plan(plan, args.plot)
+    if args.out:
+        write_atomic(args.out, plan.to_json().encode())
+    print(plan.to_json() if args.json else plan_text(plan), end="" if args.json else "\n")
+    return 0
+
+
 def _add_corpora(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "corpora",
@@ -197,6 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_tokenize(sub)
     _add_info(sub)
+    _add_plan(sub)
     _add_corpora(sub)
     _add_demo(sub)
     return parser

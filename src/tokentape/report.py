@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tokentape.store.format import Manifest
+from tokentape.tape.plan import Plan
 
 
 def fmt_int(n: int) -> str:
@@ -93,3 +94,40 @@ def manifest_text(directory: str, m: Manifest) -> str:
 
 def _size(m: Manifest) -> int:
     return 2 if m.dtype == "uint16" else 4
+
+
+def plan_text(plan: Plan) -> str:
+    """``tokentape plan``: the plan's identity and its repeat table."""
+    total_weight = sum(s.weight for s in plan.sources)
+    head = key_values(
+        [
+            ("seq_len", fmt_int(plan.seq_len)),
+            ("seed", str(plan.seed)),
+            (
+                "horizon",
+                f"{fmt_int(plan.horizon_samples)} samples = "
+                f"{fmt_int(plan.horizon_samples * plan.seq_len)} tokens",
+            ),
+            ("weights", f"exact rationals over {fmt_int(plan.denominator)}"),
+            ("index hash", plan.index_hash),
+        ]
+    )
+    rows = [
+        [
+            s.name,
+            s.n_tokens,
+            s.n_samples,
+            f"{s.weight / total_weight:.4%}",
+            f"{s.weight_units}/{plan.denominator} = {s.weight_units / plan.denominator:.4%}",
+            s.draws,
+            f"{s.passes:.3f}",
+            f"{s.max_repeats:g}",
+            s.draws * plan.seq_len,
+        ]
+        for s in plan.sources
+    ]
+    header = [
+        "source", "tokens", "samples", "target", "effective share", "draws", "passes",
+        "budget", "tokens trained",
+    ]  # fmt: skip
+    return f"{head}\n\n{table(header, rows)}"

@@ -1,0 +1,1 @@
+"""The tape: pure index math from a global position to (source, sample)."""

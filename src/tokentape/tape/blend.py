@@ -1,0 +1,233 @@
+"""The blend: which source each position of the tape draws from, as a table of period D.
+
+Weights are exact rationals W_d / D (integers W_d >= 1 summing to D). Position n goes to a
+source by an exact integer rule, and the first D positions form a table that repeats forever,
+so a position maps to (source, draw) and back in O(1) for any p < 2**62.
+
+**The rule (earliest deadline first).** Let c_d be the number of positions 0..n-1 given to
+source d. Its next draw, number c_d, has the window of positions
+[floor(c_d·D/W_d), ceil((c_d+1)·D/W_d)): it may not come earlier without getting ahead of its
+target, nor later without falling behind. Position n goes to the source whose next draw is
+*released* (deficit (n+1)·W_d − D·c_d > 0, i.e. floor(c_d·D/W_d) <= n) and *due soonest*
+(smallest ceil((c_d+1)·D/W_d)), ties to the lowest index.
+
+Note: the plainer rule "maximise the deficit (n+1)·W_d − D·c_d" (smooth weighted round-robin)
+does *not* keep every prefix within one sample: for W = (1, 1, 1, 1, 4, 4) the last source is
+12/12 behind after 9 positions. The tests keep that counterexample.
+
+**Every prefix is within one sample.** Each draw lands in its window: in any span of positions
+[a, b), source d has at most (b−a)·W_d/D draws whose window lies inside it, so all sources
+together need at most b−a slots there; with that (Hall's) condition, earliest-deadline-first on
+unit jobs with integer releases meets every deadline (the usual exchange argument). A draw in
+its window means, for every n: count_d(n) − n·W_d/D < 1 (draw c−1 happened before n, so it was
+released: (c−1)·D/W_d < n) and n·W_d/D − count_d(n) < 1 (draw c is not done by n, so its
+deadline is past n: (c+1)·D/W_d > n).
+
+**Exactly periodic.** At n = D the bound says |count_d(D) − W_d| < 1 for integers, so every
+count_d(D) = W_d: all deficits are back to zero and every later window is an earlier one
+shifted by D. The rule sees the same state shifted by D, so positions n and n + D go to the
+same source, and the i-th draw of d in period q is draw q·W_d + i.
+
+**Bounds.** Positions p are int64 in [0, 2**62). Then q = p // D < 2**62 and the draw
+q·W_d + rank <= p + D fits in int64; the inverse checks the same range.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from tokentape.errors import TokentapeError
+
+MAX_POSITION = 2**62
+"""Positions (and the values of ``n`` in :meth:`Blend.count`) lie in [0, MAX_POSITION)."""
+
+MAX_DENOMINATOR = 2**24
+"""The largest period D: the table holds D entries."""
+
+DEFAULT_DENOMINATOR = 2**16
+
+
+def rational_weights(
+    weights: Sequence[float | int], names: Sequence[str], denominator: int = DEFAULT_DENOMINATOR
+) -> tuple[int, ...]:
+    """Positive weights (any scale) as integers W_d >= 1 summing exactly to ``denominator``.
+
+    Largest-remainder rounding of w_d / sum(w) · D in exact rational arithmetic (the floats'
+    exact values), ties to the larger remainder, then the lower index.
+    """
+    if len(weights) != len(names):
+        raise TokentapeError(f"blend: {len(weights)} weights for {len(names)} source names")
+    if not weights:
+        raise TokentapeError("blend: no sources; expected at least one source with a weight")
+    if (
+        isinstance(denominator, bool)
+        or not isinstance(denominator, int)
+        or not 1 <= denominator <= MAX_DENOMINATOR
+    ):
+        raise TokentapeError(
+            f"blend: denominator {denominator!r}: expected an integer in [1, {MAX_DENOMINATOR}]"
+        )
+    exact = []
+    for w, name in zip(weights, names, strict=True):
+        if isinstance(w, bool) or not isinstance(w, int | float):
+            raise TokentapeError(f"source '{name}': weight {w!r}: expected a number")
+        if not math.isfinite(w):
+            raise TokentapeError(f"source '{name}': weight {w}: expected a finite number")
+        if w < 0:
+            raise TokentapeError(f"source '{name}': weight {w} is negative; expected > 0")
+        if w == 0:
+            raise TokentapeError(
+                f"source '{name}': weight must be positive; drop the source instead"
+            )
+        exact.append(Fraction(w))
+    total = sum(exact)
+    quotas = [w * denominator / total for w in exact]
+    units = [math.floor(q) for q in quotas]
+    left = denominator - sum(units)
+    by_remainder = sorted(range(len(quotas)), key=lambda i: (-(quotas[i] - units[i]), i))
+    for i in by_remainder[:left]:
+        units[i] += 1
+    for w, name, u in zip(weights, names, units, strict=True):
+        if u == 0:
+            raise TokentapeError(
+                f"source '{name}': weight {w!r} rounds to 0/{denominator}; "
+                "raise it or raise the denominator"
+            )
+    return tuple(units)
+
+
+def _schedule(weights: Sequence[int]) -> np.ndarray:
+    """The source of each position in one period, by the earliest-deadline rule (module doc)."""
+    denom = sum(weights)
+    table = np.empty(denom, dtype=np.int32)
+    count = [0] * len(weights)
+
+    def deadline(d: int) -> int:
+        return -(-(count[d] + 1) * denom // weights[d])  # ceil((c_d + 1)·D / W_d)
+
+    ready = [(deadline(d), d) for d in range(len(weights))]  # every first draw is released at 0
+    heapq.heapify(ready)
+    waiting: list[tuple[int, int]] = []  # (release, source)
+    for n in range(denom):
+        while waiting and waiting[0][0] <= n:
+            _, d = heapq.heappop(waiting)
+            heapq.heappush(ready, (deadline(d), d))
+        _, d = heapq.heappop(ready)  # never empty: D draws fill D positions (module doc)
+        table[n] = d
+        count[d] += 1
+        if count[d] < weights[d]:
+            release = count[d] * denom // weights[d]
+            heapq.heappush(waiting, (release, d))
+    return table
+
+
+@dataclass(frozen=True, eq=False)
+class Blend:
+    """The blend table of one period and its inverse.
+
+    ``table[r]``: the source of position r of the period. ``rank[r]``: which draw of that
+    source (within the period) position r is. ``occurrences[offsets[d] + i]``: the position in
+    the period of draw i of source d; ``offsets`` has length S + 1.
+    """
+
+    weights: tuple[int, ...]
+    denominator: int
+    table: np.ndarray
+    rank: np.ndarray
+    occurrences: np.ndarray
+    offsets: np.ndarray
+
+    @classmethod
+    def build(cls, weights: Sequence[int]) -> Blend:
+        """The blend of integer weights W_d >= 1; the period is D = sum(W)."""
+        w = tuple(int(x) for x in weights)
+        if not w:
+            raise TokentapeError("blend: no sources; expected at least one weight")
+        if any(x < 1 for x in w) or any(x != y for x, y in zip(w, weights, strict=True)):
+            raise TokentapeError(f"blend: weights {list(weights)}: expected integers >= 1")
+        denom = sum(w)
+        if denom > MAX_DENOMINATOR:
+            raise TokentapeError(
+                f"blend: weights sum to {denom}; expected a period of at most {MAX_DENOMINATOR}"
+            )
+        table = _schedule(w)
+        occurrences = np.argsort(table, kind="stable").astype(np.int64)  # by (source, position)
+        offsets = np.zeros(len(w) + 1, dtype=np.int64)
+        offsets[1:] = np.cumsum(w)
+        rank = np.empty(denom, dtype=np.int64)
+        rank[occurrences] = np.arange(denom, dtype=np.int64) - np.repeat(offsets[:-1], w)
+        small = table.astype(np.int16) if len(w) <= np.iinfo(np.int16).max else table
+        for a in (small, rank, occurrences, offsets):
+            a.setflags(write=False)
+        return cls(w, denom, small, rank, occurrences, offsets)
+
+    @property
+    def n_sources(self) -> int:
+        """The number of sources S."""
+        return len(self.weights)
+
+    def source_and_draw(self, positions: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
+        """Vectorised: the source (int64) of each position and which draw of that source it is."""
+        p = _positions(positions)
+        q, r = np.divmod(p, self.denominator)
+        source = self.table[r].astype(np.int64)
+        w = np.asarray(self.weights, dtype=np.int64)
+        return source, q * w[source] + self.rank[r]
+
+    def position(self, source: np.ndarray | int, draw: np.ndarray | int) -> np.ndarray:
+        """Vectorised inverse of :meth:`source_and_draw`: the position of each (source, draw)."""
+        d = self._sources(source)
+        j = np.asarray(draw, dtype=np.int64)
+        if j.size and int(j.min()) < 0:
+            raise TokentapeError(f"blend: draw {int(j.min())}: expected a draw index >= 0")
+        d, j = np.broadcast_arrays(d, j)
+        w = np.asarray(self.weights, dtype=np.int64)[d]
+        q, r = np.divmod(j, w)
+        if q.size and int(q.max()) > MAX_POSITION // self.denominator:
+            raise TokentapeError(f"blend: draw {int(j.max())} lies beyond position 2**62")
+        p = q * self.denominator + self.occurrences[self.offsets[d] + r]
+        if p.size and int(p.max()) >= MAX_POSITION:
+            raise TokentapeError(f"blend: draw {int(j.max())} lies beyond position 2**62")
+        return p
+
+    def count(self, source: np.ndarray | int, n: np.ndarray | int) -> np.ndarray | int:
+        """Draws of ``source`` among positions [0, n), in O(1); an int when both are scalars.
+
+        Within a period the prefix bound leaves two candidates, f = floor(m·W_d/D) and f + 1;
+        it is f + 1 exactly when draw f of the period lies before m.
+        """
+        d = self._sources(source)
+        nn = np.asarray(n, dtype=np.int64)
+        if nn.size and (int(nn.min()) < 0 or int(nn.max()) > MAX_POSITION):
+            bad = int(nn.min()) if int(nn.min()) < 0 else int(nn.max())
+            raise TokentapeError(f"blend: prefix length {bad}: expected an integer in [0, 2**62]")
+        d, nn = np.broadcast_arrays(d, nn)
+        w = np.asarray(self.weights, dtype=np.int64)[d]
+        q, m = np.divmod(nn, self.denominator)
+        f = m * w // self.denominator  # m < D and W_d <= D: no overflow, and f < W_d
+        c = q * w + f + (self.occurrences[self.offsets[d] + f] < m)
+        return int(c) if c.ndim == 0 else c
+
+    def _sources(self, source: np.ndarray | int) -> np.ndarray:
+        d = np.asarray(source, dtype=np.int64)
+        if d.size and (int(d.min()) < 0 or int(d.max()) >= self.n_sources):
+            bad = int(d.min()) if int(d.min()) < 0 else int(d.max())
+            raise TokentapeError(
+                f"blend: source index {bad}: expected 0 <= index < {self.n_sources}"
+            )
+        return d
+
+
+def _positions(positions: np.ndarray | int) -> np.ndarray:
+    p = np.asarray(positions, dtype=np.int64)
+    if p.size and (int(p.min()) < 0 or int(p.max()) >= MAX_POSITION):
+        raise TokentapeError(
+            f"blend: positions in [{int(p.min())}, {int(p.max())}]: expected [0, 2**62)"
+        )
+    return p

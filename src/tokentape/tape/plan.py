@@ -1,0 +1,380 @@
+"""The plan: a TOML file in, a validated, resolved plan out (repeat table and index hash).
+
+The plan file names the sources (token stores), their weights and repeat budgets, the sequence
+length, the seed and the horizon. Resolving it opens each store's manifest, turns the weights
+into exact rationals, and computes, per source, how many draws the horizon takes and so how many
+passes over its data that is. ``docs/plan.md`` documents the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import tomllib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from tokentape.errors import TokentapeError
+from tokentape.store.format import Manifest, read_manifest
+from tokentape.tape.blend import rational_weights
+from tokentape.tape.resolve import MAX_POSITION, Tape
+
+ALGORITHM_VERSION = 1
+DEFAULT_DENOMINATOR = 2**16
+PLAN_FORMAT = "tokentape.plan"
+
+_TOP_KEYS = {"seq_len", "seed", "total_tokens", "total_samples", "weight_denominator", "source"}
+_SOURCE_KEYS = {"name", "path", "weight", "max_repeats"}
+_SUFFIXES = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12, "P": 10**15}
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """One ``[[source]]`` table of the plan file."""
+
+    name: str
+    path: str
+    """The store directory, relative to the plan file (or absolute)."""
+    weight: float
+    """Any positive number; weights are normalised."""
+    max_repeats: float = 1.0
+    """Repeat budget: the most passes over this source's samples the horizon may take."""
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    """The plan file, validated."""
+
+    seq_len: int
+    seed: int
+    horizon_samples: int
+    sources: tuple[SourceSpec, ...]
+    denominator: int = DEFAULT_DENOMINATOR
+    base_dir: str = "."
+
+
+@dataclass(frozen=True)
+class PlanSource:
+    """A source of a resolved plan: its spec, its store's identity, and its share of the tape."""
+
+    name: str
+    path: str
+    weight: float
+    max_repeats: float
+    weight_units: int  # W_d: the exact weight is weight_units / denominator
+    n_tokens: int
+    n_samples: int
+    dtype: str
+    content_hash: str
+    vocab_size: int
+    eod_id: int
+    tokenizer_fingerprint: str
+    draws: int  # samples drawn over the horizon
+    passes: float  # draws / n_samples
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A resolved plan: what the loader, replay and locate open (``PLAN.json``)."""
+
+    algorithm_version: int
+    seq_len: int
+    seed: int
+    denominator: int
+    horizon_samples: int
+    sources: tuple[PlanSource, ...]
+    index_hash: str
+
+    def tape(self) -> Tape:
+        return Tape.build(
+            [s.name for s in self.sources],
+            [s.n_samples for s in self.sources],
+            [s.weight_units for s in self.sources],
+            self.seed,
+        )
+
+    def to_json(self) -> str:
+        data = {"format": PLAN_FORMAT, **asdict(self)}
+        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+# --- parsing --------------------------------------------------------------------------------
+
+
+def parse_count(value: Any, where: str) -> int:
+    """An integer, or a string such as ``"2T"``, ``"500B"``, ``"1.5M"`` (decimal suffixes)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        count = value
+    elif isinstance(value, str):
+        m = re.fullmatch(r"\s*([0-9][0-9_]*(?:\.[0-9]+)?)\s*([KMBGTP]?)\s*", value.upper())
+        if not m:
+            raise TokentapeError(f"{where}: '{value}' is not a count (e.g. 2T, 500B, 1.5M)")
+        number = float(m.group(1).replace("_", "")) * _SUFFIXES[m.group(2)]
+        if number != int(number):
+            raise TokentapeError(f"{where}: '{value}' is not a whole number")
+        count = int(number)
+    else:
+        raise TokentapeError(f"{where}: expected an integer or a string like '2T'")
+    if count <= 0:
+        raise TokentapeError(f"{where}: must be positive, got {count}")
+    return count
+
+
+def _number(table: dict[str, Any], key: str, where: str, default: float | None = None) -> float:
+    if key not in table:
+        if default is None:
+            raise TokentapeError(f"{where}: missing key '{key}'")
+        return default
+    value = table[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TokentapeError(f"{where}: '{key}' must be a number, got {type(value).__name__}")
+    if not math.isfinite(value) or value <= 0:
+        raise TokentapeError(f"{where}: '{key}' must be a positive finite number, got {value}")
+    return float(value)
+
+
+def _integer(table: dict[str, Any], key: str, where: str) -> int:
+    if key not in table:
+        raise TokentapeError(f"{where}: missing key '{key}'")
+    value = table[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TokentapeError(f"{where}: '{key}' must be an integer, got {value!r}")
+    return value
+
+
+def _unknown(table: dict[str, Any], allowed: set[str], where: str) -> None:
+    extra = sorted(set(table) - allowed)
+    if extra:
+        raise TokentapeError(
+            f"{where}: unknown key '{extra[0]}'; expected one of {', '.join(sorted(allowed))}"
+        )
+
+
+def _source(table: Any, i: int, where: str) -> SourceSpec:
+    if not isinstance(table, dict):
+        raise TokentapeError(f"{where}: source[{i}] must be a table ([[source]])")
+    name = table.get("name")
+    here = f"{where}: source[{i}]" + (f" ('{name}')" if isinstance(name, str) else "")
+    _unknown(table, _SOURCE_KEYS, here)
+    if not isinstance(name, str) or not name.strip():
+        raise TokentapeError(f"{here}: 'name' must be a non-empty string")
+    path = table.get("path")
+    if not isinstance(path, str) or not path:
+        raise TokentapeError(f"{here}: 'path' must be a store directory (a string)")
+    return SourceSpec(
+        name=name,
+        path=path,
+        weight=_number(table, "weight", here),
+        max_repeats=_number(table, "max_repeats", here, default=1.0),
+    )
+
+
+def parse_plan(text: str, where: str, base_dir: str = ".") -> PlanSpec:
+    """Validate a plan file's TOML text; ``where`` names the file in errors."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise TokentapeError(f"{where}: not valid TOML ({exc})") from None
+    _unknown(data, _TOP_KEYS, where)
+    seq_len = _integer(data, "seq_len", where)
+    if seq_len <= 0:
+        raise TokentapeError(f"{where}: 'seq_len' must be positive, got {seq_len}")
+    seed = _integer(data, "seed", where)
+    if not 0 <= seed < 2**63:
+        raise TokentapeError(f"{where}: 'seed' must be in [0, 2**63), got {seed}")
+    has_tokens, has_samples = "total_tokens" in data, "total_samples" in data
+    if has_tokens == has_samples:
+        raise TokentapeError(f"{where}: give exactly one of 'total_tokens' or 'total_samples'")
+    if has_tokens:
+        tokens = parse_count(data["total_tokens"], f"{where}: 'total_tokens'")
+        horizon = -(-tokens // seq_len)
+    else:
+        horizon = parse_count(data["total_samples"], f"{where}: 'total_samples'")
+    if horizon >= MAX_POSITION:
+        raise TokentapeError(f"{where}: the horizon of {horizon} samples exceeds 2**62")
+    denominator = data.get("weight_denominator", DEFAULT_DENOMINATOR)
+    if isinstance(denominator, bool) or not isinstance(denominator, int):
+        raise TokentapeError(f"{where}: 'weight_denominator' must be an integer")
+    raw = data.get("source")
+    if not isinstance(raw, list) or not raw:
+        raise TokentapeError(f"{where}: no sources; add [[source]] tables")
+    sources = tuple(_source(t, i, where) for i, t in enumerate(raw))
+    seen: set[str] = set()
+    for s in sources:
+        if s.name in seen:
+            raise TokentapeError(f"{where}: source name '{s.name}' appears twice")
+        seen.add(s.name)
+    return PlanSpec(seq_len, seed, horizon, sources, denominator, base_dir)
+
+
+def load_plan_spec(path: str | Path) -> PlanSpec:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise TokentapeError(f"plan '{path}': no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TokentapeError(f"plan '{path}': cannot read ({exc})") from None
+    return parse_plan(text, str(path), str(p.parent))
+
+
+# --- resolving ------------------------------------------------------------------------------
+
+
+def index_hash(
+    seq_len: int, seed: int, denominator: int, sources: list[tuple[str, int, int, str, str]]
+) -> str:
+    """Hash of the canonical inputs that change the tape (never the horizon or budgets).
+
+    ``sources``: per source, in plan order, (name, weight units W_d, n_tokens, dtype,
+    content hash of its store).
+    """
+    inputs = {
+        "algorithm_version": ALGORITHM_VERSION,
+        "seq_len": seq_len,
+        "seed": seed,
+        "sources": [
+            {
+                "name": name,
+                "weight": f"{w}/{denominator}",
+                "n_tokens": n_tokens,
+                "dtype": dtype,
+                "content": content,
+            }
+            for name, w, n_tokens, dtype, content in sources
+        ],
+    }
+    text = json.dumps(inputs, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def plan_index_hash(plan_sources: tuple[PlanSource, ...], seq_len: int, seed: int, den: int) -> str:
+    rows = [(s.name, s.weight_units, s.n_tokens, s.dtype, s.content_hash) for s in plan_sources]
+    return index_hash(seq_len, seed, den, rows)
+
+
+def resolve_plan(spec: PlanSpec, where: str = "plan") -> Plan:
+    """Open every source's store, check they agree, and compute the blend and repeat table."""
+    manifests: list[tuple[str, Manifest]] = []
+    paths: list[str] = []
+    for s in spec.sources:
+        path = Path(spec.base_dir, s.path)
+        try:
+            manifests.append((s.name, read_manifest(path)))
+        except TokentapeError as exc:
+            raise TokentapeError(f"{where}: source '{s.name}': {exc}") from None
+        paths.append(str(path.resolve()))
+    first_name, first = manifests[0]
+    for name, m in manifests[1:]:
+        if m.tokenizer.get("fingerprint") != first.tokenizer.get("fingerprint"):
+            raise TokentapeError(
+                f"{where}: source '{name}' was tokenized with another tokenizer than "
+                f"'{first_name}' ({m.tokenizer.get('fingerprint')} vs "
+                f"{first.tokenizer.get('fingerprint')}); re-tokenize it"
+            )
+        if (m.vocab_size, m.eod_id) != (first.vocab_size, first.eod_id):
+            raise TokentapeError(
+                f"{where}: source '{name}' has vocabulary {m.vocab_size} / EOD {m.eod_id}, "
+                f"'{first_name}' has {first.vocab_size} / {first.eod_id}"
+            )
+    for s, (_, m) in zip(spec.sources, manifests, strict=True):
+        if m.n_tokens < spec.seq_len + 1:
+            raise TokentapeError(
+                f"{where}: source '{s.name}' has {m.n_tokens} tokens, fewer than "
+                f"seq_len + 1 = {spec.seq_len + 1}: not one sample"
+            )
+    names = [s.name for s in spec.sources]
+    weights = list(rational_weights([s.weight for s in spec.sources], names, spec.denominator))
+    n_samples = [(m.n_tokens - 1) // spec.seq_len for _, m in manifests]
+    tape = Tape.build(names, n_samples, weights, spec.seed)
+    sources = []
+    for i, (s, (_, m)) in enumerate(zip(spec.sources, manifests, strict=True)):
+        draws = tape.blend.count(i, spec.horizon_samples)
+        sources.append(
+            PlanSource(
+                name=s.name,
+                path=paths[i],
+                weight=s.weight,
+                max_repeats=s.max_repeats,
+                weight_units=weights[i],
+                n_tokens=m.n_tokens,
+                n_samples=n_samples[i],
+                dtype=m.dtype,
+                content_hash=m.content_hash,
+                vocab_size=m.vocab_size,
+                eod_id=m.eod_id,
+                tokenizer_fingerprint=str(m.tokenizer.get("fingerprint")),
+                draws=draws,
+                passes=draws / n_samples[i],
+            )
+        )
+    return Plan(
+        algorithm_version=ALGORITHM_VERSION,
+        seq_len=spec.seq_len,
+        seed=spec.seed,
+        denominator=spec.denominator,
+        horizon_samples=spec.horizon_samples,
+        sources=tuple(sources),
+        index_hash=plan_index_hash(tuple(sources), spec.seq_len, spec.seed, spec.denominator),
+    )
+
+
+def over_budget(plan: Plan) -> list[PlanSource]:
+    """Sources whose planned passes exceed their ``max_repeats``."""
+    return [s for s in plan.sources if s.passes > s.max_repeats]
+
+
+def check_budgets(plan: Plan, where: str) -> None:
+    """Refuse a plan that repeats a source beyond its budget."""
+    for s in over_budget(plan):
+        raise TokentapeError(
+            f"{where}: source '{s.name}' would be read {s.passes:.3f} times over the horizon, "
+            f"more than its max_repeats = {s.max_repeats:g}; raise max_repeats to at least "
+            f"{math.ceil(s.passes * 1000) / 1000:g}, lower its weight, or shorten the horizon"
+        )
+
+
+def _plan_source(data: Any, where: str) -> PlanSource:
+    if not isinstance(data, dict):
+        raise TokentapeError(f"{where}: expected an object")
+    try:
+        return PlanSource(**data)
+    except TypeError as exc:
+        raise TokentapeError(f"{where}: {exc}") from None
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read a resolved plan (``tokentape plan --out``), checking that its index hash holds."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TokentapeError(f"plan '{path}': no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TokentapeError(f"plan '{path}': not a readable JSON plan ({exc})") from None
+    if not isinstance(data, dict) or data.pop("format", None) != PLAN_FORMAT:
+        raise TokentapeError(f"plan '{path}': not a resolved tokentape plan (field 'format')")
+    if data.get("algorithm_version") != ALGORITHM_VERSION:
+        raise TokentapeError(
+            f"plan '{path}': algorithm_version {data.get('algorithm_version')} is not "
+            f"{ALGORITHM_VERSION}; re-run `tokentape plan`"
+        )
+    raw_sources = data.get("sources")
+    if not isinstance(raw_sources, list):
+        raise TokentapeError(f"plan '{path}': field 'sources' must be a list")
+    data["sources"] = tuple(
+        _plan_source(s, f"plan '{path}': sources[{i}]") for i, s in enumerate(raw_sources)
+    )
+    try:
+        plan = Plan(**data)
+    except TypeError as exc:
+        raise TokentapeError(f"plan '{path}': {exc}") from None
+    expected = plan_index_hash(plan.sources, plan.seq_len, plan.seed, plan.denominator)
+    if plan.index_hash != expected:
+        raise TokentapeError(
+            f"plan '{path}': index_hash does not match its contents (edited by hand?); "
+            "re-run `tokentape plan`"
+        )
+    return plan

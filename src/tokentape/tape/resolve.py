@@ -1,0 +1,99 @@
+"""Resolve: global position → (source, epoch, sample), and back, in closed form.
+
+position p ─blend→ (source d, draw j) ─divmod(j, n_d)→ (epoch e, offset o) ─perm(seed, d, e)→ k
+
+Every step is a bijection (the blend between positions and (source, draw) pairs, divmod between
+draws and (epoch, offset), the keyed permutation on [0, n_d)), so each sample of each pass has
+exactly one position, and ``position_of`` finds it without scanning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from tokentape.tape.blend import Blend
+from tokentape.tape.permutation import Permutation
+
+MAX_POSITION = 2**62
+
+
+@lru_cache(maxsize=4096)
+def _permutation(n: int, seed: int, name: str, epoch: int) -> Permutation:
+    return Permutation.for_epoch(n, seed, name, epoch)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Where a batch of positions lands: one entry per position."""
+
+    source: np.ndarray  # int64 source index, in plan order
+    epoch: np.ndarray  # int64 pass over that source (0 = first)
+    sample: np.ndarray  # int64 sample index within the source
+
+
+@dataclass(frozen=True)
+class Tape:
+    """The pure map of a plan: names, sample counts, seed and the blend."""
+
+    names: tuple[str, ...]
+    n_samples: tuple[int, ...]
+    seed: int
+    blend: Blend
+
+    @classmethod
+    def build(
+        cls, names: Sequence[str], n_samples: Sequence[int], weights: Sequence[int], seed: int
+    ) -> Tape:
+        """``weights`` are the exact integers W_d of the blend (summing to its denominator)."""
+        if len(names) != len(n_samples) or len(names) != len(weights):
+            raise ValueError("names, n_samples and weights must have the same length")
+        if any(n < 1 for n in n_samples):
+            raise ValueError("every source needs at least one sample")
+        return cls(tuple(names), tuple(int(n) for n in n_samples), int(seed), Blend.build(weights))
+
+    def resolve(self, positions: np.ndarray | Sequence[int]) -> Resolved:
+        """Vectorised: the (source, epoch, sample) of each position."""
+        p = np.asarray(positions, dtype=np.int64)
+        if p.size and (int(p.min()) < 0 or int(p.max()) >= MAX_POSITION):
+            raise ValueError(f"positions must be in [0, 2**62), got [{p.min()}, {p.max()}]")
+        source, draw = self.blend.source_and_draw(p)
+        n = np.asarray(self.n_samples, dtype=np.int64)[source]
+        epoch, offset = np.divmod(draw, n)
+        sample = np.empty_like(offset)
+        for d in np.unique(source):
+            in_d = source == d
+            self._permute(int(d), epoch[in_d], offset[in_d], sample, in_d)
+        return Resolved(source.astype(np.int64), epoch, sample)
+
+    def _permute(
+        self, d: int, epochs: np.ndarray, offsets: np.ndarray, out: np.ndarray, where: np.ndarray
+    ) -> None:
+        lo, hi = int(epochs.min()), int(epochs.max())
+        if lo == hi:  # the common case: a batch of positions lies in one pass of the source
+            out[where] = self._perm(d, lo)(offsets)
+            return
+        values = np.empty_like(offsets)
+        for e in np.unique(epochs):
+            in_e = epochs == e
+            values[in_e] = self._perm(d, int(e))(offsets[in_e])
+        out[where] = values
+
+    def _perm(self, d: int, epoch: int) -> Permutation:
+        return _permutation(self.n_samples[d], self.seed, self.names[d], epoch)
+
+    def position_of(
+        self, source: int, sample: np.ndarray | int, epoch: np.ndarray | int
+    ) -> np.ndarray:
+        """The inverse: the position at which ``sample`` of ``source`` is drawn in ``epoch``."""
+        samples = np.atleast_1d(np.asarray(sample, dtype=np.int64))
+        epochs = np.broadcast_to(np.asarray(epoch, dtype=np.int64), samples.shape)
+        offsets = np.empty_like(samples)
+        for e in np.unique(epochs):
+            in_e = epochs == e
+            offsets[in_e] = self._perm(source, int(e)).inverse(samples[in_e])
+        draws = epochs * self.n_samples[source] + offsets
+        return np.asarray(self.blend.position(source, draws), dtype=np.int64)

@@ -1,0 +1,189 @@
+"""Plan files: validation, repeat table, budget refusal, index hash, PLAN.json round trip."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tokentape.cli import main
+from tokentape.errors import TokentapeError
+from tokentape.tape.plan import load_plan, load_plan_spec, parse_plan, resolve_plan
+from tokentape.tokenize.driver import tokenize
+from tokentape.tokenize.job import TokenizeConfig
+
+SIZES = {"web": 120, "code": 60, "math": 15}  # documents per source
+
+
+def write_docs(path: Path, name: str, n: int, edit: str = "") -> None:
+    lines = [json.dumps({"text": f"{name} document {i} " * (5 + i % 7) + edit}) for i in range(n)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def make_store(root: Path, name: str, n: int, edit: str = "") -> Path:
+    data = root / f"{name}.jsonl"
+    write_docs(data, name, n, edit)
+    out = root / "stores" / name
+    tokenize(TokenizeConfig(inputs=(str(data),), out=str(out)), show_progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("plan")
+    for name, n in SIZES.items():
+        make_store(root, name, n)
+    return root
+
+
+PLAN = """\
+seq_len = 64
+seed = 1234
+total_samples = 2000
+[[source]]
+name = "web"
+path = "stores/web"
+weight = 60
+max_repeats = 8
+[[source]]
+name = "code"
+path = "stores/code"
+weight = 30
+max_repeats = 6
+[[source]]
+name = "math"
+path = "stores/math"
+weight = 10
+max_repeats = 40
+"""
+
+
+def plan_of(root: Path, text: str = PLAN):
+    return resolve_plan(parse_plan(text, "mix.toml", str(root)), "mix.toml")
+
+
+def test_repeat_table(stores):
+    plan = plan_of(stores)
+    assert [s.name for s in plan.sources] == ["web", "code", "math"]
+    assert sum(s.weight_units for s in plan.sources) == plan.denominator == 2**16
+    assert sum(s.draws for s in plan.sources) == plan.horizon_samples == 2000
+    for s, w in zip(plan.sources, (0.6, 0.3, 0.1), strict=True):
+        assert abs(s.draws - 2000 * s.weight_units / 2**16) < 1
+        assert abs(s.weight_units / 2**16 - w) < 1 / 2**16
+        assert s.n_samples == (s.n_tokens - 1) // 64
+        assert s.passes == pytest.approx(s.draws / s.n_samples)
+
+
+def test_total_tokens_horizon_and_suffixes(stores):
+    text = PLAN.replace("total_samples = 2000", 'total_tokens = "0.128M"')
+    assert plan_of(stores, text).horizon_samples == 2000  # 128,000 / 64
+    text = PLAN.replace("total_samples = 2000", "total_tokens = 128001")
+    assert plan_of(stores, text).horizon_samples == 2001  # rounded up
+
+
+def test_budget_refusal_names_the_source(stores, tmp_path, capsys):
+    shutil.copytree(stores / "stores", tmp_path / "stores")
+    (tmp_path / "mix.toml").write_text(PLAN.replace("max_repeats = 40", "max_repeats = 1.5"))
+    assert main(["plan", str(tmp_path / "mix.toml"), "--out", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err
+    assert "source 'math' would be read" in err and "max_repeats = 1.5" in err
+    assert not (tmp_path / "p.json").exists()
+    (tmp_path / "mix.toml").write_text(PLAN)
+    assert main(["plan", str(tmp_path / "mix.toml"), "--out", str(tmp_path / "p.json")]) == 0
+    out = capsys.readouterr().out
+    plan = load_plan(tmp_path / "p.json")
+    assert plan.index_hash in out and "math" in out
+    assert plan == plan_of(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (("seq_len = 64", "seq_len = 0"), "'seq_len' must be positive"),
+        (("seed = 1234", "seed = -1"), "'seed' must be in"),
+        (("weight = 60", "weight = -1"), "source[0] ('web'): 'weight' must be a positive"),
+        (("weight = 60", "weight = nan"), "'weight' must be a positive finite number"),
+        (("weight = 60", 'weight = "sixty"'), "'weight' must be a number"),
+        (("weight = 60", "wieght = 60"), "source[0] ('web'): unknown key 'wieght'"),
+        (('name = "code"', 'name = "web"'), "source name 'web' appears twice"),
+        (("seed = 1234\n", ""), "missing key 'seed'"),
+        (("total_samples = 2000", ""), "exactly one of 'total_tokens' or 'total_samples'"),
+        (("total_samples = 2000", 'total_samples = "2X"'), "is not a count"),
+        (('path = "stores/math"', 'path = "stores/nope"'), "source 'math': store"),
+        (("seq_len = 64", "seq_len = 100000"), "fewer than seq_len + 1"),
+        (("[[source]]", "colour = 1\n[[source]]"), "unknown key 'colour'"),
+    ],
+)
+def test_plan_errors(stores, edit, message):
+    text = PLAN.replace(edit[0], edit[1], 1)
+    with pytest.raises(TokentapeError) as info:
+        plan_of(stores, text)
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_weight_that_rounds_to_zero_is_refused(stores):
+    text = PLAN.replace("weight = 10", "weight = 0.00001")
+    with pytest.raises(TokentapeError, match="'math'"):
+        plan_of(stores, text)
+
+
+def test_stores_with_different_tokenizers_are_refused(stores, tmp_path, hf_tokenizer_json):
+    shutil.copytree(stores / "stores", tmp_path / "stores")
+    shutil.rmtree(tmp_path / "stores" / "math")
+    write_docs(tmp_path / "math.jsonl", "math", 15)
+    config = TokenizeConfig(
+        inputs=(str(tmp_path / "math.jsonl"),),
+        out=str(tmp_path / "stores" / "math"),
+        tokenizer=str(hf_tokenizer_json),
+    )
+    tokenize(config, show_progress=False)
+    with pytest.raises(TokentapeError, match="source 'math' was tokenized with another tokenizer"):
+        plan_of(tmp_path)
+
+
+def test_missing_plan_file(tmp_path):
+    with pytest.raises(TokentapeError, match="no such file"):
+        load_plan_spec(tmp_path / "nope.toml")
+
+
+def test_index_hash_changes_when_and_only_when_a_tape_input_changes(stores, tmp_path):
+    base = plan_of(stores).index_hash
+    same = [
+        PLAN.replace("total_samples = 2000", "total_samples = 999999"),  # the horizon
+        PLAN.replace("max_repeats = 40", "max_repeats = 400"),  # a budget
+        PLAN.replace("weight = 60", "weight = 120").replace("weight = 30", "weight = 60")
+        .replace("weight = 10", "weight = 20"),  # the same shares
+    ]  # fmt: skip
+    for text in same:
+        assert plan_of(stores, text).index_hash == base
+    changed = [
+        PLAN.replace("seq_len = 64", "seq_len = 32"),
+        PLAN.replace("seed = 1234", "seed = 1235"),
+        PLAN.replace("weight = 60", "weight = 61"),
+        PLAN.replace('name = "web"', 'name = "web2"'),
+    ]
+    hashes = {plan_of(stores, text).index_hash for text in changed}
+    assert len(hashes) == 4 and base not in hashes
+    # Source order.
+    blocks = PLAN.split("[[source]]")
+    reordered = blocks[0] + "[[source]]" + blocks[2] + "[[source]]" + blocks[1]
+    reordered += "[[source]]" + blocks[3]
+    assert plan_of(stores, reordered).index_hash not in hashes | {base}
+    # One token of one store: re-tokenize 'code' with one character changed.
+    shutil.copytree(stores / "stores", tmp_path / "stores")
+    shutil.rmtree(tmp_path / "stores" / "code")
+    make_store(tmp_path, "code", SIZES["code"], edit="!")
+    assert plan_of(tmp_path).index_hash not in hashes | {base}
+
+
+def test_edited_plan_json_is_refused(stores, tmp_path):
+    path = tmp_path / "p.json"
+    path.write_text(plan_of(stores).to_json())
+    data = json.loads(path.read_text())
+    data["seed"] = 99
+    path.write_text(json.dumps(data))
+    with pytest.raises(TokentapeError, match="index_hash does not match"):
+        load_plan(path)

@@ -187,3 +187,11 @@ def test_edited_plan_json_is_refused(stores, tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(TokentapeError, match="index_hash does not match"):
         load_plan(path)
+
+
+def test_plot_draws_a_png(stores, tmp_path):
+    pytest.importorskip("matplotlib")
+    shutil.copytree(stores / "stores", tmp_path / "stores")
+    (tmp_path / "mix.toml").write_text(PLAN)
+    assert main(["plan", str(tmp_path / "mix.toml"), "--plot", str(tmp_path / "p.png")]) == 0
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

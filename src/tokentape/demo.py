@@ -6,12 +6,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from tokentape.corpora import write_builtin_corpora
-from tokentape.report import dropped_text, fmt_int, table
+from tokentape.errors import TokentapeError
+from tokentape.plot import plot_plan, plt
+from tokentape.report import dropped_text, fmt_int, plan_text, table
+from tokentape.store.atomic import write_atomic
 from tokentape.store.reader import open_source
+from tokentape.tape.plan import check_budgets, load_plan_spec, resolve_plan
 from tokentape.tokenize.driver import TokenizeSummary, tokenize
 from tokentape.tokenize.inputs import expand_inputs, plan_units, read_documents
 from tokentape.tokenize.job import TokenizeConfig
@@ -19,6 +24,21 @@ from tokentape.tokenize.job import TokenizeConfig
 EOD = "<|endoftext|>"
 DEMO_VOCAB = 8192
 DEMO_SEQ_LEN = 256
+
+
+DEMO_BUDGETS = {"prose": 5, "code": 2, "notes": 30}
+
+
+def demo_plan_toml(max_repeats: dict[str, float]) -> str:
+    """A mixture of the built-in stores: prose 50, code 40, notes 10; 4M tokens of 256."""
+    weights = {"prose": 50, "code": 40, "notes": 10}
+    head = f'seq_len = {DEMO_SEQ_LEN}\nseed = 1234\ntotal_tokens = "4M"\n'
+    blocks = [
+        f'\n[[source]]\nname = "{name}"\npath = "stores/{name}"\nweight = {w}\n'
+        f"max_repeats = {max_repeats[name]}\n"
+        for name, w in weights.items()
+    ]
+    return head + "".join(blocks)
 
 
 def heading(n: int, title: str) -> None:
@@ -114,6 +134,29 @@ def run_demo(out: str, workers: int) -> int:
         docs = src.docs_in(k, DEMO_SEQ_LEN)
         preview = src.decode(src.window(k, DEMO_SEQ_LEN)[:24]).replace("\n", " ")
         print(f"  sample {k:>6}: documents {docs}  '{preview}...'")
+
+    heading(6, "Plan a mixture: repeat table and index hash")
+    plan_path = root / "plan.toml"
+    plan_path.write_text(demo_plan_toml(max_repeats={"prose": 1, "code": 1, "notes": 1}))
+    try:
+        check_budgets(resolve_plan(load_plan_spec(plan_path), str(plan_path)), str(plan_path))
+    except TokentapeError as exc:
+        print(f"  with max_repeats = 1 everywhere the plan is refused:\n    {exc}")
+    plan_path.write_text(demo_plan_toml(max_repeats=DEMO_BUDGETS))
+    plan = resolve_plan(load_plan_spec(plan_path), str(plan_path))
+    check_budgets(plan, str(plan_path))
+    write_atomic(root / "plan.json", plan.to_json().encode())
+    print(f"  with the budgets signed off in {plan_path}:\n")
+    print(plan_text(plan))
+    tape = plan.tape()
+    first = tape.resolve(np.arange(16))
+    names = [plan.sources[d].name for d in first.source]
+    print("\n  the first 16 positions of the tape (source:sample):")
+    print("    " + " ".join(f"{n}:{k}" for n, k in zip(names, first.sample.tolist(), strict=True)))
+    print(f"  resolved plan written to {root / 'plan.json'}")
+    if plt is not None:
+        plot_plan(plan, root / "plan.png")
+        print(f"  shares and repeats drawn in {root / 'plan.png'}")
 
     print(f"\nDemo finished in {time.monotonic() - started:.1f} s; outputs under {root}/")
     return 0 if same else 1

@@ -19,11 +19,10 @@ from typing import Any
 
 from tokentape.errors import TokentapeError
 from tokentape.store.format import Manifest, read_manifest
-from tokentape.tape.blend import rational_weights
-from tokentape.tape.resolve import MAX_POSITION, Tape
+from tokentape.tape.blend import DEFAULT_DENOMINATOR, MAX_POSITION, rational_weights
+from tokentape.tape.resolve import Tape
 
 ALGORITHM_VERSION = 1
-DEFAULT_DENOMINATOR = 2**16
 PLAN_FORMAT = "tokentape.plan"
 
 _TOP_KEYS = {"seq_len", "seed", "total_tokens", "total_samples", "weight_denominator", "source"}

@@ -161,18 +161,29 @@ class Permutation:
         return self._walk(v, forward).view(np.int64).reshape(a.shape)
 
     def _walk(self, v: np.ndarray, forward: bool) -> np.ndarray:
-        """Cycle walking, block by block: re-apply the network to values still outside [0, n)."""
+        """Cycle walking: re-apply the network to the values still outside [0, n).
+
+        The first pass runs block by block (cache-sized); the values that left [0, n) are then
+        walked together, so the geometric tail costs a few large calls, not many tiny ones.
+        """
         keys = tuple(np.uint64(k) for k in self.keys)
         n = np.uint64(self.n)
+        out = self._blocks(v, keys, forward)
+        todo = np.flatnonzero(out >= n)
+        while todo.size:
+            walked = self._blocks(out[todo], keys, forward)
+            out[todo] = walked
+            todo = todo[walked >= n]
+        return out
+
+    def _blocks(self, v: np.ndarray, keys: tuple[np.uint64, ...], forward: bool) -> np.ndarray:
+        if v.size <= _BLOCK:
+            return _feistel(v, keys, self.half_bits, forward)
         out = np.empty_like(v)
         for start in range(0, v.size, _BLOCK):
-            block = _feistel(v[start : start + _BLOCK], keys, self.half_bits, forward)
-            todo = np.flatnonzero(block >= n)
-            while todo.size:
-                walked = _feistel(block[todo], keys, self.half_bits, forward)
-                block[todo] = walked
-                todo = todo[walked >= n]
-            out[start : start + _BLOCK] = block
+            out[start : start + _BLOCK] = _feistel(
+                v[start : start + _BLOCK], keys, self.half_bits, forward
+            )
         return out
 
 

@@ -56,26 +56,30 @@ class Tape:
     def resolve(self, positions: np.ndarray | Sequence[int]) -> Resolved:
         """Vectorised: the (source, epoch, sample) of each position."""
         source, draw = self.blend.source_and_draw(np.asarray(positions, dtype=np.int64))
-        n = np.asarray(self.n_samples, dtype=np.int64)[source]
-        epoch, offset = np.divmod(draw, n)
-        sample = np.empty_like(offset)
-        for d in np.unique(source):
-            in_d = source == d
-            self._permute(int(d), epoch[in_d], offset[in_d], sample, in_d)
+        epoch = np.empty_like(draw)
+        sample = np.empty_like(draw)
+        # Group positions by source (a stable radix sort of a small-integer array), then
+        # work on each source's positions with scalar n and one permutation per pass.
+        small = source.astype(np.int16 if len(self.names) > 127 else np.int8)
+        order = np.argsort(small, kind="stable")
+        bounds = np.searchsorted(small[order], np.arange(len(self.names) + 1))
+        for d in range(len(self.names)):
+            idx = order[bounds[d] : bounds[d + 1]]
+            if idx.size:
+                e, offset = np.divmod(draw[idx], self.n_samples[d])
+                epoch[idx] = e
+                sample[idx] = self._permute(d, e, offset)
         return Resolved(source.astype(np.int64), epoch, sample)
 
-    def _permute(
-        self, d: int, epochs: np.ndarray, offsets: np.ndarray, out: np.ndarray, where: np.ndarray
-    ) -> None:
+    def _permute(self, d: int, epochs: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         lo, hi = int(epochs.min()), int(epochs.max())
         if lo == hi:  # the common case: a batch of positions lies in one pass of the source
-            out[where] = self._perm(d, lo)(offsets)
-            return
+            return self._perm(d, lo)(offsets)
         values = np.empty_like(offsets)
         for e in np.unique(epochs):
             in_e = epochs == e
             values[in_e] = self._perm(d, int(e))(offsets[in_e])
-        out[where] = values
+        return values
 
     def _perm(self, d: int, epoch: int) -> Permutation:
         return _permutation(self.n_samples[d], self.seed, self.names[d], epoch)

@@ -20,11 +20,12 @@ from typing import Any
 from tokentape.errors import TokentapeError
 from tokentape.tokenize.filters import FilterSet, parse_filters
 from tokentape.tokenize.inputs import Unit
-from tokentape.tokenize.job import crashpoint
+from tokentape.tokenize.job import CRASH_ENV, crashpoint
 from tokentape.tokenize.progress import Counters
 from tokentape.tokenize.tokenizers import Tokenizer, load_tokenizer
 from tokentape.tokenize.worker import WorkerSettings, tokenize_unit
 
+HELPER_CRASH = "helper-unit"  # test hook: a helper SIGKILLs itself when it claims a unit
 _SINGLE_THREAD_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1"}
 
 
@@ -64,6 +65,8 @@ def _drain(
     helper: bool,
 ) -> None:
     """Claim and tokenize units until none is left or another process failed."""
+    if not helper and os.environ.get(CRASH_ENV) == HELPER_CRASH:
+        _let_a_helper_claim_first(next_unit)
     while not abort.value:
         with next_unit.get_lock():
             i = next_unit.value
@@ -72,10 +75,18 @@ def _drain(
             return
         unit = job.units[i]
         if helper:
-            crashpoint("helper-unit")
+            crashpoint(HELPER_CRASH)
         tokenize_unit(unit, tokenizer, filters, job.settings, counters)
         if not helper:
             crashpoint("after-unit")
+
+
+def _let_a_helper_claim_first(next_unit: Synchronized, timeout: float = 60.0) -> None:
+    """Test hook for ``HELPER_CRASH``: hold the calling process back until a helper has
+    claimed a unit, so that the helper dies holding one whatever the timing."""
+    deadline = time.monotonic() + timeout
+    while next_unit.value == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _exit_when_orphaned(parent: int) -> None:

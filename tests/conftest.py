@@ -8,6 +8,7 @@ from pydoc_data.topics import topics
 
 import pytest
 import tokenizers
+from hypothesis import settings
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 EOD = "<|endoftext|>"
@@ -18,6 +19,11 @@ BIG_VOCAB_WORDS = 70_000
 def pydoc_texts() -> list[str]:
     """The Python reference's topic texts (about 0.5 MB, shipped with every Python)."""
     return [topics[key] for key in sorted(topics)]
+
+
+# Shared, noisy machines: no per-example deadline (a slow example is not a failure).
+settings.register_profile("tokentape", deadline=None)
+settings.load_profile("tokentape")
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from dataclasses import fields
 from typing import Any
 
 from tokentape import __version__
-from tokentape.corpora import write_builtin_corpora
+from tokentape.corpora import describe_builtin_corpora, write_builtin_corpora
 from tokentape.demo import run_demo
 from tokentape.errors import TokentapeError
 from tokentape.plot import plot_plan
@@ -211,6 +211,8 @@ def _add_corpora(sub: argparse._SubParsersAction) -> None:
         "corpora",
         help="write the built-in corpora (made from Python's own docs and sources)",
         description="Write the built-in demo corpora to DIR: one directory per source.",
+        epilog=describe_builtin_corpora(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--out", required=True, metavar="DIR")
     p.add_argument("--json", action="store_true")

@@ -21,7 +21,6 @@ from tokentape.errors import TokentapeError
 FORMAT_NAME = "tokentape.store"
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
-HASH_ALGORITHM = "sha256"
 DEFAULT_BLOCK_BYTES = 64 * 2**20
 UINT16_MAX_VOCAB = 2**16
 

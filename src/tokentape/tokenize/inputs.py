@@ -65,7 +65,6 @@ import zstandard
 from tokentape.errors import TokentapeError
 
 SUPPORTED_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".txt")
-KINDS = ("jsonl", "jsonl.gz", "jsonl.zst", "parquet", "txt")
 
 READ_BLOCK = 1 << 20  # bytes read (or decompressed) per step of the jsonl reader
 ZSTD_INPUT_BLOCK = 1 << 12  # compressed bytes per zstandard call (bounds its output: ~30,000x)

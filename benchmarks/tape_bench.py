@@ -504,28 +504,15 @@ def bench_resolve(setup: Setup, arrays: dict, quick: bool, rounds: int) -> tuple
         "contiguous": f"{SAME_N:,} contiguous from 0",
         "random": f"{SAME_N:,} random in [0, {_pow10(horizon)})",
     }
-    for kind, at in same_at.items():
-        tt = best.rate(f"tt {kind}", SAME_N)
-        ref = best.rate(f"ref {kind}", SAME_N)
-        rows.append(
-            Row(
-                "resolve",
-                "resolve, same positions",
-                at,
-                unit,
-                tt / 1e6,
-                ref / 1e6,
-                tt / ref,
-                basis="reference: per-position loop, cached permutations",
-            )
-        )
     small_at = {
         "step": f"4 calls x {SMALL:,} contiguous from 0",
         "small": f"4 calls x {SMALL:,} random in [0, {_pow10(horizon)})",
     }
-    for kind, at in small_at.items():
-        tt = best.rate(f"tt {kind}", 4 * SMALL)
-        ref = best.rate(f"ref {kind}", 4 * SMALL)
+    batches = [(k, at, SAME_N) for k, at in same_at.items()]
+    batches += [(k, at, 4 * SMALL) for k, at in small_at.items()]
+    for kind, at, count in batches:
+        tt = best.rate(f"tt {kind}", count)
+        ref = best.rate(f"ref {kind}", count)
         rows.append(
             Row(
                 "resolve",

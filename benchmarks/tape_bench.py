@@ -508,9 +508,9 @@ def bench_resolve(setup: Setup, arrays: dict, quick: bool, rounds: int) -> tuple
         "step": f"4 calls x {SMALL:,} contiguous from 0",
         "small": f"4 calls x {SMALL:,} random in [0, {_pow10(horizon)})",
     }
-    batches = [(k, at, SAME_N) for k, at in same_at.items()]
-    batches += [(k, at, 4 * SMALL) for k, at in small_at.items()]
-    for kind, at, count in batches:
+    compared = [(k, at, SAME_N) for k, at in same_at.items()]
+    compared += [(k, at, 4 * SMALL) for k, at in small_at.items()]
+    for kind, at, count in compared:
         tt = best.rate(f"tt {kind}", count)
         ref = best.rate(f"ref {kind}", count)
         rows.append(

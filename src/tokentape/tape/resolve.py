@@ -55,7 +55,11 @@ class Tape:
 
     def resolve(self, positions: np.ndarray | Sequence[int]) -> Resolved:
         """Vectorised: the (source, epoch, sample) of each position."""
-        source, draw = self.blend.source_and_draw(np.asarray(positions, dtype=np.int64))
+        p = np.asarray(positions, dtype=np.int64)
+        consecutive = p.ndim == 1 and p.size > 1 and int(p[-1]) - int(p[0]) == p.size - 1
+        if consecutive and np.all(np.diff(p) == 1):  # a run of positions: the fast path
+            return self.resolve_range(int(p[0]), p.size)
+        source, draw = self.blend.source_and_draw(p)
         epoch = np.empty_like(draw)
         sample = np.empty_like(draw)
         # Group positions by source (a stable radix sort of a small-integer array), then
@@ -70,6 +74,36 @@ class Tape:
                 epoch[idx] = e
                 sample[idx] = self._permute(d, e, offset)
         return Resolved(source.astype(np.int64), epoch, sample)
+
+    def resolve_range(self, start: int, count: int) -> Resolved:
+        """``resolve(range(start, start + count))`` without sorting or searching.
+
+        Within a run of consecutive positions, source d sits where the period's table has d
+        (a tiling of its occurrences), and its draws there are consecutive integers from
+        ``blend.count(d, start)``.
+        """
+        blend = self.blend
+        if count <= 0:
+            empty = np.zeros(0, dtype=np.int64)
+            return Resolved(empty, empty, empty)
+        period = blend.denominator
+        first, last = start // period, (start + count - 1) // period
+        base = (np.arange(first, last + 1, dtype=np.int64) * period - start)[:, None]
+        source = np.empty(count, dtype=np.int64)
+        epoch = np.empty(count, dtype=np.int64)
+        sample = np.empty(count, dtype=np.int64)
+        for d in range(len(self.names)):
+            occurrences = blend.occurrences[blend.offsets[d] : blend.offsets[d + 1]]
+            idx = (base + occurrences[None, :]).ravel()
+            idx = idx[(idx >= 0) & (idx < count)]
+            if not idx.size:
+                continue
+            first_draw = int(blend.count(d, start))
+            e, offset = np.divmod(np.arange(first_draw, first_draw + idx.size), self.n_samples[d])
+            source[idx] = d
+            epoch[idx] = e
+            sample[idx] = self._permute(d, e, offset)
+        return Resolved(source, epoch, sample)
 
     def _permute(self, d: int, epochs: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         lo, hi = int(epochs.min()), int(epochs.max())

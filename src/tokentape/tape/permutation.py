@@ -7,10 +7,11 @@ than four times on average. The inverse runs the rounds backwards and walks the 
 back along the cycle, the first value below ``n`` is the one that started the forward walk.
 
 Round keys come from BLAKE2b over a length-prefixed encoding of (``ALGORITHM``, seed, source
-name, epoch), so distinct tuples never share an encoding. The round function is the splitmix64
-finaliser of ``half + key`` (wrapping uint64 arithmetic) without its last xor-shift, of which
-the top ``h`` bits are kept; everything is explicit ``np.uint64``, so results are identical on
-every machine. Changing anything here changes every tape: bump ``ALGORITHM`` (and the tape's
+name, epoch), so distinct tuples never share an encoding. The round function is a finaliser of
+``half + key`` without its last xor-shift, of which the top ``h`` bits are kept: for halves of
+up to 16 bits (n <= 2**32) on 32-bit words with murmur3's fmix32 constants and the low 32 bits
+of each key, above that on 64-bit words with splitmix64's. Everything is explicit ``np.uint32``
+/ ``np.uint64`` (wrapping), so results are identical on every machine. Changing anything here changes every tape: bump ``ALGORITHM`` (and the tape's
 algorithm version) if you do.
 
 Known limits, harmless for shuffling: over all keys, the permutations of a tiny domain (n <= 4)

@@ -11,8 +11,8 @@ name, epoch), so distinct tuples never share an encoding. The round function is 
 ``half + key`` without its last xor-shift, of which the top ``h`` bits are kept: for halves of
 up to 16 bits (n <= 2**32) on 32-bit words with murmur3's fmix32 constants and the low 32 bits
 of each key, above that on 64-bit words with splitmix64's. Everything is explicit ``np.uint32``
-/ ``np.uint64`` (wrapping), so results are identical on every machine. Changing anything here changes every tape: bump ``ALGORITHM`` (and the tape's
-algorithm version) if you do.
+/ ``np.uint64`` (wrapping), so results are identical on every machine. Changing anything here
+changes every tape: bump ``ALGORITHM`` (and the tape's algorithm version) if you do.
 
 Known limits, harmless for shuffling: over all keys, the permutations of a tiny domain (n <= 4)
 are within about 0.005 total variation of uniform after 8 rounds, and when n = 4**h (h >= 2) only

@@ -1,0 +1,146 @@
+"""The data pipeline's checkpoint state: ``consumed`` and what it must be checked against.
+
+``consumed`` counts samples the optimizer has applied; it moves only when a step is committed.
+Beside it: the plan's index hash and identity (what the hash covers, so a refusal can say what
+changed), and the batch history (the step and ``consumed`` at which the batch shape changed), so
+that any step number maps back to its positions. Everything is JSON-friendly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tokentape.errors import TokentapeError
+from tokentape.tape.plan import Plan
+from tokentape.train.partition import BatchConfig
+
+STATE_VERSION = 1
+_IDENTITY_FIELDS = ("weight_units", "n_tokens", "dtype", "content_hash")
+
+
+def plan_identity(plan: Plan) -> dict[str, Any]:
+    """Exactly the inputs the index hash covers, in a form a person can compare."""
+    return {
+        "algorithm_version": plan.algorithm_version,
+        "seq_len": plan.seq_len,
+        "seed": plan.seed,
+        "denominator": plan.denominator,
+        "sources": [
+            {"name": s.name, **{f: getattr(s, f) for f in _IDENTITY_FIELDS}} for s in plan.sources
+        ],
+    }
+
+
+def identity_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What differs between two plan identities, one phrase each (old → new)."""
+    diffs = [
+        f"{key}: {old.get(key)} → {new.get(key)}"
+        for key in ("algorithm_version", "seq_len", "seed", "denominator")
+        if old.get(key) != new.get(key)
+    ]
+    old_sources = {s["name"]: s for s in old.get("sources", [])}
+    new_sources = {s["name"]: s for s in new.get("sources", [])}
+    for name in old_sources.keys() - new_sources.keys():
+        diffs.append(f"source '{name}' removed")
+    for name in new_sources.keys() - old_sources.keys():
+        diffs.append(f"source '{name}' added")
+    for name in old_sources.keys() & new_sources.keys():
+        for f in _IDENTITY_FIELDS:
+            before, after = old_sources[name].get(f), new_sources[name].get(f)
+            if before != after:
+                diffs.append(f"source '{name}': {f} {before} → {after}")
+    old_order = [s["name"] for s in old.get("sources", [])]
+    new_order = [s["name"] for s in new.get("sources", [])]
+    if set(old_order) == set(new_order) and old_order != new_order:
+        diffs.append(f"source order {old_order} → {new_order}")
+    return sorted(diffs)
+
+
+@dataclass(frozen=True)
+class BatchChange:
+    """From ``step`` on (with ``consumed`` samples applied before it), steps have this shape."""
+
+    step: int
+    consumed: int
+    dp_size: int
+    micro: int
+    accum: int
+
+    @property
+    def config(self) -> BatchConfig:
+        return BatchConfig(self.dp_size, self.micro, self.accum)
+
+
+@dataclass(frozen=True)
+class DataState:
+    """An immutable snapshot; ``commit`` returns the next one."""
+
+    index_hash: str
+    identity: dict[str, Any]
+    consumed: int = 0
+    step: int = 0
+    history: tuple[BatchChange, ...] = ()
+
+    @classmethod
+    def start(cls, plan: Plan) -> DataState:
+        return cls(plan.index_hash, plan_identity(plan))
+
+    def commit(self, config: BatchConfig) -> DataState:
+        """The state after one more optimizer step of shape ``config`` was applied."""
+        history = self.history
+        if not history or history[-1].config != config:
+            change = BatchChange(
+                self.step, self.consumed, config.dp_size, config.micro, config.accum
+            )
+            history = (*history, change)
+        return replace(
+            self,
+            consumed=self.consumed + config.global_batch,
+            step=self.step + 1,
+            history=history,
+        )
+
+    def consumed_before(self, step: int) -> tuple[int, BatchConfig]:
+        """``consumed`` at the start of ``step`` (< self.step) and that step's shape."""
+        if not 0 <= step < self.step:
+            raise TokentapeError(f"step {step} is not in the history (steps 0..{self.step - 1})")
+        change = next(c for c in reversed(self.history) if c.step <= step)
+        return change.consumed + (step - change.step) * change.config.global_batch, change.config
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "index_hash": self.index_hash,
+            "identity": self.identity,
+            "consumed": self.consumed,
+            "step": self.step,
+            "history": [c.__dict__ for c in self.history],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DataState:
+        if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
+            raise TokentapeError(
+                f"data state: expected a tokentape state of version {STATE_VERSION}"
+            )
+        try:
+            return cls(
+                index_hash=str(data["index_hash"]),
+                identity=dict(data["identity"]),
+                consumed=int(data["consumed"]),
+                step=int(data["step"]),
+                history=tuple(BatchChange(**c) for c in data["history"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TokentapeError(f"data state: malformed ({exc})") from None
+
+    def check_plan(self, plan: Plan) -> None:
+        """Refuse to resume on a plan whose tape differs, naming what changed."""
+        if plan.index_hash == self.index_hash:
+            return
+        diffs = identity_diff(self.identity, plan_identity(plan)) or ["(identity unchanged)"]
+        raise TokentapeError(
+            f"refusing to resume: the checkpoint's index hash {self.index_hash[:19]}… differs "
+            f"from the plan's {plan.index_hash[:19]}…: " + "; ".join(diffs)
+        )

@@ -1,0 +1,94 @@
+"""Data state: commit, batch history, JSON round trip, and refusal on a changed tape."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from test_plan import PLAN, SIZES, make_store, plan_of
+
+from tokentape.errors import TokentapeError
+from tokentape.train.partition import BatchConfig
+from tokentape.train.state import DataState
+
+configs = st.builds(
+    BatchConfig, dp_size=st.integers(1, 8), micro=st.integers(1, 4), accum=st.integers(1, 4)
+)
+
+
+@pytest.fixture(scope="module")
+def plan_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("state")
+    for name, n in SIZES.items():
+        make_store(root, name, n)
+    return root
+
+
+def bare_state() -> DataState:
+    return DataState(index_hash="sha256:x", identity={})
+
+
+@given(steps=st.lists(configs, min_size=1, max_size=30))
+def test_consumed_before_every_step_matches_the_running_sum(steps):
+    state, running = bare_state(), []
+    for config in steps:
+        running.append((state.consumed, config))
+        state = state.commit(config)
+    assert state.step == len(steps)
+    assert state.consumed == sum(c.global_batch for c in steps)
+    for step, expected in enumerate(running):
+        assert state.consumed_before(step) == expected
+    # One history entry per change of shape, not per step.
+    changes = 1 + sum(a != b for a, b in itertools.pairwise(steps))
+    assert len(state.history) == changes
+    again = DataState.from_dict(json.loads(json.dumps(state.to_dict())))
+    assert again == state
+
+
+def test_step_outside_the_history():
+    state = bare_state().commit(BatchConfig(2, 2))
+    with pytest.raises(TokentapeError, match="step 1 is not in the history"):
+        state.consumed_before(1)
+
+
+def test_malformed_state_is_refused():
+    with pytest.raises(TokentapeError, match="version 1"):
+        DataState.from_dict({"consumed": 3})
+    data = bare_state().to_dict()
+    del data["consumed"]
+    with pytest.raises(TokentapeError, match="malformed"):
+        DataState.from_dict(data)
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        (("seed = 1234", "seed = 1235"), "seed: 1234 → 1235"),
+        (("seq_len = 64", "seq_len = 32"), "seq_len: 64 → 32"),
+        (("weight = 60", "weight = 70"), "source 'web': weight_units 39322 →"),
+        (('name = "math"', 'name = "maths"'), "source 'math' removed"),
+    ],
+)
+def test_resume_on_a_changed_plan_names_what_changed(plan_dir, edit, expected):
+    state = DataState.start(plan_of(plan_dir)).commit(BatchConfig(2, 4))
+    state.check_plan(plan_of(plan_dir))  # the same plan resumes
+    with pytest.raises(TokentapeError) as info:
+        state.check_plan(plan_of(plan_dir, PLAN.replace(*edit)))
+    assert expected in str(info.value) and "refusing to resume" in str(info.value)
+
+
+def test_resume_on_a_retokenized_store_or_reordered_sources(plan_dir, tmp_path):
+    state = DataState.start(plan_of(plan_dir))
+    shutil.copytree(plan_dir / "stores", tmp_path / "stores")
+    shutil.rmtree(tmp_path / "stores" / "code")
+    make_store(tmp_path, "code", SIZES["code"], edit="!")
+    with pytest.raises(TokentapeError, match=r"source 'code': content_hash sha256:\w+ → sha256:"):
+        state.check_plan(plan_of(tmp_path))
+    blocks = PLAN.split("[[source]]")
+    reordered = "[[source]]".join([blocks[0], blocks[2], blocks[1], blocks[3]])
+    with pytest.raises(TokentapeError, match="source order"):
+        state.check_plan(plan_of(plan_dir, reordered))

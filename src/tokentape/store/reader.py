@@ -107,6 +107,28 @@ class Source:
         self._check_sample(k, seq_len)
         return self.tokens(k * seq_len, k * seq_len + seq_len + 1)
 
+    def windows_into(self, samples: np.ndarray, seq_len: int, out: np.ndarray) -> None:
+        """Copy samples ``samples`` (at ``seq_len``) into the rows of ``out``, shape (n, L+1).
+
+        One slice copy per row from the memory map (rows that cross a shard boundary are
+        stitched); ``out`` may have any integer dtype wide enough for the ids.
+        """
+        k = np.asarray(samples, dtype=np.int64)
+        n = self.n_samples(seq_len)
+        if k.size and (int(k.min()) < 0 or int(k.max()) >= n):
+            raise IndexError(f"samples outside [0, {n}) at seq_len {seq_len}")
+        if out.shape != (k.size, seq_len + 1):
+            raise ValueError(f"out must have shape ({k.size}, {seq_len + 1}), got {out.shape}")
+        starts = k * seq_len
+        shard_of = np.searchsorted(self._shard_offsets, starts, side="right") - 1
+        for row, (start, shard) in enumerate(zip(starts.tolist(), shard_of.tolist(), strict=True)):
+            local = start - int(self._shard_offsets[shard])
+            stop = local + seq_len + 1
+            if start + seq_len + 1 <= self._shard_offsets[shard + 1]:
+                out[row] = self._shards[shard][local:stop]
+            else:
+                out[row] = self.tokens(start, start + seq_len + 1)
+
     def docs_in(self, k: int, seq_len: int) -> list[int]:
         """Ids of the documents that overlap sample ``k``."""
         self._check_sample(k, seq_len)

@@ -1,0 +1,74 @@
+"""Batch assembly: positions → resolved samples → token windows, from the plan's stores."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from tokentape.errors import TokentapeError
+from tokentape.store.reader import Source, open_source
+from tokentape.tape.plan import Plan, load_plan
+from tokentape.tape.resolve import Tape
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Samples at some positions: where each came from, and its ``seq_len + 1`` tokens."""
+
+    positions: np.ndarray  # (n,) int64
+    source: np.ndarray  # (n,) int64, index into the plan's sources
+    epoch: np.ndarray  # (n,) int64
+    sample: np.ndarray  # (n,) int64
+    tokens: np.ndarray  # (n, seq_len + 1)
+
+    @property
+    def inputs(self) -> np.ndarray:
+        """The first ``seq_len`` tokens of each window."""
+        return self.tokens[:, :-1]
+
+    @property
+    def targets(self) -> np.ndarray:
+        """The window shifted by one: what each input position predicts."""
+        return self.tokens[:, 1:]
+
+
+def _open_checked(plan: Plan) -> list[Source]:
+    sources = []
+    for s in plan.sources:
+        src = open_source(s.path)
+        found = src.manifest.content_hash
+        if found != s.content_hash:
+            raise TokentapeError(
+                f"store '{s.path}' (source '{s.name}') changed since the plan was made: content "
+                f"hash {s.content_hash[:19]}… → {found[:19]}…; re-run `tokentape plan`"
+            )
+        sources.append(src)
+    return sources
+
+
+class Batcher:
+    """Assembles the batch of any positions of a plan; pure apart from reading the stores."""
+
+    def __init__(self, plan: Plan, dtype: np.dtype | type = np.int64) -> None:
+        self.plan = plan
+        self.tape: Tape = plan.tape()
+        self.sources = _open_checked(plan)
+        self.dtype = np.dtype(dtype)
+
+    @classmethod
+    def open(cls, plan_path: str | os.PathLike[str], dtype: np.dtype | type = np.int64) -> Batcher:
+        return cls(load_plan(plan_path), dtype)
+
+    def batch(self, positions: np.ndarray) -> Batch:
+        p = np.asarray(positions, dtype=np.int64).reshape(-1)
+        r = self.tape.resolve(p)
+        seq_len = self.plan.seq_len
+        tokens = np.empty((p.size, seq_len + 1), dtype=self.dtype)
+        for d in np.unique(r.source).tolist():
+            rows = np.flatnonzero(r.source == d)
+            block = np.empty((rows.size, seq_len + 1), dtype=self.dtype)
+            self.sources[d].windows_into(r.sample[rows], seq_len, block)
+            tokens[rows] = block
+        return Batch(p, r.source, r.epoch, r.sample, tokens)

@@ -1,0 +1,64 @@
+"""Batch assembly: token windows equal the store's own per-sample windows, across shards."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_plan import PLAN, SIZES, write_docs
+
+from tokentape.errors import TokentapeError
+from tokentape.store.reader import open_source
+from tokentape.tape.plan import load_plan_spec, resolve_plan
+from tokentape.tokenize.driver import tokenize
+from tokentape.tokenize.job import TokenizeConfig
+from tokentape.train.batch import Batcher
+
+
+def small_shard_stores(root: Path) -> None:
+    for name, n in SIZES.items():
+        write_docs(root / f"{name}.jsonl", name, n)
+        config = TokenizeConfig(
+            inputs=(str(root / f"{name}.jsonl"),), out=str(root / "stores" / name), shard_mb=0.001
+        )
+        tokenize(config, show_progress=False)
+    (root / "mix.toml").write_text(PLAN)
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("batch")
+    small_shard_stores(path)
+    return path
+
+
+def test_batch_windows_equal_the_stores_windows(root):
+    plan = resolve_plan(load_plan_spec(root / "mix.toml"))
+    assert all(len(open_source(s.path).manifest.shards) > 3 for s in plan.sources)
+    batcher = Batcher(plan, dtype=np.int32)
+    rng = np.random.default_rng(0)
+    for positions in (np.arange(0, 700), rng.integers(0, 10**6, 500), np.arange(10**9, 10**9 + 64)):
+        b = batcher.batch(positions)
+        assert b.tokens.shape == (positions.size, plan.seq_len + 1) and b.tokens.dtype == np.int32
+        for i, (d, k) in enumerate(zip(b.source.tolist(), b.sample.tolist(), strict=True)):
+            expected = open_source(plan.sources[d].path).window(k, plan.seq_len)
+            assert np.array_equal(b.tokens[i], expected)
+        assert np.array_equal(b.inputs[:, 1:], b.targets[:, :-1])
+    # Over the first 700 positions every source was read, some across shard boundaries.
+    assert set(batcher.batch(np.arange(700)).source.tolist()) == {0, 1, 2}
+
+
+def test_a_store_changed_after_planning_is_refused(root, tmp_path):
+    shutil.copytree(root, tmp_path / "r")
+    plan = resolve_plan(load_plan_spec(tmp_path / "r" / "mix.toml"))
+    write_docs(tmp_path / "r" / "code.jsonl", "code", SIZES["code"], edit="?")
+    config = TokenizeConfig(
+        inputs=(str(tmp_path / "r" / "code.jsonl"),),
+        out=str(tmp_path / "r" / "stores" / "code"),
+        overwrite=True,
+    )
+    tokenize(config, show_progress=False)
+    with pytest.raises(TokentapeError, match=r"source 'code'\) changed since the plan was made"):
+        Batcher(plan)

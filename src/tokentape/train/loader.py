@@ -1,0 +1,171 @@
+"""The loader a training rank uses: the next step's micro-batches, prefetched, and ``commit``.
+
+Its whole runtime state is ``consumed`` (samples applied), inside a ``DataState``. ``step()``
+returns the micro-batches of the step that starts at ``consumed`` for this data-parallel rank;
+it does not move anything. ``commit()`` — after ``optimizer.step()`` — is the only thing that
+advances ``consumed``. Because future positions are known, a background thread prepares the
+next ``prefetch`` steps; a change of batch shape drops them (they are never trained on).
+
+numpy out of the box; torch tensors come with the ``torch`` extra (see ``tokentape.train.torch``,
+to come).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokentape.tape.plan import Plan
+from tokentape.train.batch import Batch, Batcher
+from tokentape.train.partition import BatchConfig, positions_for
+from tokentape.train.state import DataState
+
+
+@dataclass(frozen=True)
+class Step:
+    """One optimizer step of one data-parallel rank: ``accum`` micro-batches."""
+
+    step: int
+    consumed: int  # samples applied before this step
+    config: BatchConfig
+    micro_batches: tuple[Batch, ...]
+
+
+def step_tokens_hash(batch: Batch) -> str:
+    """sha256 over the step's positions and token windows (int64 little-endian)."""
+    h = hashlib.sha256(batch.positions.astype("<i8").tobytes())
+    h.update(np.ascontiguousarray(batch.tokens, dtype="<i8").tobytes())
+    return h.hexdigest()
+
+
+class Loader:
+    """Steps for data-parallel rank ``dp_rank`` of a plan, from ``state`` on."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        dp_rank: int,
+        config: BatchConfig,
+        state: DataState | None = None,
+        prefetch: int = 2,
+        step_log: str | os.PathLike[str] | None = None,
+        dtype: np.dtype | type = np.int64,
+    ) -> None:
+        if prefetch < 0:
+            raise ValueError(f"prefetch must be >= 0, got {prefetch}")
+        self.batcher = Batcher(plan, dtype)
+        self.plan = plan
+        self.dp_rank = dp_rank
+        self.config = config
+        self.state = state if state is not None else DataState.start(plan)
+        self.state.check_plan(plan)
+        self.prefetch = prefetch
+        self.step_log = Path(step_log) if step_log is not None else None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokentape-prefetch")
+        self._ahead: dict[tuple[int, BatchConfig], Future[tuple[Batch, ...]]] = {}
+        positions_for(0, dp_rank, config)  # validates dp_rank against the config
+
+    # --- the training loop's three calls ------------------------------------------------
+
+    def step(self) -> Step:
+        """The micro-batches of the step starting at ``consumed`` (prefetching those after)."""
+        consumed = self.state.consumed
+        self._schedule(consumed)
+        micro = self._ahead[(consumed, self.config)].result()
+        return Step(self.state.step, consumed, self.config, micro)
+
+    def commit(self) -> None:
+        """The optimizer applied the current step: advance ``consumed`` by the global batch."""
+        before = self.state
+        self._ahead.pop((before.consumed, self.config), None)
+        self.state = before.commit(self.config)
+        if self.step_log is not None:
+            self._log(before)
+
+    def set_config(self, config: BatchConfig) -> None:
+        """Change dp size / micro / accum at the next step boundary; drops prefetched work."""
+        positions_for(0, self.dp_rank, config)
+        if config != self.config:
+            for future in self._ahead.values():
+                future.cancel()
+            self._ahead.clear()
+            self.config = config
+
+    # --- checkpointing --------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.state.to_dict()
+
+    def load_state_dict(self, data: dict[str, Any]) -> None:
+        state = DataState.from_dict(data)
+        state.check_plan(self.plan)
+        for future in self._ahead.values():
+            future.cancel()
+        self._ahead.clear()
+        self.state = state
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> Loader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _schedule(self, consumed: int) -> None:
+        b = self.config.global_batch
+        for i in range(self.prefetch + 1):
+            key = (consumed + i * b, self.config)
+            if key not in self._ahead:
+                self._ahead[key] = self._pool.submit(self._build, *key)
+        for key in [k for k in self._ahead if k[0] < consumed]:
+            del self._ahead[key]
+
+    def _build(self, consumed: int, config: BatchConfig) -> tuple[Batch, ...]:
+        rows = positions_for(consumed, self.dp_rank, config)
+        whole = self.batcher.batch(rows.ravel())
+        m = config.micro
+        return tuple(_slice(whole, i * m, (i + 1) * m) for i in range(config.accum))
+
+    def _log(self, before: DataState) -> None:
+        """One JSON line for the committed step, covering every rank's positions."""
+        b = self.config.global_batch
+        everything = self.batcher.batch(np.arange(before.consumed, before.consumed + b))
+        record = {
+            "step": before.step,
+            "consumed": before.consumed,
+            "global_batch": b,
+            "dp": self.config.dp_size,
+            "micro": self.config.micro,
+            "accum": self.config.accum,
+            "index_hash": self.plan.index_hash,
+            "tokens_hash": step_tokens_hash(everything),
+            "time": round(time.time(), 3),
+        }
+        line = (json.dumps(record, sort_keys=True) + "\n").encode()
+        fd = os.open(self.step_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)  # one write of one line: appended whole
+        finally:
+            os.close(fd)
+
+
+def _slice(batch: Batch, lo: int, hi: int) -> Batch:
+    return Batch(
+        batch.positions[lo:hi],
+        batch.source[lo:hi],
+        batch.epoch[lo:hi],
+        batch.sample[lo:hi],
+        batch.tokens[lo:hi],
+    )

@@ -1,0 +1,115 @@
+"""The numpy loader: commit-only advancement, prefetch, shape changes, elastic resume, step log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_batch import small_shard_stores
+from test_plan import PLAN
+
+from tokentape.errors import TokentapeError
+from tokentape.tape.plan import load_plan_spec, parse_plan, resolve_plan
+from tokentape.train.batch import Batcher
+from tokentape.train.loader import Loader, step_tokens_hash
+from tokentape.train.partition import BatchConfig, positions_for
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory):
+    root = tmp_path_factory.mktemp("loader")
+    small_shard_stores(root)
+    return resolve_plan(load_plan_spec(root / "mix.toml"))
+
+
+def run(loaders: list[Loader], steps: int) -> list[np.ndarray]:
+    """Step every rank's loader, commit them all; return the positions each step applied."""
+    applied = []
+    for _ in range(steps):
+        got = [lo.step() for lo in loaders]
+        applied.append(np.concatenate([b.positions for s in got for b in s.micro_batches]))
+        for lo in loaders:
+            lo.commit()
+    return applied
+
+
+def test_steps_equal_the_batcher_on_the_partitioned_positions(plan):
+    config = BatchConfig(dp_size=3, micro=2, accum=2)
+    batcher = Batcher(plan)
+    for rank in range(3):
+        with Loader(plan, rank, config, prefetch=2) as loader:
+            for _ in range(4):
+                s = loader.step()
+                assert s.step == loader.state.step and len(s.micro_batches) == 2
+                rows = positions_for(s.consumed, rank, config)
+                for i, micro in enumerate(s.micro_batches):
+                    expected = batcher.batch(rows[i])
+                    assert np.array_equal(micro.positions, rows[i])
+                    assert np.array_equal(micro.tokens, expected.tokens)
+                loader.commit()
+
+
+def test_only_commit_advances(plan):
+    with Loader(plan, 0, BatchConfig(2, 3)) as loader:
+        a, b = loader.step(), loader.step()
+        assert a.consumed == b.consumed == 0
+        assert np.array_equal(a.micro_batches[0].tokens, b.micro_batches[0].tokens)
+        loader.commit()
+        assert loader.step().consumed == 6 and loader.state.consumed == 6
+
+
+def test_shape_changes_and_elastic_resume_cover_every_position_once(plan):
+    shapes = [BatchConfig(4, 2), BatchConfig(3, 1, 2), BatchConfig(6, 1), BatchConfig(1, 4, 2)]
+    applied: list[np.ndarray] = []
+    state = None
+    for config in shapes:  # each shape: a "restart" with another dp size, from the state dict
+        loaders = [Loader(plan, r, config) for r in range(config.dp_size)]
+        if state is not None:
+            for lo in loaders:
+                lo.load_state_dict(json.loads(json.dumps(state)))
+        applied += run(loaders, 3)
+        state = loaders[0].state_dict()
+        for lo in loaders:
+            lo.close()
+    flat = np.concatenate(applied)
+    assert np.array_equal(np.sort(flat), np.arange(state["consumed"]))
+
+
+def test_a_shape_change_drops_prefetched_steps(plan):
+    with Loader(plan, 0, BatchConfig(2, 2), prefetch=3) as loader:
+        loader.step()
+        loader.set_config(BatchConfig(1, 5))
+        s = loader.step()
+        assert s.config == BatchConfig(1, 5)
+        assert s.micro_batches[0].positions.tolist() == list(range(5))
+
+
+def test_resume_on_another_plan_is_refused(plan):
+    with Loader(plan, 0, BatchConfig(1, 2)) as loader:
+        loader.step()
+        loader.commit()
+        saved = loader.state_dict()
+    base = str(Path(plan.sources[0].path).parent.parent)
+    other = resolve_plan(parse_plan(PLAN.replace("seed = 1234", "seed = 7"), "mix.toml", base))
+    loader = Loader(other, 0, BatchConfig(1, 2))
+    with pytest.raises(TokentapeError, match="seed: 1234 → 7"):
+        loader.load_state_dict(saved)
+    loader.close()
+
+
+def test_step_log(plan, tmp_path):
+    log = tmp_path / "steps.jsonl"
+    config = BatchConfig(2, 2, 2)
+    with Loader(plan, 0, config, step_log=log) as loader:
+        for _ in range(3):
+            loader.step()
+            loader.commit()
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [x["step"] for x in lines] == [0, 1, 2]
+    assert [x["consumed"] for x in lines] == [0, 8, 16]
+    assert all(x["global_batch"] == 8 and x["dp"] == 2 and x["accum"] == 2 for x in lines)
+    assert all(x["index_hash"] == plan.index_hash for x in lines)
+    expected = step_tokens_hash(Batcher(plan).batch(np.arange(8, 16)))
+    assert lines[1]["tokens_hash"] == expected != lines[0]["tokens_hash"]

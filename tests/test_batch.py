@@ -62,3 +62,24 @@ def test_a_store_changed_after_planning_is_refused(root, tmp_path):
     tokenize(config, show_progress=False)
     with pytest.raises(TokentapeError, match=r"source 'code'\) changed since the plan was made"):
         Batcher(plan)
+
+
+def test_segment_ids_and_positions_follow_the_documents(root):
+    plan = resolve_plan(load_plan_spec(root / "mix.toml"))
+    batcher = Batcher(plan, segments=True)
+    b = batcher.batch(np.arange(0, 300))
+    assert b.segment_ids is not None and b.doc_positions is not None
+    seq_len = plan.seq_len
+    for i, (d, k) in enumerate(zip(b.source.tolist(), b.sample.tolist(), strict=True)):
+        src = open_source(plan.sources[d].path)
+        docs = src.docs_in(k, seq_len)
+        assert b.segment_ids[i, 0] == 0 and b.segment_ids[i, -1] == len(docs) - 1
+        for t in range(seq_len + 1):  # brute force: which document holds token t, and where
+            token = k * seq_len + t
+            doc = int(np.searchsorted(src.doc_starts, token, side="right")) - 1
+            assert b.segment_ids[i, t] == docs.index(doc)
+            assert b.doc_positions[i, t] == token - src.doc_starts[doc]
+        seqlens = np.diff(b.cu_seqlens(i))
+        assert seqlens.sum() == seq_len and len(seqlens) == len(set(b.segment_ids[i, :-1]))
+    # Some windows hold several documents.
+    assert int(b.segment_ids[:, -1].max()) >= 1

@@ -113,3 +113,15 @@ def test_step_log(plan, tmp_path):
     assert all(x["index_hash"] == plan.index_hash for x in lines)
     expected = step_tokens_hash(Batcher(plan).batch(np.arange(8, 16)))
     assert lines[1]["tokens_hash"] == expected != lines[0]["tokens_hash"]
+
+
+def test_micro_batches_carry_their_segments(plan):
+    config = BatchConfig(2, 3, 2)
+    with Loader(plan, 1, config, segments=True) as loader:
+        step = loader.step()
+    whole = Batcher(plan, segments=True).batch(positions_for(0, 1, config).ravel())
+    got = np.concatenate([m.segment_ids for m in step.micro_batches])
+    assert np.array_equal(got, whole.segment_ids)
+    assert np.array_equal(
+        np.concatenate([m.doc_positions for m in step.micro_batches]), whole.doc_positions
+    )

@@ -129,6 +129,29 @@ class Source:
             else:
                 out[row] = self.tokens(start, start + seq_len + 1)
 
+    def segments_into(
+        self, samples: np.ndarray, seq_len: int, segment: np.ndarray, position: np.ndarray
+    ) -> None:
+        """Per token of each window: which document it belongs to, counted from 0 within the
+        window (``segment``), and its offset inside that document (``position``).
+
+        Both outputs have shape (n, L+1). A model masks attention between different segment ids
+        and restarts position embeddings where ``position`` is 0; a window's first segment
+        usually starts before the window, so its positions need not start at 0.
+        """
+        k = np.asarray(samples, dtype=np.int64)
+        width = seq_len + 1
+        columns = np.arange(width, dtype=np.int64)
+        for row, start in enumerate((k * seq_len).tolist()):
+            first = int(np.searchsorted(self.doc_starts, start, side="right")) - 1
+            last = int(np.searchsorted(self.doc_starts, start + seq_len, side="right")) - 1
+            inner = self.doc_starts[first + 1 : last + 1] - start  # starts inside the window
+            marks = np.zeros(width, dtype=np.int64)
+            marks[inner] = 1
+            np.cumsum(marks, out=segment[row])
+            begins = np.concatenate([[int(self.doc_starts[first]) - start], inner])
+            position[row] = columns - begins[segment[row]]
+
     def docs_in(self, k: int, seq_len: int) -> list[int]:
         """Ids of the documents that overlap sample ``k``."""
         self._check_sample(k, seq_len)

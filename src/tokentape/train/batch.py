@@ -22,11 +22,20 @@ class Batch:
     epoch: np.ndarray  # (n,) int64
     sample: np.ndarray  # (n,) int64
     tokens: np.ndarray  # (n, seq_len + 1)
+    segment_ids: np.ndarray | None = None  # (n, seq_len + 1): document index within the window
+    doc_positions: np.ndarray | None = None  # (n, seq_len + 1): offset inside its document
 
     @property
     def inputs(self) -> np.ndarray:
         """The first ``seq_len`` tokens of each window."""
         return self.tokens[:, :-1]
+
+    def cu_seqlens(self, row: int) -> np.ndarray:
+        """Cumulative document lengths of one row's inputs (for varlen attention kernels)."""
+        if self.segment_ids is None:
+            raise ValueError("segment ids were not requested (Batcher(..., segments=True))")
+        counts = np.bincount(self.segment_ids[row, :-1])
+        return np.concatenate([[0], np.cumsum(counts[counts > 0])]).astype(np.int32)
 
     @property
     def targets(self) -> np.ndarray:
@@ -51,11 +60,15 @@ def _open_checked(plan: Plan) -> list[Source]:
 class Batcher:
     """Assembles the batch of any positions of a plan; pure apart from reading the stores."""
 
-    def __init__(self, plan: Plan, dtype: np.dtype | type = np.int64) -> None:
+    def __init__(
+        self, plan: Plan, dtype: np.dtype | type = np.int64, segments: bool = False
+    ) -> None:
         self.plan = plan
         self.tape: Tape = plan.tape()
         self.sources = _open_checked(plan)
         self.dtype = np.dtype(dtype)
+        self.segments = segments
+        """Also compute per-token document segment ids and in-document positions."""
 
     @classmethod
     def open(cls, plan_path: str | os.PathLike[str], dtype: np.dtype | type = np.int64) -> Batcher:
@@ -65,10 +78,18 @@ class Batcher:
         p = np.asarray(positions, dtype=np.int64).reshape(-1)
         r = self.tape.resolve(p)
         seq_len = self.plan.seq_len
-        tokens = np.empty((p.size, seq_len + 1), dtype=self.dtype)
+        shape = (p.size, seq_len + 1)
+        tokens = np.empty(shape, dtype=self.dtype)
+        segment = np.empty(shape, dtype=np.int64) if self.segments else None
+        position = np.empty(shape, dtype=np.int64) if self.segments else None
         for d in np.unique(r.source).tolist():
             rows = np.flatnonzero(r.source == d)
             block = np.empty((rows.size, seq_len + 1), dtype=self.dtype)
             self.sources[d].windows_into(r.sample[rows], seq_len, block)
             tokens[rows] = block
-        return Batch(p, r.source, r.epoch, r.sample, tokens)
+            if segment is not None and position is not None:
+                seg = np.empty(block.shape, dtype=np.int64)
+                pos = np.empty(block.shape, dtype=np.int64)
+                self.sources[d].segments_into(r.sample[rows], seq_len, seg, pos)
+                segment[rows], position[rows] = seg, pos
+        return Batch(p, r.source, r.epoch, r.sample, tokens, segment, position)

@@ -17,7 +17,7 @@ import json
 import os
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -58,10 +58,11 @@ class Loader:
         prefetch: int = 2,
         step_log: str | os.PathLike[str] | None = None,
         dtype: np.dtype | type = np.int64,
+        segments: bool = False,
     ) -> None:
         if prefetch < 0:
             raise ValueError(f"prefetch must be >= 0, got {prefetch}")
-        self.batcher = Batcher(plan, dtype)
+        self.batcher = Batcher(plan, dtype, segments)
         self.plan = plan
         self.dp_rank = dp_rank
         self.config = config
@@ -162,10 +163,9 @@ class Loader:
 
 
 def _slice(batch: Batch, lo: int, hi: int) -> Batch:
-    return Batch(
-        batch.positions[lo:hi],
-        batch.source[lo:hi],
-        batch.epoch[lo:hi],
-        batch.sample[lo:hi],
-        batch.tokens[lo:hi],
-    )
+    """Rows [lo, hi) of every per-row array of ``batch``."""
+    return Batch(*(None if a is None else a[lo:hi] for a in _fields_of(batch)))
+
+
+def _fields_of(batch: Batch) -> tuple[np.ndarray | None, ...]:
+    return tuple(getattr(batch, f.name) for f in fields(batch))

@@ -1,0 +1,46 @@
+"""The torch pair: a stock DataLoader (with workers) yields the native loader's micro-batches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from test_batch import small_shard_stores  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
+
+from tokentape.tape.plan import load_plan_spec, resolve_plan  # noqa: E402
+from tokentape.train.loader import Loader  # noqa: E402
+from tokentape.train.partition import BatchConfig  # noqa: E402
+from tokentape.train.torch_data import TapeDataset, TapeSampler, to_torch  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory):
+    root = tmp_path_factory.mktemp("torch")
+    small_shard_stores(root)
+    return resolve_plan(load_plan_spec(root / "mix.toml"))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_dataloader_equals_the_native_loader(plan, workers):
+    config, rank, consumed, steps = BatchConfig(dp_size=2, micro=3, accum=2), 1, 24, 3
+    sampler = TapeSampler(rank, config, consumed, steps)
+    dataset = TapeDataset(plan, segments=True)
+    loader = DataLoader(dataset, batch_size=config.micro, sampler=sampler, num_workers=workers)
+    got = list(loader)
+    native = Loader(plan, rank, config, segments=True)
+    native.load_state_dict({**native.state_dict(), "consumed": consumed})
+    expected = []
+    for _ in range(steps):
+        expected += [to_torch(m, pin=False) for m in native.step().micro_batches]
+        native.commit()
+    native.close()
+    assert len(got) == len(expected) == steps * config.accum
+    for a, b in zip(got, expected, strict=True):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert torch.equal(a[key], b[key]), key
+    assert got[0]["inputs"].dtype == torch.int64 and got[0]["inputs"].shape == (3, plan.seq_len)
+    assert np.array_equal(got[0]["positions"].numpy(), [30, 31, 32])  # 24 + rank 1 * 6

@@ -6,6 +6,7 @@ Bad input prints one line ``tokentape: error: ...`` and exits with code 2.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from collections.abc import Sequence
@@ -30,6 +31,7 @@ from tokentape.store.format import read_manifest
 from tokentape.tape.plan import check_budgets, load_plan_spec, resolve_plan
 from tokentape.tokenize.driver import TokenizeSummary, tokenize
 from tokentape.tokenize.job import TokenizeConfig
+from tokentape.train.partition import BatchConfig
 
 EXIT_USAGE = 2
 
@@ -206,6 +208,42 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_smoke(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "smoke",
+        help="check rank partitioning in real torch.distributed (gloo) processes",
+        description="Launch dp x tp gloo processes on this machine; each builds its steps with "
+        "the loader and all ranks compare: tensor-parallel peers must get identical inputs, "
+        "data-parallel ranks disjoint positions whose union is the whole step. Exit 1 on any "
+        "violation. Needs the torch extra.",
+    )
+    p.add_argument("plan", metavar="PLAN.json")
+    p.add_argument("--dp", type=int, default=2, help="data-parallel size (default 2)")
+    p.add_argument("--tp", type=int, default=2, help="tensor-parallel size (default 2)")
+    p.add_argument("--micro", type=int, default=2, help="micro-batch (default 2)")
+    p.add_argument("--accum", type=int, default=2, help="accumulation steps (default 2)")
+    p.add_argument("--steps", type=int, default=3, help="steps to check (default 3)")
+    p.set_defaults(func=cmd_smoke)
+
+
+def cmd_smoke(args: argparse.Namespace) -> int:
+    try:  # torch is an optional extra: imported only by the command that needs it
+        smoke = importlib.import_module("tokentape.train.smoke")
+    except ImportError as exc:
+        raise TokentapeError(f"smoke needs torch: pip install 'tokentape[torch]' ({exc})") from None
+    try:
+        config = BatchConfig(args.dp, args.micro, args.accum)
+    except ValueError as exc:
+        raise TokentapeError(str(exc)) from None
+    table = smoke.run_smoke(args.plan, args.dp, args.tp, config, args.steps)
+    print("step\tconsumed\trank\tdp\ttp\tpositions\tinputs sha256")
+    print(table, end="")
+    problems = [line for line in table.splitlines() if line.startswith("PROBLEM")]
+    verdict = "FAIL" if problems else "OK"
+    print(f"{verdict}: dp={args.dp} tp={args.tp}, {args.steps} steps, {len(problems)} problems")
+    return 1 if problems else 0
+
+
 def _add_corpora(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "corpora",
@@ -254,6 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tokenize(sub)
     _add_info(sub)
     _add_plan(sub)
+    _add_smoke(sub)
     _add_corpora(sub)
     _add_demo(sub)
     return parser

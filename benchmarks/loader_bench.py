@@ -7,12 +7,13 @@ and reads it page-cached. Measured side by side in one run, rounds interleaved:
 1. **assembly**: ``Batcher(plan).batch(positions)`` for one step of B consecutive positions (what
    ``Loader.step()`` does with ``prefetch=0``): p50/p99 latency and tokens/s; and a breakdown of
    one step into ``tape.resolve`` and gathering the windows.
-2. **memcpy**: the same bytes copied without the loader: B random (L+1)-token slices of the
-   page-cached store copied into a fresh output array in a Python loop (same widening to the
-   output dtype), one contiguous ``np.copyto`` of the same tokens, and a raw byte copy of the
-   output's size. The aim is assembly within 2x of the memcpy.
+2. **memcpy**: the same bytes without the loader, every destination freshly allocated as the
+   loader's is: B random (L+1)-token slices of the page-cached store copied into an output array
+   in a Python loop (same widening to the output dtype), one contiguous ``np.copyto`` of the same
+   tokens, and a raw byte copy of the output's size. The aim is assembly within 2x of the memcpy.
 3. **prefetch**: ``Loader(prefetch=2)`` under a simulated trainer that sleeps X ms per step; the
-   time it waits in ``step()``. Headroom = X / assembly p50; the wait should be ~0 above 1.
+   time it waits in ``step()`` in steady state (the first 6 steps dropped). Headroom =
+   X / assembly p50; the wait should be ~0 above 1.
 4. **resume**: a fresh ``Loader`` + ``load_state_dict`` at ``consumed = 0`` and at 10**12, to the
    first step returned (alternating). The aim is equal times.
 
@@ -137,15 +138,20 @@ def main() -> None:
     rng = np.random.default_rng(0)
     raw_src = np.empty(out_bytes, dtype=np.uint8)
     raw_src[:] = 1
-    t_batch, t_resolve, t_loop, t_contig, t_raw = [], [], [], [], []
+    t_batch, t_resolve, t_loop, t_contig, t_raw, t_blocks = [], [], [], [], [], []
     tape = plan.tape()
     for i in range(args.steps + 2):
         positions = np.arange(i * B, (i + 1) * B, dtype=np.int64)
         t0 = time.perf_counter()
         batch = batcher.batch(positions)
         t1 = time.perf_counter()
-        tape.resolve(positions)
+        r = tape.resolve(positions)
         t2 = time.perf_counter()
+        for d in np.unique(r.source).tolist():  # the gather alone, into per-source blocks
+            rows = np.flatnonzero(r.source == d)
+            block = np.empty((rows.size, L + 1), dtype=dtype)
+            batcher.sources[d].windows_into(r.sample[rows], L, block)
+        t_blocks.append(time.perf_counter() - t2)
         starts = rng.integers(0, len(shard) - L - 1, B).tolist()
         t3 = time.perf_counter()
         out = np.empty((B, L + 1), dtype=dtype)
@@ -168,16 +174,24 @@ def main() -> None:
             t_raw.append(t6 - t5)
     asm50, asm99 = pct(t_batch, 50), pct(t_batch, 99)
     loop50, contig50, raw50 = pct(t_loop, 50), pct(t_contig, 50), pct(t_raw, 50)
-    res50 = pct(t_resolve, 50)
+    res50, blk50 = pct(t_resolve, 50), pct(t_blocks[2:], 50)
     print(f"\n1. assembly ({args.steps} steps, prefetch=0 path: Batcher.batch)")
     print(f"   p50 {ms(asm50)}  p99 {ms(asm99)}  {step_tokens / asm50 / 1e6:.1f} M tokens/s")
     print(
         f"   breakdown (p50): tape.resolve {ms(res50)} ({res50 / asm50:.1%}), "
         f"gather windows {ms(asm50 - res50)} ({1 - res50 / asm50:.1%})"
     )
+    print(
+        f"   of the gather: windows_into per-source blocks alone {ms(blk50)}, the rest "
+        f"(scatter of the blocks into the batch rows, allocation) {ms(asm50 - res50 - blk50)}"
+    )
     print("2. memcpy of the same step, same run (p50)")
-    print(f"   {B} random slices, Python loop: {ms(loop50)}  -> assembly / it = {asm50 / loop50:.2f}x")
-    print(f"   one contiguous np.copyto:   {ms(contig50)}  -> assembly / it = {asm50 / contig50:.2f}x")
+    print(
+        f"   {B} random slices, Python loop: {ms(loop50)}  -> assembly / it = {asm50 / loop50:.2f}x"
+    )
+    print(
+        f"   one contiguous np.copyto:   {ms(contig50)}  -> assembly / it = {asm50 / contig50:.2f}x"
+    )
     print(f"   raw byte copy ({out_bytes / 2**20:.0f} MiB):  {ms(raw50)}  -> {asm50 / raw50:.2f}x")
 
     # --- 3: prefetch under a simulated trainer ------------------------------------------------
@@ -187,16 +201,14 @@ def main() -> None:
     for factor in (0.0, 0.5, 1.5, 3.0):
         sleep = factor * asm50
         with Loader(plan, dp_rank=0, config=config, prefetch=2, dtype=dtype) as loader:
-            loader.step()  # fill the pipeline
-            loader.commit()
-            time.sleep(3 * asm50)
             waits = []
-            for _ in range(max(10, args.steps // 2)):
+            for _ in range(max(12, args.steps)):
                 t0 = time.perf_counter()
                 loader.step()
                 waits.append(time.perf_counter() - t0)
                 time.sleep(sleep)
                 loader.commit()
+        waits = waits[6:]  # steady state: the pipeline's start-up drained
         w50, w99 = pct(waits, 50), pct(waits, 99)
         prefetch_rows.append((factor, sleep, w50, w99))
         print(
@@ -226,6 +238,10 @@ def main() -> None:
         f"{step_tokens / asm50 / 1e6:.1f} M tokens/s | |"
     )
     print(f"| of which tape.resolve / gather | {ms(res50)} / {ms(asm50 - res50)} | |")
+    print(
+        f"| of the gather: windows_into / scatter into rows | {ms(blk50)} / "
+        f"{ms(asm50 - res50 - blk50)} | |"
+    )
     verdict = "PASS" if asm50 / loop50 <= 2 else "MISS"
     print(
         f"| vs memcpy, {B} random slices (loop) | {ms(loop50)}: {asm50 / loop50:.2f}x "

@@ -107,8 +107,11 @@ class Source:
         self._check_sample(k, seq_len)
         return self.tokens(k * seq_len, k * seq_len + seq_len + 1)
 
-    def windows_into(self, samples: np.ndarray, seq_len: int, out: np.ndarray) -> None:
-        """Copy samples ``samples`` (at ``seq_len``) into the rows of ``out``, shape (n, L+1).
+    def windows_into(
+        self, samples: np.ndarray, seq_len: int, out: np.ndarray, rows: np.ndarray | None = None
+    ) -> None:
+        """Copy samples ``samples`` (at ``seq_len``) into rows of ``out`` (width L+1): row i
+        of the result goes to ``out[rows[i]]``, or ``out[i]`` without ``rows``.
 
         One slice copy per row from the memory map (rows that cross a shard boundary are
         stitched); ``out`` may have any integer dtype wide enough for the ids.
@@ -117,11 +120,13 @@ class Source:
         n = self.n_samples(seq_len)
         if k.size and (int(k.min()) < 0 or int(k.max()) >= n):
             raise IndexError(f"samples outside [0, {n}) at seq_len {seq_len}")
-        if out.shape != (k.size, seq_len + 1):
-            raise ValueError(f"out must have shape ({k.size}, {seq_len + 1}), got {out.shape}")
+        targets = np.arange(k.size) if rows is None else np.asarray(rows)
+        if out.ndim != 2 or out.shape[1] != seq_len + 1 or targets.shape != k.shape:
+            raise ValueError(f"out must have rows of {seq_len + 1} tokens, one per sample")
         starts = k * seq_len
         shard_of = np.searchsorted(self._shard_offsets, starts, side="right") - 1
-        for row, (start, shard) in enumerate(zip(starts.tolist(), shard_of.tolist(), strict=True)):
+        triples = zip(targets.tolist(), starts.tolist(), shard_of.tolist(), strict=True)
+        for row, start, shard in triples:
             local = start - int(self._shard_offsets[shard])
             stop = local + seq_len + 1
             if start + seq_len + 1 <= self._shard_offsets[shard + 1]:

@@ -84,12 +84,10 @@ class Batcher:
         position = np.empty(shape, dtype=np.int64) if self.segments else None
         for d in np.unique(r.source).tolist():
             rows = np.flatnonzero(r.source == d)
-            block = np.empty((rows.size, seq_len + 1), dtype=self.dtype)
-            self.sources[d].windows_into(r.sample[rows], seq_len, block)
-            tokens[rows] = block
+            self.sources[d].windows_into(r.sample[rows], seq_len, tokens, rows)
             if segment is not None and position is not None:
-                seg = np.empty(block.shape, dtype=np.int64)
-                pos = np.empty(block.shape, dtype=np.int64)
+                seg = np.empty((rows.size, seq_len + 1), dtype=np.int64)
+                pos = np.empty((rows.size, seq_len + 1), dtype=np.int64)
                 self.sources[d].segments_into(r.sample[rows], seq_len, seg, pos)
                 segment[rows], position[rows] = seg, pos
         return Batch(p, r.source, r.epoch, r.sample, tokens, segment, position)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tokentape.store.format import Manifest
+from tokentape.store.format import Manifest, numpy_dtype
 from tokentape.tape.plan import Plan
 
 
@@ -62,6 +62,7 @@ def manifest_text(directory: str, m: Manifest) -> str:
     """``tokentape info``: a manifest in human form."""
     tok = m.tokenizer
     stats = m.filters
+    size = m.n_tokens * numpy_dtype(m.dtype).itemsize
     filters = ", ".join(
         f["name"] + "".join(f" {k}={v}" for k, v in f.items() if k != "name")
         for f in stats.get("config", [])
@@ -70,7 +71,7 @@ def manifest_text(directory: str, m: Manifest) -> str:
         [
             ("store", directory),
             ("format", f"{m.format} v{m.format_version}, created by {m.created_by}"),
-            ("tokens", f"{fmt_int(m.n_tokens)} ({m.dtype}, {fmt_bytes(m.n_tokens * _size(m))})"),
+            ("tokens", f"{fmt_int(m.n_tokens)} ({m.dtype}, {fmt_bytes(size)})"),
             ("documents", fmt_int(m.n_docs)),
             ("tokenizer", f"{tok.get('kind')} {tok.get('spec', '')}".rstrip()),
             ("vocabulary", f"{fmt_int(m.vocab_size)} ids, end-of-document id {m.eod_id}"),
@@ -90,10 +91,6 @@ def manifest_text(directory: str, m: Manifest) -> str:
         [[s.name, s.n_tokens, s.n_docs, s.bin_sha256[:16]] for s in m.shards],
     )
     return f"{head}\n\n{shards}"
-
-
-def _size(m: Manifest) -> int:
-    return 2 if m.dtype == "uint16" else 4
 
 
 def plan_text(plan: Plan) -> str:

@@ -39,6 +39,15 @@ class Step:
     micro_batches: tuple[Batch, ...]
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """A step made ahead by the prefetch thread: this rank's micro-batches, and the whole
+    step's tokens hash when this loader writes the step log."""
+
+    micro_batches: tuple[Batch, ...]
+    tokens_hash: str | None
+
+
 def step_tokens_hash(batch: Batch) -> str:
     """sha256 over the step's positions and token windows (int64 little-endian)."""
     h = hashlib.sha256(batch.positions.astype("<i8").tobytes())
@@ -71,7 +80,7 @@ class Loader:
         self.prefetch = prefetch
         self.step_log = Path(step_log) if step_log is not None else None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokentape-prefetch")
-        self._ahead: dict[tuple[int, BatchConfig], Future[tuple[Batch, ...]]] = {}
+        self._ahead: dict[tuple[int, BatchConfig], Future[_Prepared]] = {}
         positions_for(0, dp_rank, config)  # validates dp_rank against the config
 
     # --- the training loop's three calls ------------------------------------------------
@@ -80,16 +89,20 @@ class Loader:
         """The micro-batches of the step starting at ``consumed`` (prefetching those after)."""
         consumed = self.state.consumed
         self._schedule(consumed)
-        micro = self._ahead[(consumed, self.config)].result()
-        return Step(self.state.step, consumed, self.config, micro)
+        prepared = self._ahead[(consumed, self.config)].result()
+        return Step(self.state.step, consumed, self.config, prepared.micro_batches)
 
     def commit(self) -> None:
         """The optimizer applied the current step: advance ``consumed`` by the global batch."""
         before = self.state
-        self._ahead.pop((before.consumed, self.config), None)
+        future = self._ahead.pop((before.consumed, self.config), None)
         self.state = before.commit(self.config)
         if self.step_log is not None:
-            self._log(before)
+            # The step's hash was made by the prefetch thread with its batches (or, for a step
+            # committed without step(), here).
+            prepared = future.result() if future is not None else None
+            tokens_hash = prepared.tokens_hash if prepared is not None else None
+            self._log(before, tokens_hash or self._step_hash(before.consumed, self.config))
 
     def set_config(self, config: BatchConfig) -> None:
         """Change dp size / micro / accum at the next step boundary; drops prefetched work."""
@@ -133,16 +146,22 @@ class Loader:
         for key in [k for k in self._ahead if k[0] < consumed]:
             del self._ahead[key]
 
-    def _build(self, consumed: int, config: BatchConfig) -> tuple[Batch, ...]:
+    def _build(self, consumed: int, config: BatchConfig) -> _Prepared:
         rows = positions_for(consumed, self.dp_rank, config)
         whole = self.batcher.batch(rows.ravel())
         m = config.micro
-        return tuple(_slice(whole, i * m, (i + 1) * m) for i in range(config.accum))
+        micro = tuple(_slice(whole, i * m, (i + 1) * m) for i in range(config.accum))
+        logged = self._step_hash(consumed, config) if self.step_log is not None else None
+        return _Prepared(micro, logged)
 
-    def _log(self, before: DataState) -> None:
+    def _step_hash(self, consumed: int, config: BatchConfig) -> str:
+        """The tokens hash of the whole step (every rank's positions), for the step log."""
+        b = config.global_batch
+        return step_tokens_hash(self.batcher.batch(np.arange(consumed, consumed + b)))
+
+    def _log(self, before: DataState, tokens_hash: str) -> None:
         """One JSON line for the committed step, covering every rank's positions."""
         b = self.config.global_batch
-        everything = self.batcher.batch(np.arange(before.consumed, before.consumed + b))
         record = {
             "step": before.step,
             "consumed": before.consumed,
@@ -151,7 +170,7 @@ class Loader:
             "micro": self.config.micro,
             "accum": self.config.accum,
             "index_hash": self.plan.index_hash,
-            "tokens_hash": step_tokens_hash(everything),
+            "tokens_hash": tokens_hash,
             "time": round(time.time(), 3),
         }
         line = (json.dumps(record, sort_keys=True) + "\n").encode()

@@ -11,6 +11,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from tokentape.corpora import write_builtin_corpora
+from tokentape.demo_train import CHECKPOINT_EVERY, Phase, simulate_training
 from tokentape.errors import TokentapeError
 from tokentape.plot import plot_plan, plt
 from tokentape.report import dropped_text, fmt_int, plan_text, table
@@ -20,6 +21,7 @@ from tokentape.tape.plan import check_budgets, load_plan_spec, resolve_plan
 from tokentape.tokenize.driver import TokenizeSummary, tokenize
 from tokentape.tokenize.inputs import expand_inputs, plan_units, read_documents
 from tokentape.tokenize.job import TokenizeConfig
+from tokentape.train.partition import BatchConfig
 
 EOD = "<|endoftext|>"
 DEMO_VOCAB = 8192
@@ -158,5 +160,14 @@ def run_demo(out: str, workers: int) -> int:
         plot_plan(plan, root / "plan.png")
         print(f"  shares and repeats drawn in {root / 'plan.png'}")
 
+    heading(7, "Train on 4 simulated ranks, crash, resume elastically on 2, then 8")
+    phases = [
+        Phase(BatchConfig(4, 4, 2), until_step=12, crash=True),
+        Phase(BatchConfig(2, 4, 4), until_step=23, crash=True),
+        Phase(BatchConfig(8, 2, 2), until_step=30, crash=False),
+    ]
+    print(f"  checkpoint (data state) every {CHECKPOINT_EVERY} steps; global batch kept at 32\n")
+    trained = simulate_training(plan, root, phases)
+
     print(f"\nDemo finished in {time.monotonic() - started:.1f} s; outputs under {root}/")
-    return 0 if same else 1
+    return 0 if same and trained else 1

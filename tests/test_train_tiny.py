@@ -1,0 +1,155 @@
+"""examples/train_tiny.py under torchrun: 2 ranks, SIGKILL, resume with 1 rank; the step log
+continues at the checkpoint's consumed and every step's tokens are the plan's."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_batch import small_shard_stores
+
+from tokentape.tape.plan import load_plan, load_plan_spec, resolve_plan
+from tokentape.train.batch import Batcher
+from tokentape.train.loader import step_tokens_hash
+from tokentape.train.steplog import read_step_log
+
+EXAMPLE = Path(__file__).parents[1] / "examples" / "train_tiny.py"
+GLOBAL_BATCH = 8
+
+
+def _example():
+    spec = importlib.util.spec_from_file_location("train_tiny", EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _torchrun(plan: Path, out: Path, nproc: int, steps: int) -> subprocess.Popen:
+    args = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    args += [f"--nproc_per_node={nproc}", str(EXAMPLE), str(plan), "--out", str(out)]
+    args += ["--steps", str(steps), "--global-batch", str(GLOBAL_BATCH), "--micro", "2"]
+    args += ["--save-every", "3", "--doc-mask", "--check-ranks", "--width", "32"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen(
+        args, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a process and all its descendants (torchrun's workers run in their own
+    sessions, so killing the launcher's process group would leave them running)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        children = [c for c, p in parents.items() if p == frontier[-1]]
+        frontier.pop()
+        frontier += [c for c in children if c not in tree]
+        tree.update(children)
+    for p in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGKILL)
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def _checkpoint_data(path: Path) -> dict:
+    with np.load(path, allow_pickle=False) as z:
+        return json.loads(z["header.json"].tobytes())["data"]
+
+
+@pytest.fixture(scope="module")
+def plan_path(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("tiny")
+    small_shard_stores(root)
+    path = root / "plan.json"
+    path.write_text(resolve_plan(load_plan_spec(root / "mix.toml")).to_json())
+    return path
+
+
+def test_kill_two_ranks_and_resume_with_one(plan_path, tmp_path):
+    run = tmp_path / "run"
+    proc = _torchrun(plan_path, run, nproc=2, steps=400)
+    deadline = time.monotonic() + 240
+    # Let it commit a few steps past a checkpoint, then kill the whole job (launcher + ranks).
+    while len(_lines(run / "steps.jsonl")) < 5 or not (run / "checkpoint.npz").exists():
+        assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
+        assert time.monotonic() < deadline, "the 2-rank run made no progress"
+        time.sleep(0.05)
+    _kill_tree(proc.pid)
+    proc.wait()
+    logged_before = _lines(run / "steps.jsonl")
+    saved = _checkpoint_data(run / "checkpoint.npz")
+    assert {r["dp"] for r in logged_before} == {2}
+    assert saved["step"] > 0 and saved["consumed"] == saved["step"] * GLOBAL_BATCH
+
+    steps = len(logged_before) + 4
+    resumed = _torchrun(plan_path, run, nproc=1, steps=steps)
+    output = resumed.communicate(timeout=240)[0].decode()
+    assert resumed.returncode == 0, output
+    assert f"resumed at step {saved['step']}: consumed {saved['consumed']}, dp 1" in output
+
+    raw = _lines(run / "steps.jsonl")
+    first_after = raw[len(logged_before)]
+    assert (first_after["step"], first_after["consumed"]) == (saved["step"], saved["consumed"])
+    assert (first_after["dp"], first_after["accum"]) == (1, 4)
+
+    records = read_step_log(run / "steps.jsonl")  # checks steps and consumed are contiguous
+    assert [r.step for r in records] == list(range(steps))
+    assert [r.consumed for r in records] == [s * GLOBAL_BATCH for s in range(steps)]
+    assert [r.dp for r in records] == [2] * saved["step"] + [1] * (steps - saved["step"])
+    batcher = Batcher(load_plan(plan_path))
+    for r in records:  # what each step trained on is the plan's positions, recomputed here
+        expected = batcher.batch(np.arange(r.consumed, r.consumed + GLOBAL_BATCH))
+        assert r.tokens_hash == step_tokens_hash(expected)
+    losses = _lines(run / "loss.jsonl")
+    assert all(np.isfinite(x["loss"]) for x in losses)
+    assert losses[-1]["step"] == steps - 1
+
+
+def test_checkpoint_round_trip_restores_model_and_optimizer(tmp_path):
+    tiny = _example()
+    torch.manual_seed(1)
+    model = tiny.TinyGPT(vocab=50, seq_len=8, width=16, layers=1, heads=2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    inputs = torch.randint(0, 50, (2, 8))
+    model(inputs, None).sum().backward()
+    opt.step()
+    tiny.save_checkpoint(tmp_path / "c.npz", model, opt, {"consumed": 16})
+    torch.manual_seed(2)
+    other = tiny.TinyGPT(vocab=50, seq_len=8, width=16, layers=1, heads=2)
+    other_opt = torch.optim.AdamW(other.parameters(), lr=1e-2)
+    assert tiny.load_checkpoint(tmp_path / "c.npz", other, other_opt) == {"consumed": 16}
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, other.state_dict()[k]), k
+    a, b = opt.state_dict(), other_opt.state_dict()
+    assert a["param_groups"] == b["param_groups"]
+    for index, slots in a["state"].items():
+        for name, value in slots.items():
+            assert torch.equal(value, b["state"][index][name]), (index, name)
+    # The restored optimizer takes the same next step as the original.
+    for m, o in ((model, opt), (other, other_opt)):
+        o.zero_grad()
+        m(inputs, None).sum().backward()
+        o.step()
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, other.state_dict()[k]), k

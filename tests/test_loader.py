@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from test_batch import small_shard_stores
 from test_plan import PLAN
 
 from tokentape.errors import TokentapeError
+from tokentape.store.reader import open_source
 from tokentape.tape.plan import load_plan_spec, parse_plan, resolve_plan
 from tokentape.train.batch import Batcher
 from tokentape.train.loader import Loader, step_tokens_hash
@@ -111,8 +113,16 @@ def test_step_log(plan, tmp_path):
     assert [x["consumed"] for x in lines] == [0, 8, 16]
     assert all(x["global_batch"] == 8 and x["dp"] == 2 and x["accum"] == 2 for x in lines)
     assert all(x["index_hash"] == plan.index_hash for x in lines)
-    expected = step_tokens_hash(Batcher(plan).batch(np.arange(8, 16)))
+    expected = step_tokens_hash(Batcher(plan).batch(np.arange(8, 16)), plan)
     assert lines[1]["tokens_hash"] == expected != lines[0]["tokens_hash"]
+    # The definition, spelled out: positions as int64, then each window in the stores' width.
+    assert {s.dtype for s in plan.sources} == {"uint16"}
+    h = hashlib.sha256(np.arange(8, 16, dtype="<i8").tobytes())
+    r = plan.tape().resolve(np.arange(8, 16))
+    for d, k in zip(r.source.tolist(), r.sample.tolist(), strict=True):
+        window = open_source(plan.sources[d].path).window(k, plan.seq_len)
+        h.update(window.astype("<u2").tobytes())
+    assert lines[1]["tokens_hash"] == h.hexdigest()
 
 
 def test_micro_batches_carry_their_segments(plan):

@@ -83,7 +83,7 @@ def run_phase(plan: Plan, phase: Phase, run: Run, log: Path) -> list[Any]:
         run.rank_problems += not _ranks_ok(steps)
         whole = _whole_step(steps)
         applied[steps[0].step] = whole.positions  # "optimizer.step()" on every rank, then:
-        given[steps[0].step] = step_tokens_hash(whole)
+        given[steps[0].step] = step_tokens_hash(whole, plan)
         for lo in loaders:
             lo.commit()
         if loaders[0].state.step % CHECKPOINT_EVERY == 0:

@@ -48,10 +48,17 @@ class _Prepared:
     tokens_hash: str | None
 
 
-def step_tokens_hash(batch: Batch) -> str:
-    """sha256 over the step's positions and token windows (int64 little-endian)."""
-    h = hashlib.sha256(batch.positions.astype("<i8").tobytes())
-    h.update(np.ascontiguousarray(batch.tokens, dtype="<i8").tobytes())
+def hash_dtype(plan: Plan) -> np.dtype:
+    """The dtype token ids are hashed in: the plan's widest store dtype (uint16 or uint32)."""
+    return np.dtype("<u4") if any(s.dtype == "uint32" for s in plan.sources) else np.dtype("<u2")
+
+
+def step_tokens_hash(batch: Batch, plan: Plan) -> str:
+    """The step log's tokens hash: sha256 over the positions (int64 little-endian), then the
+    token windows as ``hash_dtype(plan)``, row by row. Hashed through the buffer protocol: no
+    copy when the batch already has that dtype."""
+    h = hashlib.sha256(np.ascontiguousarray(batch.positions, dtype="<i8"))
+    h.update(np.ascontiguousarray(batch.tokens, dtype=hash_dtype(plan)))
     return h.hexdigest()
 
 
@@ -72,6 +79,8 @@ class Loader:
         if prefetch < 0:
             raise ValueError(f"prefetch must be >= 0, got {prefetch}")
         self.batcher = Batcher(plan, dtype, segments)
+        # The step log hashes the whole step; assembled in the stores' own width it is cheaper.
+        self._log_batcher = Batcher(plan, hash_dtype(plan)) if step_log is not None else None
         self.plan = plan
         self.dp_rank = dp_rank
         self.config = config
@@ -157,7 +166,9 @@ class Loader:
     def _step_hash(self, consumed: int, config: BatchConfig) -> str:
         """The tokens hash of the whole step (every rank's positions), for the step log."""
         b = config.global_batch
-        return step_tokens_hash(self.batcher.batch(np.arange(consumed, consumed + b)))
+        assert self._log_batcher is not None
+        whole = self._log_batcher.batch(np.arange(consumed, consumed + b))
+        return step_tokens_hash(whole, self.plan)
 
     def _log(self, before: DataState, tokens_hash: str) -> None:
         """One JSON line for the committed step, covering every rank's positions."""

@@ -39,7 +39,7 @@ def report(step: Step, rank: int, dp_rank: int) -> RankReport:
     h = hashlib.sha256()
     positions: list[int] = []
     for micro in step.micro_batches:
-        h.update(np.ascontiguousarray(micro.tokens, dtype="<i8").tobytes())
+        h.update(np.ascontiguousarray(micro.tokens, dtype="<i8"))
         positions += micro.positions.tolist()
     return RankReport(rank, dp_rank, step.step, step.consumed, tuple(positions), h.hexdigest())
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tokentape.corpora import describe_builtin_corpora, write_builtin_corpora
+from tokentape.corpora import LOG_REPEATS, describe_builtin_corpora, write_builtin_corpora
 from tokentape.tokenize.inputs import expand_inputs, plan_units, read_documents
 
 MB = 1_000_000
@@ -99,8 +99,10 @@ def test_planted_document_is_the_only_one_caught(documents: dict[str, list]) -> 
     assert name == "prose" and path.endswith("zz-logdump.jsonl")
     [dump] = [t for p, t in documents["prose"] if p == path]
     n, ratio = unique_line_ratio(dump)
-    assert n >= 15_000 and ratio < 0.001
-    assert 0.7 * MB <= len(dump.encode()) <= 1.5 * MB
+    assert n == LOG_REPEATS and ratio == 1 / LOG_REPEATS
+    # Big enough to matter (about a tenth of the prose source), small enough to be a needle.
+    prose_bytes = sum(len(t.encode()) for _, t in documents["prose"])
+    assert 0.05 <= len(dump.encode()) / prose_bytes <= 0.2
 
 
 def test_documents_are_nonempty_with_ids(corpora: dict[str, Path], documents: dict) -> None:

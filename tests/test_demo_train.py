@@ -7,7 +7,8 @@ import pytest
 from test_batch import small_shard_stores
 
 import tokentape.train.loader as loader_module
-from tokentape.demo_train import Phase, simulate_training
+from tokentape.demo_audit import worst_step
+from tokentape.demo_train import Phase, read_losses, simulate_training, stand_in_loss
 from tokentape.tape.plan import load_plan_spec, resolve_plan
 from tokentape.train.partition import BatchConfig, positions_for
 
@@ -25,7 +26,7 @@ def plan(tmp_path_factory):
 
 
 def test_simulated_training_proves_the_contract(plan, tmp_path, capsys):
-    assert simulate_training(plan, tmp_path, PHASES)
+    assert simulate_training(plan, tmp_path, PHASES).ok
     out = capsys.readouterr().out
     assert "FAILED" not in out
     assert "every position in [0, 168) applied exactly once" in out  # 14 steps of 12
@@ -37,7 +38,25 @@ def test_a_partition_that_overlaps_ranks_is_caught(plan, tmp_path, capsys, monke
         return positions_for(consumed, 0, config)  # every rank reads rank 0's positions
 
     monkeypatch.setattr(loader_module, "positions_for", overlapping)
-    assert not simulate_training(plan, tmp_path, PHASES)
+    assert not simulate_training(plan, tmp_path, PHASES).ok
     out = capsys.readouterr().out
     assert "[FAILED] every step: ranks disjoint" in out
     assert "[FAILED] every position in [0, 168) applied exactly once" in out
+
+
+def test_the_stand_in_loss_rises_with_repetitive_windows():
+    rng = np.random.default_rng(0)
+    varied = rng.integers(0, 5000, size=(8, 257))
+    line = np.tile(np.arange(12), 22)[:257]  # one short "log line" over and over
+    burst = varied.copy()
+    burst[:3] = line
+    assert stand_in_loss(burst, 10) - stand_in_loss(varied, 10) == pytest.approx(2 * 3 / 8)
+
+
+def test_the_worst_step_is_the_largest_jump_and_redone_steps_replace_losses(tmp_path):
+    log = tmp_path / "loss.jsonl"
+    lines = [(0, 3.0), (1, 2.9), (2, 2.8), (3, 9.0), (2, 2.7), (3, 2.6), (4, 3.5), (5, 2.5)]
+    log.write_text("".join(f'{{"step": {s}, "loss": {v}}}\n' for s, v in lines))
+    losses = read_losses(log)
+    assert losses == {0: 3.0, 1: 2.9, 2: 2.7, 3: 2.6, 4: 3.5, 5: 2.5}
+    assert worst_step(losses) == (4, 2.6, 3.5)

@@ -14,6 +14,7 @@ from dataclasses import fields
 from typing import Any
 
 from tokentape import __version__
+from tokentape.audit import locate, replay, verify
 from tokentape.corpora import describe_builtin_corpora, write_builtin_corpora
 from tokentape.demo import run_demo
 from tokentape.errors import TokentapeError
@@ -293,6 +294,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_info(sub)
     _add_plan(sub)
     _add_smoke(sub)
+    replay.add_parser(sub)
+    verify.add_parser(sub)
+    locate.add_parser(sub)
     _add_corpora(sub)
     _add_demo(sub)
     return parser
@@ -305,6 +309,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TokentapeError as exc:
         print(f"tokentape: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("tokentape: interrupted; run the same command again to resume", file=sys.stderr)
         return 130

@@ -7,7 +7,8 @@ Three sources, each a directory of input files the tokenizer reads:
   ``docstrings-NNN.jsonl`` hold, per standard-library module, its docstrings (module, classes,
   functions and methods) read from the source with ``ast`` (nothing is imported);
   ``zz-logdump.jsonl`` holds one planted pathological document, a log dump of one heartbeat
-  line repeated 20,000 times, that a repeated-line filter is expected to drop.
+  line repeated 3,000 times (about a tenth of the source), that a repeated-line filter is
+  expected to drop.
 - ``code/`` (jsonl): standard-library ``.py`` files (tests, ``site-packages``, ``idlelib``,
   ``lib2to3`` and similar left out), one document per file in relative-path order, up to
   about 6 MB, in files ``part-NNN.jsonl`` of about 1 MB.
@@ -42,7 +43,7 @@ MIN_DOCSTRING_TEXT = 200  # modules with less docstring text than this are left 
 N_NOTES = 20
 
 LOG_LINE = "Jan  1 00:00:00 web-01 healthd[812]: heartbeat ok"
-LOG_REPEATS = 20_000
+LOG_REPEATS = 3_000
 
 # Directories of the standard library that hold no ordinary library code.
 EXCLUDED_DIRS = frozenset(

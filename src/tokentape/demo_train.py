@@ -12,6 +12,7 @@ each line's tokens hash equals the hash of what the ranks were given.
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,26 @@ class Run:
 
 
 CHECKPOINT_EVERY = 5
+REPETITIVE = 0.2  # a window with fewer distinct tokens than this share counts as repetition
+
+
+def stand_in_loss(tokens: np.ndarray, step: int) -> float:
+    """Not a model: a smooth decaying curve, plus 2 x the share of the step's windows that are
+    near-total repetition (fewer than 20% distinct tokens), plus small noise seeded by the step.
+    It stands in for a trainer whose loss reacts to a burst of repeated text."""
+    distinct = np.array([np.unique(row).size for row in tokens]) / tokens.shape[1]
+    repetitive = float(np.mean(distinct < REPETITIVE))
+    noise = float(np.random.default_rng(step).normal(0.0, 0.01))
+    return 2.3 + 1.7 * float(np.exp(-step / 25)) + 2.0 * repetitive + noise
+
+
+def read_losses(path: Path) -> dict[int, float]:
+    """step → loss; a later line for a step (redone after a crash) replaces an earlier one."""
+    losses: dict[int, float] = {}
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        losses[int(record["step"])] = float(record["loss"])
+    return losses
 
 
 def _whole_step(steps: list[Step]) -> Batch:
@@ -64,7 +85,7 @@ def _ranks_ok(steps: list[Step]) -> bool:
     return np.array_equal(np.sort(positions), np.arange(consumed, consumed + b))
 
 
-def run_phase(plan: Plan, phase: Phase, run: Run, log: Path) -> list[Any]:
+def run_phase(plan: Plan, phase: Phase, run: Run, log: Path, loss_log: Path) -> list[Any]:
     """Train one phase; returns its row for the table."""
     dp = phase.config.dp_size
     loaders = [
@@ -84,6 +105,9 @@ def run_phase(plan: Plan, phase: Phase, run: Run, log: Path) -> list[Any]:
         whole = _whole_step(steps)
         applied[steps[0].step] = whole.positions  # "optimizer.step()" on every rank, then:
         given[steps[0].step] = step_tokens_hash(whole, plan)
+        loss = stand_in_loss(whole.tokens, steps[0].step)
+        with open(loss_log, "a") as f:  # as a trainer's rank 0 would, every step
+            f.write(json.dumps({"step": steps[0].step, "loss": round(loss, 4)}) + "\n")
         for lo in loaders:
             lo.commit()
         if loaders[0].state.step % CHECKPOINT_EVERY == 0:
@@ -102,12 +126,21 @@ def run_phase(plan: Plan, phase: Phase, run: Run, log: Path) -> list[Any]:
     return [dp, c.micro, c.accum, c.global_batch, f"{start}..{end}", lost or "checkpoint"]
 
 
-def simulate_training(plan: Plan, root: Path, phases: list[Phase]) -> bool:
-    """Run the phases; print the table and the proofs; True when every check holds."""
-    log = root / "steps.jsonl"
+@dataclass(frozen=True)
+class Trained:
+    ok: bool  # every check held
+    checkpoint: dict[str, Any]  # the final data state
+    step_log: Path
+    loss_log: Path
+
+
+def simulate_training(plan: Plan, root: Path, phases: list[Phase]) -> Trained:
+    """Run the phases; print the table and the proofs."""
+    log, loss_log = root / "steps.jsonl", root / "loss.jsonl"
     log.unlink(missing_ok=True)
+    loss_log.unlink(missing_ok=True)
     run = Run()
-    rows = [run_phase(plan, phase, run, log) for phase in phases]
+    rows = [run_phase(plan, phase, run, log, loss_log) for phase in phases]
     print(table(["dp", "micro", "accum", "global batch", "consumed start..end", "then"], rows))
     assert run.applied is not None and run.given is not None
     # Only what was applied before a checkpoint that a later phase resumed from counts.
@@ -132,5 +165,6 @@ def simulate_training(plan: Plan, root: Path, phases: list[Phase]) -> bool:
     print()
     for text, ok in checks:
         print(f"  [{'ok' if ok else 'FAILED'}] {text}")
-    print(f"  applied positions digest {digest}; step log in {log}")
-    return all(ok for _, ok in checks)
+    print(f"  applied positions digest {digest}; step log {log}, loss log {loss_log}")
+    assert run.checkpoint is not None
+    return Trained(all(ok for _, ok in checks), run.checkpoint, log, loss_log)

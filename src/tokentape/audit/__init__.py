@@ -1,0 +1,1 @@
+"""Audit tools: replay a step, locate a document, verify stores."""

@@ -1,0 +1,109 @@
+"""What the audit commands share: a plan's sources and tape, and a run's batch schedule taken
+from its step log or from flags (``--global-batch``, ``--dp/--micro/--accum``, ``--log``)."""
+
+from __future__ import annotations
+
+import argparse
+from functools import lru_cache
+
+from tokentape.errors import TokentapeError
+from tokentape.store.reader import Source, open_source
+from tokentape.tape.plan import Plan
+from tokentape.tape.resolve import Tape
+from tokentape.train.partition import BatchConfig
+from tokentape.train.schedule import Schedule
+from tokentape.train.steplog import StepRecord, read_step_log, schedule_of
+
+SCHEDULE_HELP = """\
+batch configuration:
+  --global-batch B              steps only (B samples per optimizer step, never changed)
+  --dp D --micro M [--accum A]  steps, data-parallel ranks and micro-steps
+  --log steps.jsonl             the run's step log (needed when the batch shape changed)
+"""
+
+
+@lru_cache(maxsize=8)
+def tape_of(plan: Plan) -> Tape:
+    """The plan's tape, built once per plan (the blend table takes a moment)."""
+    return plan.tape()
+
+
+def source_index(plan: Plan, name: str) -> int:
+    """The index of source ``name`` in the plan, or an error listing the known names."""
+    names = [s.name for s in plan.sources]
+    if name not in names:
+        raise TokentapeError(f"unknown source '{name}'; the plan has: {', '.join(names)}")
+    return names.index(name)
+
+
+def open_plan_source(plan: Plan, index: int) -> Source:
+    """Open source ``index`` of the plan's stores."""
+    return check_store(plan, index, open_source(plan.sources[index].path))
+
+
+def check_store(plan: Plan, index: int, store: Source) -> Source:
+    """Refuse a store that is not (or no longer) the one source ``index`` was planned with."""
+    spec = plan.sources[index]
+    if store.manifest.content_hash != spec.content_hash:
+        raise TokentapeError(
+            f"store '{store.directory}' is not the store of source '{spec.name}' the plan was "
+            "made with (content hash differs); re-run `tokentape plan`"
+        )
+    return store
+
+
+def log_records(path: str, plan: Plan) -> list[StepRecord]:
+    """A step log's effective steps, refused when the log was written for another tape."""
+    records = read_step_log(path)
+    if records[0].index_hash != plan.index_hash:
+        raise TokentapeError(
+            f"{path}: the step log's index hash {records[0].index_hash[:19]}… differs from the "
+            f"plan's {plan.index_hash[:19]}…; it belongs to another plan"
+        )
+    return records
+
+
+def log_schedule(path: str, plan: Plan) -> Schedule:
+    """The schedule of a step log (see ``log_records``)."""
+    return schedule_of(log_records(path, plan))
+
+
+def add_schedule_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--global-batch", type=int, metavar="B", help="samples per optimizer step")
+    p.add_argument("--dp", type=int, metavar="D", help="data-parallel ranks")
+    p.add_argument("--micro", type=int, metavar="M", help="micro-batch per rank")
+    p.add_argument("--accum", type=int, metavar="A", help="accumulation steps (default 1)")
+    p.add_argument("--log", metavar="steps.jsonl", help="the run's step log")
+
+
+def schedule_from_args(args: argparse.Namespace, plan: Plan) -> tuple[Schedule | None, bool]:
+    """The schedule the flags describe (None without any), and whether it has ranks (not
+    --global-batch)."""
+    for flag in ("global_batch", "dp", "micro", "accum"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            name = "--" + flag.replace("_", "-")
+            raise TokentapeError(f"{name} must be a positive integer, got {value}")
+    shape = [f"--{f}" for f in ("dp", "micro", "accum") if getattr(args, f) is not None]
+    given = [
+        kind
+        for kind, on in (
+            ("--global-batch", args.global_batch is not None),
+            ("/".join(shape), bool(shape)),
+            ("--log", args.log is not None),
+        )
+        if on
+    ]
+    if len(given) > 1:
+        raise TokentapeError(
+            "give one of --global-batch, --dp/--micro/--accum or --log, not " + " and ".join(given)
+        )
+    if shape and (args.dp is None or args.micro is None):
+        raise TokentapeError(f"{'/'.join(shape)} given: --dp and --micro go together")
+    if args.global_batch is not None:
+        return Schedule.uniform(BatchConfig(1, args.global_batch, 1)), False
+    if shape:
+        return Schedule.uniform(BatchConfig(args.dp, args.micro, args.accum or 1)), True
+    if args.log is not None:
+        return log_schedule(args.log, plan), True
+    return None, False

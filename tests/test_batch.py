@@ -27,6 +27,14 @@ def small_shard_stores(root: Path) -> None:
     (root / "mix.toml").write_text(PLAN)
 
 
+def small_plan_json(root: Path) -> Path:
+    """The small stores and their resolved plan, written to ``root/plan.json``."""
+    small_shard_stores(root)
+    path = root / "plan.json"
+    path.write_text(resolve_plan(load_plan_spec(root / "mix.toml")).to_json())
+    return path
+
+
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("batch")

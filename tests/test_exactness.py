@@ -15,18 +15,14 @@ import time
 from pathlib import Path
 
 import numpy as np
-from test_batch import small_shard_stores
-
-from tokentape.tape.plan import load_plan_spec, resolve_plan
+from test_batch import small_plan_json
 
 TRAINER = Path(__file__).parent / "tools" / "sim_trainer.py"
 SHAPES = [(4, 2, 1), (3, 1, 2), (6, 1, 1), (1, 4, 2), (2, 3, 1), (5, 1, 1)]
 
 
 def test_sigkill_and_elastic_restarts_apply_every_position_exactly_once(tmp_path):
-    small_shard_stores(tmp_path)
-    plan_path = tmp_path / "plan.json"
-    plan_path.write_text(resolve_plan(load_plan_spec(tmp_path / "mix.toml")).to_json())
+    plan_path = small_plan_json(tmp_path)
     ckpt = tmp_path / "ckpt.json"
     kills_wanted = int(os.environ.get("TOKENTAPE_KILLS", "20"))
     total = 200_000  # far more than the kills leave time for, so the run is cut repeatedly

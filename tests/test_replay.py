@@ -9,13 +9,13 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from test_batch import small_shard_stores
+from test_batch import small_plan_json
 
 from tokentape.audit.replay import replay, top_documents
 from tokentape.audit.runs import log_schedule
 from tokentape.cli import main
 from tokentape.store.reader import open_source
-from tokentape.tape.plan import load_plan, load_plan_spec, resolve_plan
+from tokentape.tape.plan import load_plan
 from tokentape.train.batch import Batcher
 from tokentape.train.loader import Loader, hash_dtype
 from tokentape.train.partition import BatchConfig
@@ -28,9 +28,7 @@ SHAPES = [BatchConfig(2, 2, 2), BatchConfig(3, 1, 2), BatchConfig(1, 5, 1)]  # B
 def run(tmp_path_factory):
     """A run of 9 steps, 3 per shape, logged; what each rank was given, per step."""
     root = tmp_path_factory.mktemp("replay")
-    small_shard_stores(root)
-    plan_path = root / "plan.json"
-    plan_path.write_text(resolve_plan(load_plan_spec(root / "mix.toml")).to_json())
+    plan_path = small_plan_json(root)
     plan = load_plan(plan_path)
     log = root / "steps.jsonl"
     given: list[dict[int, list[tuple[int, np.ndarray]]]] = []  # step → rank → (pos, tokens)

@@ -6,19 +6,16 @@ import pytest
 
 pytest.importorskip("torch")
 
-from test_batch import small_shard_stores
+from test_batch import small_plan_json
 
 from tokentape.cli import main
-from tokentape.tape.plan import load_plan_spec, resolve_plan
 from tokentape.train.smoke import RankReport, verify
 
 
 @pytest.fixture(scope="module")
 def plan_json(tmp_path_factory):
     root = tmp_path_factory.mktemp("smoke")
-    small_shard_stores(root)
-    path = root / "plan.json"
-    path.write_text(resolve_plan(load_plan_spec(root / "mix.toml")).to_json())
+    path = small_plan_json(root)
     return path
 
 

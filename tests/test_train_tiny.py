@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_batch import small_shard_stores
+from test_batch import small_plan_json
 
-from tokentape.tape.plan import load_plan, load_plan_spec, resolve_plan
+from tokentape.tape.plan import load_plan
 from tokentape.train.batch import Batcher
 from tokentape.train.loader import step_tokens_hash
 from tokentape.train.steplog import read_step_log
@@ -80,9 +80,7 @@ def _checkpoint_data(path: Path) -> dict:
 @pytest.fixture(scope="module")
 def plan_path(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("tiny")
-    small_shard_stores(root)
-    path = root / "plan.json"
-    path.write_text(resolve_plan(load_plan_spec(root / "mix.toml")).to_json())
+    path = small_plan_json(root)
     return path
 
 

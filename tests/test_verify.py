@@ -9,16 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_store import write_store
 
 from tokentape.audit import verify
 from tokentape.audit.verify import check_store, quick_blocks, verify_store
 from tokentape.cli import main
-from tokentape.store.atomic import write_atomic
-from tokentape.store.format import MANIFEST_NAME, Manifest, content_hash
-from tokentape.store.writer import ShardWriter
+from tokentape.store.format import MANIFEST_NAME
 from tokentape.tokenize.driver import tokenize
 from tokentape.tokenize.job import TokenizeConfig
-from tokentape.tokenize.tokenizers import load_tokenizer, tokenizer_manifest
 
 EOD = 256  # the bytes tokenizer: ids 0..255 are bytes, 256 ends a document
 VOCAB = 257
@@ -309,29 +307,11 @@ def test_manifest_totals_and_content_hash(store: Path, capsys: pytest.CaptureFix
 
 def write_blocky_store(directory: Path) -> list[str]:
     """Shards of 200 uint16 tokens in 64-byte blocks (7 per shard); returns the shard names."""
-    directory.mkdir()
     rng = np.random.default_rng(0)
     lengths = rng.integers(5, 40, size=40)
-    docs = [np.append(rng.integers(0, 256, size=n), EOD) for n in lengths]
-    writer = ShardWriter(directory, "uint16", shard_tokens=200, block_bytes=64)
-    writer.add(np.concatenate(docs), np.array([len(d) for d in docs]))
-    shards = writer.finish()
-    manifest = Manifest(
-        dtype="uint16",
-        vocab_size=VOCAB,
-        eod_id=EOD,
-        tokenizer=tokenizer_manifest(load_tokenizer("bytes")),
-        shards=tuple(shards),
-        n_tokens=sum(s.n_tokens for s in shards),
-        n_docs=sum(s.n_docs for s in shards),
-        content_hash=content_hash(shards, "uint16"),
-        filters={},
-        inputs={},
-        job="test",
-        created_by="test",
-    )
-    write_atomic(directory / MANIFEST_NAME, manifest.to_json().encode())
-    return [s.name for s in shards]
+    docs = [rng.integers(0, 256, size=n).tolist() for n in lengths]
+    manifest = write_store(directory, docs, shard_tokens=200, block_bytes=64)
+    return [s.name for s in manifest.shards]
 
 
 def test_quick_blocks_choice() -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -219,22 +219,30 @@ def cmd(args: argparse.Namespace) -> int:
     config = schedule.start(args.step)[1] if ranks else None
     hits = top_documents(r, batcher, args.rank)
     matches = None if record is None else record.tokens_hash == r.tokens_hash
-    if args.json:
-        print(json.dumps(_json(r, plan, batcher, config, hits, args, matches), indent=2))
-    else:
-        print(_text(r, plan, batcher, config, hits, args, matches))
+    view = _View(r, plan, batcher, config, hits, args, matches)
+    print(json.dumps(_json(view), indent=2) if args.json else _text(view))
     return 1 if matches is False else 0
 
 
-def _json(
-    r: Replayed,
-    plan: Plan,
-    batcher: Batcher,
-    config: BatchConfig | None,
-    hits: list[DocHits],
-    args: argparse.Namespace,
-    matches: bool | None,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _View:
+    """What the command shows: the replayed step, and how to show it."""
+
+    replayed: Replayed
+    plan: Plan
+    batcher: Batcher
+    config: BatchConfig | None  # None when the ranks are unknown (--global-batch)
+    hits: list[DocHits]
+    args: argparse.Namespace
+    matches: bool | None  # the logged tokens hash equals the rebuilt one (None: no log)
+
+
+def astuple_shallow(v: _View) -> tuple[Any, ...]:
+    return tuple(getattr(v, f.name) for f in fields(v))
+
+
+def _json(v: _View) -> dict[str, Any]:
+    r, plan, batcher, config, hits, args, matches = astuple_shallow(v)
     names = [s.name for s in plan.sources]
     positions = []
     for i in r.rows(args.rank).tolist():
@@ -283,15 +291,8 @@ def _hit_dict(
     }
 
 
-def _text(
-    r: Replayed,
-    plan: Plan,
-    batcher: Batcher,
-    config: BatchConfig | None,
-    hits: list[DocHits],
-    args: argparse.Namespace,
-    matches: bool | None,
-) -> str:
+def _text(v: _View) -> str:
+    r, plan, batcher, config, hits, args, matches = astuple_shallow(v)
     names = [s.name for s in plan.sources]
     rows = r.rows(args.rank)
     shape = (

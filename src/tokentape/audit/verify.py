@@ -32,6 +32,7 @@ from tokentape.store.format import (
     content_hash,
     numpy_dtype,
     parse_manifest,
+    read_manifest_text,
     shard_name,
 )
 from tokentape.tape.plan import load_plan
@@ -139,17 +140,7 @@ class _Store:
 def load_manifest(store: str | Path) -> tuple[Manifest, list[Problem]]:
     """Parse ``STORE/manifest.json``. Totals that disagree with the shards are problems (the
     sums are used from then on); a manifest that cannot be read at all is a ``TokentapeError``."""
-    path = Path(store) / MANIFEST_NAME
-    if not Path(store).is_dir():
-        raise TokentapeError(f"store '{store}': no such directory")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise TokentapeError(
-            f"store '{store}': no {MANIFEST_NAME}; not a complete tokentape store"
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TokentapeError(f"{path}: cannot read ({exc})") from None
+    text, path = read_manifest_text(store)
     problems: list[Problem] = []
     try:
         data = json.loads(text)

@@ -174,15 +174,23 @@ def parse_manifest(text: str, where: str) -> Manifest:
     return manifest
 
 
-def read_manifest(directory: str | os.PathLike[str]) -> Manifest:
-    """Read ``DIR/manifest.json``; a directory without one is not a complete store."""
+def read_manifest_text(directory: str | os.PathLike[str]) -> tuple[str, Path]:
+    """The text of ``DIR/manifest.json`` and its path; a directory without one is not a
+    complete store."""
     path = Path(directory) / MANIFEST_NAME
     if not Path(directory).is_dir():
         raise TokentapeError(f"store '{directory}': no such directory")
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8"), path
     except FileNotFoundError:
         raise TokentapeError(
             f"store '{directory}': no {MANIFEST_NAME}; not a complete tokentape store"
         ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TokentapeError(f"{path}: cannot read ({exc})") from None
+
+
+def read_manifest(directory: str | os.PathLike[str]) -> Manifest:
+    """Read and validate ``DIR/manifest.json``."""
+    text, path = read_manifest_text(directory)
     return parse_manifest(text, str(path))

@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,plot,torch]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,plot,torch,megatron]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -125,8 +125,11 @@ class Tape:
         samples = np.atleast_1d(np.asarray(sample, dtype=np.int64))
         epochs = np.broadcast_to(np.asarray(epoch, dtype=np.int64), samples.shape)
         offsets = np.empty_like(samples)
-        for e in np.unique(epochs):
-            in_e = epochs == e
-            offsets[in_e] = self._perm(source, int(e)).inverse(samples[in_e])
+        order = np.argsort(epochs, kind="stable")  # one pass over the samples per epoch
+        bounds = np.flatnonzero(np.diff(epochs[order])) + 1
+        for group in np.split(order, bounds):
+            if group.size:
+                perm = self._perm(source, int(epochs[group[0]]))
+                offsets[group] = perm.inverse(samples[group])
         draws = epochs * self.n_samples[source] + offsets
         return np.asarray(self.blend.position(source, draws), dtype=np.int64)

@@ -13,12 +13,10 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
-from tokentape import __version__
+from tokentape import __version__, convert
 from tokentape.audit import locate, replay, verify
 from tokentape.corpora import describe_builtin_corpora, write_builtin_corpora
-from tokentape.demo import run_demo
 from tokentape.errors import TokentapeError
-from tokentape.plot import plot_plan
 from tokentape.report import (
     dropped_text,
     fmt_bytes,
@@ -202,6 +200,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     plan = resolve_plan(load_plan_spec(args.plan), args.plan)
     check_budgets(plan, args.plan)
     if args.plot:
+        from tokentape.plot import plot_plan  # matplotlib: imported only when drawing
+
         plot_plan(plan, args.plot)
     if args.out:
         write_atomic(args.out, plan.to_json().encode())
@@ -280,6 +280,8 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    from tokentape.demo import run_demo  # the demo pulls in matplotlib and the BPE trainer
+
     return run_demo(args.out, args.workers)
 
 
@@ -297,6 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_parser(sub)
     verify.add_parser(sub)
     locate.add_parser(sub)
+    convert.add_parser(sub)
     _add_corpora(sub)
     _add_demo(sub)
     return parser

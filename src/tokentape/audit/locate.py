@@ -32,7 +32,7 @@ from tokentape.audit.runs import (
 )
 from tokentape.errors import TokentapeError
 from tokentape.report import fmt_int, key_values, table
-from tokentape.store.reader import Source
+from tokentape.store.reader import TokenStream
 from tokentape.tape.blend import MAX_POSITION
 from tokentape.tape.permutation import Permutation
 from tokentape.tape.plan import Plan, load_plan
@@ -140,7 +140,7 @@ def locate(
     doc_id: int,
     schedule: Schedule | None = None,
     until_step: int | None = None,
-    store: Source | None = None,
+    store: TokenStream | None = None,
 ) -> Located:
     """Every position (below the horizon, or through ``until_step``) at which a window of
     document ``doc_id`` of ``source`` is drawn, placed on ``schedule`` when given.

@@ -7,8 +7,8 @@ import argparse
 from functools import lru_cache
 
 from tokentape.errors import TokentapeError
-from tokentape.store.reader import Source, open_source
-from tokentape.tape.plan import Plan
+from tokentape.store.reader import TokenStream
+from tokentape.tape.plan import Plan, open_plan_store
 from tokentape.tape.resolve import Tape
 from tokentape.train.partition import BatchConfig
 from tokentape.train.schedule import Schedule
@@ -36,12 +36,12 @@ def source_index(plan: Plan, name: str) -> int:
     return names.index(name)
 
 
-def open_plan_source(plan: Plan, index: int) -> Source:
+def open_plan_source(plan: Plan, index: int) -> TokenStream:
     """Open source ``index`` of the plan's stores."""
-    return check_store(plan, index, open_source(plan.sources[index].path))
+    return check_store(plan, index, open_plan_store(plan.sources[index]))
 
 
-def check_store(plan: Plan, index: int, store: Source) -> Source:
+def check_store(plan: Plan, index: int, store: TokenStream) -> TokenStream:
     """Refuse a store that is not (or no longer) the one source ``index`` was planned with."""
     spec = plan.sources[index]
     if store.manifest.content_hash != spec.content_hash:

@@ -6,6 +6,10 @@ first, the last and some picked by a seeded hash of the shard name. Both modes c
 the document index (``.idx.npy``: hash, int64, starts at 0, strictly ascending, in range, one
 entry per document), the end-of-document id at every document end, the manifest's totals and
 its content hash. Shards are read in chunks and through memory maps, never whole into memory.
+
+A Megatron prefix (``PREFIX.bin`` + ``PREFIX.idx``, given directly or as a plan's source) is
+checked by ``audit.verify_megatron``: its structure, its bytes against the identity recorded in
+its sidecar, and its ids and end-of-document ids where the vocabulary is known.
 """
 
 from __future__ import annotations
@@ -17,12 +21,13 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
 import numpy as np
 
+from tokentape.audit.verify_megatron import check_megatron, planned_bytes
 from tokentape.errors import TokentapeError
 from tokentape.report import fmt_bytes, fmt_int
 from tokentape.store.format import (
@@ -35,6 +40,8 @@ from tokentape.store.format import (
     read_manifest_text,
     shard_name,
 )
+from tokentape.store.megatron import is_prefix
+from tokentape.store.megatron_source import MEGATRON
 from tokentape.tape.plan import load_plan
 from tokentape.tokenize.progress import INPUT_BYTES, TOKENS, Counters, ProgressBar
 
@@ -99,11 +106,15 @@ class StoreReport:
 
 @dataclass(frozen=True)
 class Target:
-    """A store to verify: its directory, how to name it, and the plans that refer to it."""
+    """A store to verify: its directory (or Megatron prefix), how to name it, and the plans
+    that refer to it."""
 
     path: Path
     label: str
     plans: tuple[PlanRef, ...] = ()
+    kind: str = "tokentape"  # or "megatron"
+    vocab_size: int | None = None  # Megatron: ids are below it (from a plan, or --vocab-size)
+    eod_id: int | None = None  # Megatron: every document ends with it (plan, or --eod-id)
 
 
 @dataclass
@@ -183,12 +194,21 @@ def find_targets(paths: Iterable[str]) -> list[Target]:
             key = target.path.resolve()
             first = found.setdefault(key, target)
             if first is not target:
-                found[key] = Target(first.path, first.label, first.plans + target.plans)
+                found[key] = replace(
+                    first,
+                    plans=first.plans + target.plans,
+                    vocab_size=first.vocab_size
+                    if first.vocab_size is not None
+                    else target.vocab_size,
+                    eod_id=first.eod_id if first.eod_id is not None else target.eod_id,
+                )
     return list(found.values())
 
 
 def _expand(raw: str) -> list[Target]:
     path = Path(raw)
+    if not (path / MANIFEST_NAME).is_file() and is_prefix(path):
+        return [Target(path, raw, kind=MEGATRON)]
     if path.is_dir():
         if not (path / MANIFEST_NAME).is_file():
             raise TokentapeError(
@@ -198,7 +218,8 @@ def _expand(raw: str) -> list[Target]:
         return [Target(path, raw)]
     if not path.exists():
         raise TokentapeError(
-            f"'{raw}': no such file or directory; expected a token store directory or a plan JSON"
+            f"'{raw}': no such file or directory; expected a token store directory, a Megatron "
+            "prefix or a plan JSON"
         )
     try:
         plan = load_plan(path)
@@ -208,7 +229,15 @@ def _expand(raw: str) -> list[Target]:
             f"(tokentape plan --out): {exc}"
         ) from None
     return [
-        Target(Path(s.path), s.path, (PlanRef(raw, s.name, s.content_hash),)) for s in plan.sources
+        Target(
+            Path(s.path),
+            s.path,
+            (PlanRef(raw, s.name, s.content_hash),),
+            s.format,
+            s.vocab_size if s.format == MEGATRON else None,
+            s.eod_id if s.format == MEGATRON else None,
+        )
+        for s in plan.sources
     ]
 
 
@@ -290,6 +319,42 @@ def check_store(
         seconds=time.monotonic() - started,
         problems=tuple(problems),
     )
+
+
+def check_megatron_target(
+    target: Target,
+    quick: bool = False,
+    blocks: int = DEFAULT_QUICK_BLOCKS,
+    progress: Progress | None = None,
+) -> StoreReport:
+    """Verify a Megatron prefix (see ``audit.verify_megatron``)."""
+    started = time.monotonic()
+    chooser = _chooser(target.path, blocks)
+    tell = None if progress is None else _megatron_progress(progress)
+    plans = [(ref.plan, ref.source, ref.content_hash) for ref in target.plans]
+    found = check_megatron(
+        target.path, quick, chooser, tell, target.vocab_size, target.eod_id, plans
+    )
+    return StoreReport(
+        path=target.label,
+        quick=quick,
+        n_shards=1,
+        n_tokens=found.n_tokens,
+        n_docs=found.n_docs,
+        blocks_checked=found.blocks_checked,
+        blocks_total=found.blocks_total,
+        bytes_hashed=found.bytes_hashed,
+        seconds=time.monotonic() - started,
+        problems=tuple(Problem(*p) for p in found.problems),
+    )
+
+
+def _chooser(prefix: Path, blocks: int) -> Callable[[int], list[int]]:
+    return lambda n_blocks: quick_blocks(n_blocks, blocks, prefix.name)
+
+
+def _megatron_progress(progress: Progress) -> Callable[[int], None]:
+    return lambda n_bytes: progress(n_bytes, 0)
 
 
 def verify_store(
@@ -577,10 +642,17 @@ full mode (default):
   hash and range-check only N blocks per shard (the first, the last, and N-2 picked by a
   seeded hash of the shard name: the same blocks every run).
 
+Megatron prefixes (PREFIX.bin + PREFIX.idx, given directly or named by a plan):
+  the .idx structure; both files rehashed against the identity recorded in the sidecar
+  PREFIX.tokentape.json (--quick: the .idx and N blocks of .bin); the plan's content hash;
+  ids in [0, vocab) and the EOD id at every document end, with the plan's vocabulary or
+  --vocab-size/--eod-id.
+
 examples:
   tokentape verify stores/web stores/code
   tokentape verify mix.json --quick --blocks 8
   tokentape verify stores/web --json
+  tokentape verify data/web_text_document --vocab-size 50257 --eod-id 50256
 
 Exit status: 0 when every store is intact, 1 when a problem was found (one line each),
 2 when a path is not a store or plan, or a manifest cannot be read.
@@ -606,6 +678,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=int,
         metavar="N",
         help=f"blocks per shard hashed by --quick (default {DEFAULT_QUICK_BLOCKS})",
+    )
+    p.add_argument(
+        "--vocab-size", type=int, metavar="V", help="Megatron prefix: check every id is below V"
+    )
+    p.add_argument(
+        "--eod-id", type=int, metavar="E", help="Megatron prefix: check every document ends with E"
     )
     p.add_argument("--json", action="store_true", help="print a JSON report, no progress bar")
     p.set_defaults(func=cmd)
@@ -648,18 +726,35 @@ def _summary(r: StoreReport) -> str:
     return f"{r.path}: FAILED, {len(r.problems)} problem(s) ({counts}, {hashed})"
 
 
+def _with_vocabulary(target: Target, args: argparse.Namespace) -> Target:
+    """A Megatron target with --vocab-size/--eod-id where its plan gave none."""
+    if target.kind != MEGATRON:
+        return target
+    return replace(
+        target,
+        vocab_size=target.vocab_size if target.vocab_size is not None else args.vocab_size,
+        eod_id=target.eod_id if target.eod_id is not None else args.eod_id,
+    )
+
+
 def cmd(args: argparse.Namespace) -> int:
     if args.blocks is not None and not args.quick:
         raise TokentapeError("--blocks applies to --quick only")
     blocks = DEFAULT_QUICK_BLOCKS if args.blocks is None else args.blocks
     if blocks < 1:
         raise TokentapeError(f"--blocks must be at least 1, got {blocks}")
-    targets = find_targets(args.paths)
-    manifests = [load_manifest(t.path)[0] for t in targets]  # unreadable: fail before hashing
-    total = sum(bytes_to_hash(m, args.quick, blocks) for m in manifests)
+    targets = [_with_vocabulary(t, args) for t in find_targets(args.paths)]
+    total = 0
+    for t in targets:  # an unreadable manifest fails here, before any hashing
+        if t.kind == MEGATRON:
+            total += planned_bytes(t.path, args.quick, _chooser(t.path, blocks))
+        else:
+            total += bytes_to_hash(load_manifest(t.path)[0], args.quick, blocks)
     with _progress(total, None if args.json else sys.stderr) as progress:
         reports = [
-            check_store(t.path, args.quick, blocks, progress, label=t.label, plans=t.plans)
+            check_megatron_target(t, args.quick, blocks, progress)
+            if t.kind == MEGATRON
+            else check_store(t.path, args.quick, blocks, progress, label=t.label, plans=t.plans)
             for t in targets
         ]
     ok = all(r.ok for r in reports)

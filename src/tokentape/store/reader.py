@@ -4,6 +4,10 @@ A source is the concatenation of its shards in manifest order. Sample ``k`` at s
 ``L`` is the window of ``L + 1`` tokens starting at token ``k * L``; a window may span shards.
 Opening is cheap (the shards are memory-mapped, the document starts loaded) and any number of
 processes may open one store at once.
+
+``TokenStream`` holds what every kind of source shares (windows, documents, segments over
+memory-mapped pieces); ``Source`` is a tokentape store, ``store.megatron_source.MegatronSource``
+a Megatron ``.bin``/``.idx`` prefix read in place.
 """
 
 from __future__ import annotations
@@ -37,47 +41,38 @@ def _map_tokens(path: Path, dtype: np.dtype, n_tokens: int) -> np.ndarray:
     return np.memmap(path, dtype=dtype, mode="r", shape=(n_tokens,))
 
 
-class Source:
-    """One token store opened for reading; see ``open_source``."""
+class TokenStream:
+    """A source's token stream (the concatenation of memory-mapped pieces) and its document
+    starts: the sample windows, documents and segments every kind of source shares.
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
-        self.directory = Path(directory)
-        self.manifest: Manifest = read_manifest(self.directory)
-        self.dtype = numpy_dtype(self.manifest.dtype)
-        shards, starts = [], []
-        for shard in self.manifest.shards:
-            bin_path = self.directory / shard.bin_file
-            idx_path = self.directory / shard.idx_file
-            _check_size(bin_path, shard.n_tokens * self.dtype.itemsize)
-            _check_size(idx_path, shard.idx_bytes)
-            shards.append(_map_tokens(bin_path, self.dtype, shard.n_tokens))
-            local = np.load(idx_path, allow_pickle=False)
-            if local.shape != (shard.n_docs,) or local.dtype != np.int64:
-                raise TokentapeError(
-                    f"{idx_path}: expected {shard.n_docs} int64 document starts, "
-                    f"found shape {local.shape} dtype {local.dtype}"
-                )
-            starts.append(local)
-        self._shards = shards
-        sizes = np.array([s.n_tokens for s in self.manifest.shards], dtype=np.int64)
-        # Token offset of each shard in the source, with the total appended.
+    Subclasses (``Source`` for a tokentape store, ``MegatronSource`` for a Megatron prefix)
+    provide ``manifest`` (with ``content_hash``, ``dtype``, ``vocab_size``, ``eod_id``),
+    ``eod_id``, ``directory`` and ``tokenizer``.
+    """
+
+    def __init__(self, dtype: np.dtype, pieces: list[np.ndarray], doc_starts: np.ndarray) -> None:
+        self.dtype = dtype
+        self._shards = pieces
+        sizes = np.array([len(p) for p in pieces], dtype=np.int64)
+        # Token offset of each piece in the stream, with the total appended.
         self._shard_offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        self.doc_starts = np.concatenate(
-            [local + off for local, off in zip(starts, self._shard_offsets[:-1], strict=True)]
-            or [np.zeros(0, dtype=np.int64)]
-        ).astype(np.int64)
+        self.doc_starts = doc_starts
 
     @property
     def n_tokens(self) -> int:
-        return self.manifest.n_tokens
+        return int(self._shard_offsets[-1])
 
     @property
     def n_docs(self) -> int:
-        return self.manifest.n_docs
+        return len(self.doc_starts)
 
     @property
     def eod_id(self) -> int:
-        return self.manifest.eod_id
+        raise NotImplementedError
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        raise NotImplementedError
 
     def n_samples(self, seq_len: int) -> int:
         """Windows of ``seq_len + 1`` tokens at stride ``seq_len``."""
@@ -182,13 +177,46 @@ class Source:
         start, end = self.doc_span(i)
         return self.tokens(start, end - 1)
 
+    def decode(self, tokens: np.ndarray | list[int]) -> str:
+        return self.tokenizer.decode([int(t) for t in tokens])
+
+
+class Source(TokenStream):
+    """One token store opened for reading; see ``open_source``."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+        self.manifest: Manifest = read_manifest(self.directory)
+        dtype = numpy_dtype(self.manifest.dtype)
+        shards, starts = [], []
+        for shard in self.manifest.shards:
+            bin_path = self.directory / shard.bin_file
+            idx_path = self.directory / shard.idx_file
+            _check_size(bin_path, shard.n_tokens * dtype.itemsize)
+            _check_size(idx_path, shard.idx_bytes)
+            shards.append(_map_tokens(bin_path, dtype, shard.n_tokens))
+            local = np.load(idx_path, allow_pickle=False)
+            if local.shape != (shard.n_docs,) or local.dtype != np.int64:
+                raise TokentapeError(
+                    f"{idx_path}: expected {shard.n_docs} int64 document starts, "
+                    f"found shape {local.shape} dtype {local.dtype}"
+                )
+            starts.append(local)
+        offsets = np.cumsum([0] + [s.n_tokens for s in self.manifest.shards])[:-1]
+        doc_starts = np.concatenate(
+            [local + off for local, off in zip(starts, offsets, strict=True)]
+            or [np.zeros(0, dtype=np.int64)]
+        ).astype(np.int64)
+        super().__init__(dtype, shards, doc_starts)
+
+    @property
+    def eod_id(self) -> int:
+        return self.manifest.eod_id
+
     @cached_property
     def tokenizer(self) -> Tokenizer:
         """The tokenizer recorded in the manifest (loaded from the copy inside the store)."""
         return tokenizer_from_manifest(self.manifest.tokenizer, self.directory)
-
-    def decode(self, tokens: np.ndarray | list[int]) -> str:
-        return self.tokenizer.decode([int(t) for t in tokens])
 
     def __repr__(self) -> str:
         return (

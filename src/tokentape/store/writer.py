@@ -25,7 +25,7 @@ def npy_bytes(array: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-class _BlockHasher:
+class BlockHasher:
     """sha256 of the whole stream and of every ``block_bytes`` block, fed in any chunking."""
 
     def __init__(self, block_bytes: int) -> None:
@@ -62,7 +62,7 @@ class _OpenShard:
         self.final = directory / f"{self.name}.bin"
         self.tmp = temp_name(self.final)
         self.file = open(self.tmp, "wb")  # noqa: SIM115 - closed in close()/abort()
-        self.hasher = _BlockHasher(block_bytes)
+        self.hasher = BlockHasher(block_bytes)
         self.n_tokens = 0
         self.starts: list[np.ndarray] = []
 

@@ -4,6 +4,11 @@ The plan file names the sources (token stores), their weights and repeat budgets
 length, the seed and the horizon. Resolving it opens each store's manifest, turns the weights
 into exact rationals, and computes, per source, how many draws the horizon takes and so how many
 passes over its data that is. ``docs/plan.md`` documents the file.
+
+A source is a tokentape store directory or, read in place, a Megatron prefix
+(``PREFIX.bin`` + ``PREFIX.idx``; ``format = "megatron"`` or detected), which needs the
+vocabulary size and end-of-document id its ``.idx`` does not record (``vocab_size``,
+``eod_id``, or a ``tokenizer`` that has them).
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ from typing import Any
 
 from tokentape.errors import TokentapeError
 from tokentape.store.format import Manifest, read_manifest
+from tokentape.store.megatron_source import MegatronManifest, MegatronSource
+from tokentape.store.open import FORMATS, MEGATRON, TOKENTAPE, detect_format, open_store
+from tokentape.store.reader import Source
 from tokentape.tape.blend import DEFAULT_DENOMINATOR, MAX_POSITION, rational_weights
 from tokentape.tape.resolve import Tape
 
@@ -26,7 +34,18 @@ ALGORITHM_VERSION = 1
 PLAN_FORMAT = "tokentape.plan"
 
 _TOP_KEYS = {"seq_len", "seed", "total_tokens", "total_samples", "weight_denominator", "source"}
-_SOURCE_KEYS = {"name", "path", "weight", "max_repeats"}
+_SOURCE_KEYS = {
+    "name",
+    "path",
+    "weight",
+    "max_repeats",
+    "format",
+    "vocab_size",
+    "eod_id",
+    "tokenizer",
+}
+_NO_FINGERPRINT = "none"
+"""The tokenizer fingerprint of a source whose tokenizer is unknown: compared with nothing."""
 _SUFFIXES = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12, "P": 10**15}
 
 
@@ -41,6 +60,18 @@ class SourceSpec:
     """Any positive number; weights are normalised."""
     max_repeats: float = 1.0
     """Repeat budget: the most passes over this source's samples the horizon may take."""
+    format: str | None = None
+    """``tokentape`` (a store directory), ``megatron`` (a ``.bin``/``.idx`` prefix), or None:
+    detected from the files."""
+    vocab_size: int | None = None
+    """Megatron source: ids are below it (a tokentape store: checked against its manifest)."""
+    eod_id: int | None = None
+    """Megatron source: the end-of-document id every document ends with (a tokentape store:
+    checked against its manifest)."""
+    tokenizer: str | None = None
+    """Megatron source only: the tokenizer spec it was made with (relative paths from the plan
+    file); gives vocab_size and eod_id, is compared with the other sources' tokenizers and
+    decodes previews."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +104,8 @@ class PlanSource:
     tokenizer_fingerprint: str
     draws: int  # samples drawn over the horizon
     passes: float  # draws / n_samples
+    format: str = TOKENTAPE  # "tokentape" (store directory) or "megatron" (prefix)
+    tokenizer: str | None = None  # Megatron source: the tokenizer spec, paths made absolute
 
 
 @dataclass(frozen=True)
@@ -162,12 +195,28 @@ def _source(table: Any, i: int, where: str) -> SourceSpec:
         raise TokentapeError(f"{here}: 'name' must be a non-empty string")
     path = table.get("path")
     if not isinstance(path, str) or not path:
-        raise TokentapeError(f"{here}: 'path' must be a store directory (a string)")
+        raise TokentapeError(
+            f"{here}: 'path' must be a store directory or a Megatron prefix (a string)"
+        )
+    kind = table.get("format")
+    if kind is not None and kind not in FORMATS:
+        raise TokentapeError(f"{here}: 'format' must be one of {', '.join(FORMATS)}, got {kind!r}")
+    tokenizer = table.get("tokenizer")
+    if tokenizer is not None and (not isinstance(tokenizer, str) or not tokenizer):
+        raise TokentapeError(f"{here}: 'tokenizer' must be a tokenizer spec (a string)")
+    if tokenizer is not None and kind == TOKENTAPE:
+        raise TokentapeError(
+            f"{here}: 'tokenizer' applies to a Megatron source; a tokentape store records its own"
+        )
     return SourceSpec(
         name=name,
         path=path,
         weight=_number(table, "weight", here),
         max_repeats=_number(table, "max_repeats", here, default=1.0),
+        format=kind,
+        vocab_size=_integer(table, "vocab_size", here) if "vocab_size" in table else None,
+        eod_id=_integer(table, "eod_id", here) if "eod_id" in table else None,
+        tokenizer=tokenizer,
     )
 
 
@@ -255,25 +304,61 @@ def plan_index_hash(plan_sources: tuple[PlanSource, ...], seq_len: int, seed: in
     return index_hash(seq_len, seed, den, rows)
 
 
+def resolve_tokenizer_spec(spec: str, base_dir: str) -> str:
+    """A tokenizer spec with its file path made absolute (relative paths from ``base_dir``)."""
+    if spec == "bytes":
+        return spec
+    prefix = next((p for p in ("tiktoken:", "hf:") if spec.startswith(p)), "")
+    return prefix + str(Path(base_dir, spec.removeprefix(prefix)).resolve())
+
+
+def _open_source(s: SourceSpec, path: Path) -> tuple[str, Manifest | MegatronManifest]:
+    """The source's format and manifest (a Megatron prefix is opened: validated, identified)."""
+    kind = s.format or detect_format(path)
+    if kind == MEGATRON:
+        source = MegatronSource(path, s.vocab_size, s.eod_id, s.tokenizer)
+        return kind, source.manifest
+    if s.tokenizer is not None:
+        raise TokentapeError(
+            "'tokenizer' applies to a Megatron source; a tokentape store records its own"
+        )
+    m = read_manifest(path)
+    for key, given in (("vocab_size", s.vocab_size), ("eod_id", s.eod_id)):
+        if given is not None and given != getattr(m, key):
+            raise TokentapeError(
+                f"'{key}' is {given} but the store's manifest says {getattr(m, key)}"
+            )
+    return kind, m
+
+
 def resolve_plan(spec: PlanSpec, where: str = "plan") -> Plan:
     """Open every source's store, check they agree, and compute the blend and repeat table."""
-    manifests: list[tuple[str, Manifest]] = []
+    manifests: list[tuple[str, Manifest | MegatronManifest]] = []
     paths: list[str] = []
+    kinds: list[str] = []
+    tokenizers: list[str | None] = []
     for s in spec.sources:
         path = Path(spec.base_dir, s.path)
+        tok = s.tokenizer and resolve_tokenizer_spec(s.tokenizer, spec.base_dir)
         try:
-            manifests.append((s.name, read_manifest(path)))
+            kind, manifest = _open_source(SourceSpec(**{**asdict(s), "tokenizer": tok}), path)
         except TokentapeError as exc:
             raise TokentapeError(f"{where}: source '{s.name}': {exc}") from None
+        manifests.append((s.name, manifest))
         paths.append(str(path.resolve()))
-    first_name, first = manifests[0]
-    for name, m in manifests[1:]:
+        kinds.append(kind)
+        tokenizers.append(tok)
+    known = [(n, m) for n, m in manifests if m.tokenizer.get("fingerprint") != _NO_FINGERPRINT]
+    for name, m in known[1:]:
+        first_name, first = known[0]
         if m.tokenizer.get("fingerprint") != first.tokenizer.get("fingerprint"):
             raise TokentapeError(
                 f"{where}: source '{name}' was tokenized with another tokenizer than "
                 f"'{first_name}' ({m.tokenizer.get('fingerprint')} vs "
                 f"{first.tokenizer.get('fingerprint')}); re-tokenize it"
             )
+    first_name, first = manifests[0]
+    for name, m in manifests[1:]:
         if (m.vocab_size, m.eod_id) != (first.vocab_size, first.eod_id):
             raise TokentapeError(
                 f"{where}: source '{name}' has vocabulary {m.vocab_size} / EOD {m.eod_id}, "
@@ -308,6 +393,8 @@ def resolve_plan(spec: PlanSpec, where: str = "plan") -> Plan:
                 tokenizer_fingerprint=str(m.tokenizer.get("fingerprint")),
                 draws=draws,
                 passes=draws / n_samples[i],
+                format=kinds[i],
+                tokenizer=tokenizers[i],
             )
         )
     return Plan(
@@ -318,6 +405,18 @@ def resolve_plan(spec: PlanSpec, where: str = "plan") -> Plan:
         horizon_samples=spec.horizon_samples,
         sources=tuple(sources),
         index_hash=plan_index_hash(tuple(sources), spec.seq_len, spec.seed, spec.denominator),
+    )
+
+
+def open_plan_store(source: PlanSource) -> Source | MegatronSource:
+    """Open a resolved plan's source where the plan found it, as the plan read it (a Megatron
+    prefix with the plan's vocabulary, EOD id and tokenizer)."""
+    return open_store(
+        source.path,
+        source.format,
+        vocab_size=source.vocab_size,
+        eod_id=source.eod_id,
+        tokenizer=source.tokenizer,
     )
 
 

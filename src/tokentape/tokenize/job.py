@@ -117,7 +117,9 @@ class OutState(Enum):
     COMPLETE = "complete"  # a finished store of this same job
 
 
-def _ours(name: str) -> bool:
+def is_store_file(name: str) -> bool:
+    """Whether a name in a store directory is one tokentape writes (shards, manifest, tokenizer
+    copy, their temporary names, the work directory)."""
     prefixes = (
         "part-",
         ".part-",
@@ -137,7 +139,7 @@ def inspect_out(
     if not out.exists():
         return OutState.FRESH, None
     names = sorted(os.listdir(out))
-    foreign = [n for n in names if not _ours(n)]
+    foreign = [n for n in names if not is_store_file(n)]
     if foreign:
         raise TokentapeError(
             f"--out '{out}': not empty and not a tokentape store (found '{foreign[0]}'); "
@@ -175,7 +177,7 @@ def inspect_out(
 def clear_out(out: Path, keep: tuple[str, ...] = ()) -> None:
     """Remove everything tokentape writes in ``out`` (and nothing else), but for ``keep``."""
     for name in os.listdir(out):
-        if _ours(name) and name not in keep:
+        if is_store_file(name) and name not in keep:
             path = out / name
             if path.is_dir():
                 shutil.rmtree(path)

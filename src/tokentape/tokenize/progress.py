@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -99,3 +101,33 @@ class ProgressBar:
             f"{_human(tokens / elapsed)} tok/s  {text_bytes / elapsed / 1e6:.1f} MB/s  "
             f"elapsed {_clock(elapsed)}  ETA {eta}"
         )
+
+
+class BytesBar(ProgressBar):
+    """The progress bar of a long read (hashing, converting): bytes done, rate and ETA."""
+
+    def line(self) -> str:
+        done = self.counters.snapshot()[INPUT_BYTES] - self.baseline[INPUT_BYTES]
+        elapsed = max(time.monotonic() - self._start, 1e-9)
+        frac = min(done / max(self.total_input_bytes, 1), 1.0)
+        width = 24
+        bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
+        eta = _clock(elapsed * (1 - frac) / frac) if frac > 0 else "?:??:??"
+        return (
+            f"{self.label} [{bar}] {frac:6.1%}  {_human(done / elapsed, 'B')}/s  "
+            f"elapsed {_clock(elapsed)}  ETA {eta}"
+        )
+
+
+@contextlib.contextmanager
+def bytes_progress(
+    total: int, label: str, stream: TextIO | None = sys.stderr
+) -> Iterator[Callable[[int], None] | None]:
+    """A ``BytesBar`` on ``stream`` when it is a terminal: yields a callback taking the bytes
+    just done, or None (no terminal, nothing to draw)."""
+    if stream is None or not stream.isatty():
+        yield None
+        return
+    counters = Counters()
+    with BytesBar(counters, total, label=label, stream=stream):
+        yield lambda n_bytes: counters.add(input_bytes=n_bytes)

@@ -464,6 +464,47 @@ class HFTokenizer:
 
 
 # --------------------------------------------------------------------------------------------
+# none
+
+
+NO_TOKENIZER_FINGERPRINT = "none"
+"""The fingerprint of data whose tokenizer is unknown: compared with nothing."""
+
+
+@dataclass(frozen=True)
+class NoTokenizer:
+    """Stands in for the unknown tokenizer of converted or in-place Megatron data: it knows
+    the vocabulary size and EOD id only, and "decodes" to the ids themselves."""
+
+    vocab_size: int
+    eod_id: int
+    spec: str = "none"
+    kind: str = field(default="none", init=False)
+    eod_token: str | None = field(default=None, init=False)
+    fingerprint: str = field(default=NO_TOKENIZER_FINGERPRINT, init=False)
+
+    def _refuse(self) -> TokentapeError:
+        return TokentapeError("no tokenizer is known for this data; it cannot encode text")
+
+    def encode(self, text: str) -> list[int]:
+        raise self._refuse()
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        raise self._refuse()
+
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        raise self._refuse()
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The ids as text (``ids: 17 4 99``): there is no tokenizer to decode them with."""
+        id_list = _check_ids(ids, self.vocab_size, "token ids")
+        return "ids: " + " ".join(str(i) for i in id_list)
+
+    def stored_file(self) -> tuple[str, bytes] | None:
+        return None
+
+
+# --------------------------------------------------------------------------------------------
 # loading
 
 
@@ -538,6 +579,8 @@ def tokenizer_from_manifest(info: dict[str, Any], store_dir: Path) -> Tokenizer:
     tok: Tokenizer
     if kind == "bytes":
         tok = ByteTokenizer(spec=spec)
+    elif kind == "none":
+        tok = NoTokenizer(info["vocab_size"], info["eod_id"], spec)
     elif kind in ("hf", "tiktoken"):
         expected_name = HF_STORED_NAME if kind == "hf" else TIKTOKEN_STORED_NAME
         if name != expected_name:
@@ -552,7 +595,8 @@ def tokenizer_from_manifest(info: dict[str, Any], store_dir: Path) -> Tokenizer:
             tok = TiktokenTokenizer.from_bytes(data, path, spec, info["eod_token"] or "")
     else:
         raise TokentapeError(
-            f"{where}: field tokenizer.kind is {kind!r}; expected 'hf', 'tiktoken' or 'bytes'"
+            f"{where}: field tokenizer.kind is {kind!r}; expected 'hf', 'tiktoken', 'bytes' or "
+            "'none'"
         )
     if tok.fingerprint != info["fingerprint"]:
         raise TokentapeError(

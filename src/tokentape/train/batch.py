@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tokentape.errors import TokentapeError
-from tokentape.store.reader import Source, open_source
-from tokentape.tape.plan import Plan, load_plan
+from tokentape.store.reader import TokenStream
+from tokentape.tape.plan import Plan, load_plan, open_plan_store
 from tokentape.tape.resolve import Tape
 
 
@@ -43,10 +43,10 @@ class Batch:
         return self.tokens[:, 1:]
 
 
-def _open_checked(plan: Plan) -> list[Source]:
+def _open_checked(plan: Plan) -> list[TokenStream]:
     sources = []
     for s in plan.sources:
-        src = open_source(s.path)
+        src = open_plan_store(s)
         found = src.manifest.content_hash
         if found != s.content_hash:
             raise TokentapeError(

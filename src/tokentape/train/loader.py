@@ -49,8 +49,10 @@ class _Prepared:
 
 
 def hash_dtype(plan: Plan) -> np.dtype:
-    """The dtype token ids are hashed in: the plan's widest store dtype (uint16 or uint32)."""
-    return np.dtype("<u4") if any(s.dtype == "uint32" for s in plan.sources) else np.dtype("<u2")
+    """The dtype token ids are hashed in: uint32 when a store is uint32 or a vocabulary has
+    more than 65,536 ids (a Megatron source may be int32 or int64), else uint16."""
+    wide = any(s.dtype == "uint32" or s.vocab_size > 2**16 for s in plan.sources)
+    return np.dtype("<u4") if wide else np.dtype("<u2")
 
 
 def step_tokens_hash(batch: Batch, plan: Plan) -> str:

@@ -1,0 +1,205 @@
+"""The checks ``tokentape verify`` runs on a Megatron prefix (``PREFIX.bin`` + ``PREFIX.idx``).
+
+- structure: the ``.idx`` header, sizes, counts, document index and back-to-back sequences;
+- bytes: full mode rehashes both files (sha256, ``.bin`` block hashes, token id range) and
+  compares them with the identity recorded in the prefix's sidecar, if there is one (a full
+  check that finds the bytes as recorded, or finds no record, writes the sidecar for the files
+  as they are now: the identity a plan would compute); ``--quick`` hashes the ``.idx`` and only
+  the chosen blocks of ``.bin`` (full rehash without a sidecar);
+- plans: the content hash each plan recorded for the source;
+- ids: no negative id, none at or above the vocabulary size, and every document ends with the
+  end-of-document id (when the vocabulary and EOD id are known: from a plan, or flags).
+
+The result is plain data (``MegatronCheck``); ``audit.verify`` turns it into its report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tokentape.errors import TokentapeError
+from tokentape.store.megatron import (
+    IdRange,
+    MegatronIdentity,
+    MegatronIndex,
+    bin_path,
+    idx_path,
+    read_index,
+)
+from tokentape.store.megatron_identity import (
+    CHUNK_BYTES,
+    file_keys,
+    hash_files,
+    read_sidecar,
+    write_sidecar,
+)
+from tokentape.store.megatron_source import check_documents
+
+Finding = tuple[str, str, str, str]
+"""(file, what, expected, found)."""
+Chooser = Callable[[int], list[int]]
+"""The blocks a quick check hashes, given how many there are."""
+
+
+@dataclass
+class MegatronCheck:
+    """What verifying one prefix found and how much it read."""
+
+    n_tokens: int = 0
+    n_docs: int = 0
+    blocks_checked: int = 0
+    blocks_total: int = 0
+    bytes_hashed: int = 0
+    problems: list[Finding] = field(default_factory=list)
+
+
+def _quick_record(index: MegatronIndex, recorded: MegatronIdentity | None) -> bool:
+    """Whether the sidecar's block hashes can be spot-checked against this ``.bin``."""
+    if recorded is None or recorded.block_bytes <= 0:
+        return False
+    return (
+        recorded.block_bytes % index.dtype.itemsize == 0
+        and recorded.bin_bytes == index.n_tokens * index.dtype.itemsize
+    )
+
+
+def planned_bytes(prefix: Path, quick: bool, chooser: Chooser) -> int:
+    """Bytes of ``.bin`` a check reads (0 when the ``.idx`` cannot be read)."""
+    try:
+        index = read_index(prefix)
+    except TokentapeError:
+        return 0
+    size = index.n_tokens * index.dtype.itemsize
+    recorded = read_sidecar(prefix, None)
+    if not quick or recorded is None or not _quick_record(index, recorded):
+        return size
+    bb = recorded.block_bytes
+    return sum(min(bb, size - i * bb) for i in chooser(len(recorded.block_sha256)))
+
+
+def check_megatron(
+    prefix: Path,
+    quick: bool,
+    chooser: Chooser,
+    progress: Callable[[int], None] | None,
+    vocab_size: int | None = None,
+    eod_id: int | None = None,
+    plan_hashes: Sequence[tuple[str, str, str]] = (),
+) -> MegatronCheck:
+    """Verify ``prefix``; ``plan_hashes`` holds (plan, source name, recorded content hash)."""
+    out = MegatronCheck()
+    try:
+        index = read_index(prefix)
+    except TokentapeError as exc:
+        expected = "a Megatron dataset tokentape can read"
+        out.problems.append((str(idx_path(prefix)), "unreadable", expected, str(exc)))
+        return out
+    out.n_tokens, out.n_docs = index.n_tokens, index.n_docs
+    recorded = read_sidecar(prefix, None)
+    if quick and _quick_record(index, recorded):
+        assert recorded is not None
+        ids, content = _spot_check(index, recorded, chooser, progress, out), recorded.content_hash
+    else:
+        keys = file_keys(prefix)
+        found = hash_files(index, progress)
+        out.bytes_hashed += found.bin_bytes
+        out.blocks_total = out.blocks_checked = len(found.block_sha256)
+        if recorded is not None:
+            out.problems += _against_record(index, recorded, found)
+        if not out.problems and file_keys(prefix) == keys:
+            write_sidecar(prefix, found, keys)
+        ids, content = (found.min_id, found.max_id), found.content_hash
+    for plan, source, expected in plan_hashes:
+        if expected != content:
+            out.problems.append((plan, f"source '{source}' content_hash", expected, content))
+    out.problems += _id_problems(index, ids, vocab_size)
+    if eod_id is not None:
+        out.problems += _eod_problems(index, eod_id)
+    return out
+
+
+def _against_record(
+    index: MegatronIndex, recorded: MegatronIdentity, found: MegatronIdentity
+) -> list[Finding]:
+    data, meta = str(bin_path(index.prefix)), str(idx_path(index.prefix))
+    problems = []
+    if found.idx_sha256 != recorded.idx_sha256:
+        problems.append((meta, "sha256 mismatch (sidecar)", recorded.idx_sha256, found.idx_sha256))
+    if found.bin_sha256 != recorded.bin_sha256:
+        problems.append((data, "sha256 mismatch (sidecar)", recorded.bin_sha256, found.bin_sha256))
+        if found.block_bytes == recorded.block_bytes and len(recorded.block_sha256) > 1:
+            pairs = zip(recorded.block_sha256, found.block_sha256, strict=False)
+            problems += [
+                (data, f"block {i} sha256 mismatch", want, got)
+                for i, (want, got) in enumerate(pairs)
+                if want != got
+            ]
+    return problems
+
+
+def _spot_check(
+    index: MegatronIndex,
+    recorded: MegatronIdentity,
+    chooser: Chooser,
+    progress: Callable[[int], None] | None,
+    out: MegatronCheck,
+) -> tuple[int | None, int | None]:
+    """Hash the ``.idx`` and the chosen ``.bin`` blocks against the sidecar; their id range."""
+    data, meta = bin_path(index.prefix), idx_path(index.prefix)
+    digest = hashlib.sha256(meta.read_bytes()).hexdigest()
+    if digest != recorded.idx_sha256:
+        out.problems.append((str(meta), "sha256 mismatch (sidecar)", recorded.idx_sha256, digest))
+    bb, ids = recorded.block_bytes, IdRange()
+    chosen = chooser(len(recorded.block_sha256))
+    out.blocks_total, out.blocks_checked = len(recorded.block_sha256), len(chosen)
+    with open(data, "rb") as f:
+        for i in chosen:
+            f.seek(i * bb)
+            block, left = hashlib.sha256(), bb
+            while left and (chunk := f.read(min(CHUNK_BYTES, left))):
+                block.update(chunk)
+                ids.update(np.frombuffer(chunk, dtype=index.dtype))
+                left -= len(chunk)
+                out.bytes_hashed += len(chunk)
+                if progress is not None:
+                    progress(len(chunk))
+            if block.hexdigest() != recorded.block_sha256[i]:
+                want = recorded.block_sha256[i]
+                out.problems.append(
+                    (str(data), f"block {i} sha256 mismatch", want, block.hexdigest())
+                )
+    return ids.min, ids.max
+
+
+def _id_problems(
+    index: MegatronIndex, ids: tuple[int | None, int | None], vocab_size: int | None
+) -> list[Finding]:
+    lo, hi = ids
+    where = str(bin_path(index.prefix))
+    problems = []
+    if lo is not None and lo < 0:
+        problems.append((where, "negative token id", "ids >= 0", str(lo)))
+    if vocab_size is not None and hi is not None and hi >= vocab_size:
+        problems.append((where, "token id out of range", f"ids < {vocab_size}", str(hi)))
+    return problems
+
+
+def _eod_problems(index: MegatronIndex, eod_id: int) -> list[Finding]:
+    if not index.n_docs:
+        return []
+    tokens = (
+        np.memmap(bin_path(index.prefix), dtype=index.dtype, mode="r", shape=(index.n_tokens,))
+        if index.n_tokens
+        else np.zeros(0, dtype=index.dtype)
+    )
+    try:
+        check_documents(tokens, index.doc_starts(), eod_id, str(index.prefix))
+    except TokentapeError as exc:
+        expected = f"id {eod_id} at every document end"
+        return [(str(bin_path(index.prefix)), "missing end-of-document id", expected, str(exc))]
+    return []

@@ -1,0 +1,208 @@
+"""A Megatron prefix (``PREFIX.bin`` + ``PREFIX.idx``) read in place as a tokentape source.
+
+The tokens are a read-only memory map of ``.bin``; the document starts come from the ``.idx``
+(itself memory-mapped). A tokentape document is a Megatron *document* (a run of sequences
+delimited by the document index), so a document made of several sequences (sentences) is one
+document here. tokentape's contract needs every document to end with the end-of-document id;
+the ``.idx`` records no vocabulary, so the caller gives ``vocab_size`` and ``eod_id`` (or a
+tokenizer that has them). Opening checks, cheaply:
+
+- the ``.idx`` header, sizes, counts, document index and back-to-back sequences
+  (``store.megatron.read_index``);
+- that no document is empty and every document's last token is the EOD id (one vectorised
+  gather over the document ends);
+- the smallest and largest token id, recorded with the identity when the data is first hashed
+  (``store.megatron_identity``): no negative id, none at or above ``vocab_size``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokentape.errors import TokentapeError
+from tokentape.store.megatron import (
+    CHUNK,
+    MegatronIdentity,
+    MegatronIndex,
+    bin_path,
+    read_index,
+)
+from tokentape.store.megatron_identity import megatron_identity
+from tokentape.store.reader import TokenStream
+from tokentape.tokenize.tokenizers import NoTokenizer, Tokenizer, load_tokenizer, tokenizer_manifest
+
+MEGATRON = "megatron"
+
+APPEND_EOD_HINT = (
+    "tokentape needs every document to end with it (Megatron's preprocess_data.py "
+    "--append-eod); `tokentape convert --from megatron --append-eod` makes a store that does"
+)
+
+
+@dataclass(frozen=True)
+class MegatronManifest:
+    """A Megatron source's counterpart of a store's ``manifest.json``: its identity and the
+    vocabulary it is read with."""
+
+    prefix: str
+    dtype: str
+    vocab_size: int
+    eod_id: int
+    n_tokens: int
+    n_docs: int
+    n_sequences: int
+    content_hash: str
+    tokenizer: dict[str, Any]
+    identity: MegatronIdentity
+    format: str = MEGATRON
+
+
+def resolve_vocabulary(
+    vocab_size: int | None, eod_id: int | None, tokenizer: Tokenizer | None, where: str
+) -> tuple[int, int]:
+    """``vocab_size`` and ``eod_id`` as given, or taken from the tokenizer; checked."""
+    if tokenizer is not None:
+        for name, given, known in (
+            ("vocab_size", vocab_size, tokenizer.vocab_size),
+            ("eod_id", eod_id, tokenizer.eod_id),
+        ):
+            if given is not None and given != known:
+                raise TokentapeError(
+                    f"{where}: {name} {given} differs from the tokenizer's ({known}); give the "
+                    "tokenizer's values or leave them out"
+                )
+        vocab_size, eod_id = tokenizer.vocab_size, tokenizer.eod_id
+    if vocab_size is None or eod_id is None:
+        missing = "vocab_size" if vocab_size is None else "eod_id"
+        raise TokentapeError(
+            f"{where}: a Megatron .idx records no vocabulary: give {missing} (or a tokenizer)"
+        )
+    if vocab_size <= 0:
+        raise TokentapeError(f"{where}: vocab_size must be positive, got {vocab_size}")
+    if not 0 <= eod_id < vocab_size:
+        raise TokentapeError(f"{where}: eod_id {eod_id} is not in [0, vocab_size = {vocab_size})")
+    return vocab_size, eod_id
+
+
+def check_documents(tokens: np.ndarray, doc_starts: np.ndarray, eod_id: int, where: str) -> None:
+    """Refuse the first document that is empty or whose last token is not ``eod_id``."""
+    n_docs, n_tokens = len(doc_starts), len(tokens)
+    for lo in range(0, n_docs, CHUNK):
+        starts = doc_starts[lo : lo + CHUNK]
+        ends = doc_starts[lo + 1 : lo + CHUNK + 1]
+        if lo + CHUNK >= n_docs:
+            ends = np.append(ends, n_tokens)
+        empty = ends <= starts
+        last = tokens[np.maximum(ends - 1, 0)] if n_tokens else np.zeros(len(ends), np.int64)
+        bad = np.flatnonzero(empty | (last != eod_id))
+        if not bad.size:
+            continue
+        j = int(bad[0])
+        if empty[j]:
+            raise TokentapeError(
+                f"{where}: document {lo + j} is empty, so it cannot end with the end-of-document "
+                f"id {eod_id}; {APPEND_EOD_HINT}"
+            )
+        raise TokentapeError(
+            f"{where}: document {lo + j} (tokens [{int(starts[j])}, {int(ends[j])})) ends "
+            f"with id {int(last[j])}, not the end-of-document id {eod_id}; {APPEND_EOD_HINT}"
+        )
+
+
+class MegatronSource(TokenStream):
+    """A Megatron prefix opened for reading, with the interface of ``reader.Source``."""
+
+    def __init__(
+        self,
+        prefix: str | os.PathLike[str],
+        vocab_size: int | None = None,
+        eod_id: int | None = None,
+        tokenizer: str | Tokenizer | None = None,
+        *,
+        check_eod: bool = True,
+        identify: bool = True,
+        show_progress: bool = True,
+    ) -> None:
+        """Open ``prefix``; ``tokenizer`` is a tokenizer or its spec (as for ``tokentape
+        tokenize``).
+
+        ``check_eod=False`` skips the end-of-document check (conversion appending the EOD);
+        ``identify=False`` defers the identity (hash and id range) to the first use of
+        ``manifest``; ``show_progress`` draws a bar on a terminal while hashing.
+        """
+        self.directory = Path(prefix)  # where the source lives, as for a store
+        where = f"Megatron prefix '{prefix}'"
+        self._tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, str) else tokenizer
+        self._vocab_size, self._eod_id = resolve_vocabulary(
+            vocab_size, eod_id, self._tokenizer, where
+        )
+        self.index: MegatronIndex = read_index(prefix)
+        if self.index.n_tokens:
+            shape = (self.index.n_tokens,)
+            data = np.memmap(bin_path(prefix), dtype=self.index.dtype, mode="r", shape=shape)
+        else:
+            data = np.zeros(0, dtype=self.index.dtype)
+        super().__init__(self.index.dtype, [data], self.index.doc_starts())
+        if check_eod:
+            check_documents(data, self.doc_starts, self._eod_id, where)
+        self._show_progress = show_progress
+        if identify:
+            _ = self.manifest
+
+    @property
+    def eod_id(self) -> int:
+        return self._eod_id
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab_size
+
+    @property
+    def n_sequences(self) -> int:
+        return self.index.n_sequences
+
+    @cached_property
+    def manifest(self) -> MegatronManifest:
+        """The identity (from the sidecar cache, or hashed now) and the vocabulary; refuses
+        data with a negative id or one at or above ``vocab_size``."""
+        identity = megatron_identity(self.index, self._show_progress)
+        where = bin_path(self.directory)
+        if identity.min_id is not None and identity.min_id < 0:
+            raise TokentapeError(f"{where}: holds the negative token id {identity.min_id}")
+        if identity.max_id is not None and identity.max_id >= self._vocab_size:
+            raise TokentapeError(
+                f"{where}: holds token id {identity.max_id}, not below vocab_size "
+                f"{self._vocab_size}"
+            )
+        return MegatronManifest(
+            prefix=str(self.directory),
+            dtype=identity.dtype,
+            vocab_size=self._vocab_size,
+            eod_id=self._eod_id,
+            n_tokens=identity.n_tokens,
+            n_docs=identity.n_docs,
+            n_sequences=identity.n_sequences,
+            content_hash=identity.content_hash,
+            tokenizer=tokenizer_manifest(self.tokenizer),
+            identity=identity,
+        )
+
+    @cached_property
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer given, or a stand-in that shows ids (no tokenizer known)."""
+        if self._tokenizer is not None:
+            return self._tokenizer
+        return NoTokenizer(self._vocab_size, self._eod_id)
+
+    def __repr__(self) -> str:
+        return (
+            f"MegatronSource({str(self.directory)!r}, n_tokens={self.n_tokens}, "
+            f"n_docs={self.n_docs}, n_sequences={self.n_sequences}, "
+            f"dtype={self.index.dtype_name})"
+        )

@@ -1,0 +1,544 @@
+"""Megatron interop: datasets written by megatron-core's own IndexedDatasetBuilder are read in
+place (documents, tokens, windows, a plan and its loader), `tokentape convert` goes both ways
+and megatron-core's IndexedDataset reads what it writes, and every malformed input is one line,
+exit 2.
+
+Expectations are derived from the documents the tests build (plain numpy), never from the code
+under test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import struct
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_store import write_store
+
+from tokentape.cli import main
+from tokentape.errors import TokentapeError
+from tokentape.store import megatron_identity
+from tokentape.store.megatron_source import MegatronSource
+from tokentape.store.open import open_store
+from tokentape.store.reader import open_source
+from tokentape.tape.plan import parse_plan, resolve_plan
+from tokentape.train.batch import Batcher
+from tokentape.train.loader import Loader
+from tokentape.train.partition import BatchConfig
+
+with warnings.catch_warnings():  # megatron-core warns that Apex / Transformer Engine are absent
+    warnings.simplefilter("ignore")
+    mcore = pytest.importorskip("megatron.core.datasets.indexed_dataset")
+torch = pytest.importorskip("torch")
+
+Docs = list[list[np.ndarray]]
+"""Documents, each a list of sequences (token arrays); a document's last sequence ends in EOD."""
+
+
+def random_docs(seed: int, n_docs: int, vocab: int, eod: int, max_seqs: int = 3) -> Docs:
+    """Documents of 1..max_seqs sequences (some empty) with ids in [0, vocab) minus EOD, each
+    document ending with EOD."""
+    rng = np.random.default_rng(seed)
+    docs = []
+    for _ in range(n_docs):
+        seqs = [rng.integers(0, vocab - 1, rng.integers(0, 12)) for _ in range(rng.integers(1, 4))]
+        seqs = seqs[:max_seqs]
+        seqs = [np.where(s >= eod, s + 1, s) for s in seqs]  # never EOD inside
+        seqs[-1] = np.append(seqs[-1], eod)
+        docs.append(seqs)
+    return docs
+
+
+def build(prefix: Path, docs: Docs, dtype: type) -> None:
+    """Write ``docs`` with megatron-core's builder, using both of its ways to add a document."""
+    builder = mcore.IndexedDatasetBuilder(f"{prefix}.bin", dtype=dtype)
+    for i, seqs in enumerate(docs):
+        if i % 2:
+            for s in seqs:
+                builder.add_item(torch.from_numpy(np.asarray(s, dtype=np.int64)))
+            builder.end_document()
+        else:
+            flat = np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.int64)
+            builder.add_document(flat.astype(np.int64), [len(s) for s in seqs])
+    builder.finalize(f"{prefix}.idx")
+
+
+def flat_docs(docs: Docs) -> list[np.ndarray]:
+    return [np.concatenate(seqs).astype(np.int64) for seqs in docs]
+
+
+def stream_of(docs: Docs) -> np.ndarray:
+    return np.concatenate(flat_docs(docs))
+
+
+def starts_of(docs: Docs) -> np.ndarray:
+    lengths = [len(d) for d in flat_docs(docs)]
+    return np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+
+
+def age(prefix: Path, seconds: float = 60.0) -> None:
+    """Date both files back, so their identity may be cached (recent files never are)."""
+    for suffix in (".bin", ".idx"):
+        path = Path(f"{prefix}{suffix}")
+        t = path.stat().st_mtime_ns - int(seconds * 1e9)
+        os.utime(path, ns=(t, t))
+
+
+def cli(capsys, *args: object) -> tuple[int, str, str]:
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# --- reading megatron-core's files in place ----------------------------------------------------
+
+DTYPES = [
+    (np.uint8, 200),
+    (np.int8, 100),
+    (np.int16, 3000),
+    (np.uint16, 60_000),
+    (np.int32, 70_000),
+    (np.int64, 70_000),
+]
+
+
+@pytest.mark.parametrize(("dtype", "vocab"), DTYPES, ids=[d.__name__ for d, _ in DTYPES])
+def test_reads_what_megatron_core_wrote(tmp_path, dtype, vocab):
+    eod = vocab - 1
+    docs = random_docs(int(vocab), 40, vocab, eod)
+    prefix = tmp_path / "data_text_document"
+    build(prefix, docs, dtype)
+    src = MegatronSource(prefix, vocab, eod)
+    stream, starts = stream_of(docs), starts_of(docs)
+    assert (src.n_docs, src.n_tokens) == (len(docs), len(stream))
+    assert src.n_sequences == sum(len(seqs) for seqs in docs)
+    assert src.manifest.dtype == np.dtype(dtype).name
+    assert np.array_equal(src.doc_starts, starts)
+    assert np.array_equal(src.tokens(0, src.n_tokens), stream)
+    for i, doc in enumerate(flat_docs(docs)):
+        assert np.array_equal(src.doc(i), doc[:-1])
+        assert src.doc_span(i) == (starts[i], starts[i] + len(doc))
+    # The peer agrees on what a document is: its sequences between two document indices.
+    peer = mcore.IndexedDataset(str(prefix))
+    assert np.array_equal(src.index.document_indices, peer.document_indices)
+    for i in range(len(docs)):
+        first, stop = peer.document_indices[i], peer.document_indices[i + 1]
+        got = np.concatenate([peer[j] for j in range(first, stop)]).astype(np.int64)
+        assert np.array_equal(got, flat_docs(docs)[i])
+    # Windows of L + 1 tokens at stride L, across document boundaries.
+    seq_len = 7
+    n = (len(stream) - 1) // seq_len
+    assert src.n_samples(seq_len) == n
+    out = np.zeros((n, seq_len + 1), dtype=np.int64)
+    src.windows_into(np.arange(n), seq_len, out)
+    segment, position = np.zeros_like(out), np.zeros_like(out)
+    src.segments_into(np.arange(n), seq_len, segment, position)
+    for k in range(n):
+        at = np.arange(k * seq_len, k * seq_len + seq_len + 1)
+        assert np.array_equal(out[k], stream[at])
+        assert np.array_equal(src.window(k, seq_len), stream[at])
+        doc_of = np.searchsorted(starts, at, side="right") - 1
+        assert src.docs_in(k, seq_len) == list(range(doc_of[0], doc_of[-1] + 1))
+        assert np.array_equal(segment[k], doc_of - doc_of[0])
+        assert np.array_equal(position[k], at - starts[doc_of])
+
+
+def test_empty_and_tiny_datasets(tmp_path):
+    build(tmp_path / "empty", [], np.uint16)
+    empty = MegatronSource(tmp_path / "empty", 10, 9)
+    assert (empty.n_docs, empty.n_tokens, empty.n_samples(4)) == (0, 0, 0)
+    build(tmp_path / "eod", [[np.array([9])]], np.uint16)  # one document: just the EOD
+    tiny = MegatronSource(tmp_path / "eod", 10, 9)
+    assert (tiny.n_docs, tiny.n_tokens, tiny.doc(0).size, tiny.doc_span(0)) == (1, 1, 0, (0, 1))
+
+
+def test_open_store_detects_the_format_and_needs_a_vocabulary(tmp_path):
+    build(tmp_path / "m", random_docs(1, 5, 257, 256), np.uint16)
+    write_store(tmp_path / "store", [[1, 2, 3]], shard_tokens=100)
+    assert type(open_store(tmp_path / "m", vocab_size=257, eod_id=256)).__name__ == (
+        "MegatronSource"
+    )
+    assert open_store(tmp_path / "m", tokenizer="bytes").eod_id == 256
+    assert type(open_store(tmp_path / "store")).__name__ == "Source"
+    with pytest.raises(TokentapeError, match="records no vocabulary: give vocab_size"):
+        open_store(tmp_path / "m")
+    with pytest.raises(TokentapeError, match=r"without \.bin"):
+        open_store(tmp_path / "m.bin", vocab_size=257, eod_id=256)
+    with pytest.raises(TokentapeError, match="eod_id 300 differs from the tokenizer's"):
+        open_store(tmp_path / "m", eod_id=300, tokenizer="bytes")
+
+
+# --- a plan with Megatron sources -------------------------------------------------------------
+
+PLAN = """\
+seq_len = 8
+seed = 7
+total_samples = 400
+weight_denominator = 1024
+[[source]]
+name = "store"
+path = "store"
+weight = 2
+max_repeats = 100
+[[source]]
+name = "mega"
+path = "mega/data_text_document"
+format = "megatron"
+vocab_size = 257
+eod_id = 256
+weight = 1
+max_repeats = 100
+[[source]]
+name = "mega2"
+path = "mega2"
+tokenizer = "bytes"
+weight = 1
+max_repeats = 100
+"""
+
+
+@pytest.fixture
+def mixed(tmp_path) -> tuple[Path, dict[str, Docs]]:
+    """A tokentape store and two Megatron datasets (bytes vocabulary: 257 ids, EOD 256)."""
+    store_docs = [list(d[0][:-1]) for d in random_docs(5, 60, 257, 256, max_seqs=1)]
+    write_store(tmp_path / "store", store_docs, shard_tokens=50)
+    (tmp_path / "mega").mkdir()
+    docs = {"mega": random_docs(6, 50, 257, 256), "mega2": random_docs(7, 40, 257, 256)}
+    build(tmp_path / "mega" / "data_text_document", docs["mega"], np.uint16)
+    build(tmp_path / "mega2", docs["mega2"], np.int32)
+    return tmp_path, docs
+
+
+def expected_rows(plan, streams: list[np.ndarray], positions: np.ndarray) -> np.ndarray:
+    r = plan.tape().resolve(positions)
+    L = plan.seq_len
+    return np.stack(
+        [
+            streams[d][k * L : k * L + L + 1]
+            for d, k in zip(r.source.tolist(), r.sample.tolist(), strict=True)
+        ]
+    )
+
+
+def test_a_plan_mixing_stores_and_megatron_data_reads_the_expected_windows(mixed):
+    root, docs = mixed
+    plan = resolve_plan(parse_plan(PLAN, "mix.toml", str(root)), "mix.toml")
+    assert [s.format for s in plan.sources] == ["tokentape", "megatron", "megatron"]
+    assert [s.dtype for s in plan.sources] == ["uint16", "uint16", "int32"]
+    assert [s.n_tokens for s in plan.sources[1:]] == [len(stream_of(docs[n])) for n in docs]
+    store = open_source(root / "store")
+    streams = [store.tokens(0, store.n_tokens), stream_of(docs["mega"]), stream_of(docs["mega2"])]
+    positions = np.arange(64)
+    batch = Batcher(plan).batch(positions)
+    assert set(batch.source.tolist()) == {0, 1, 2}
+    assert np.array_equal(batch.tokens, expected_rows(plan, streams, positions))
+    with Loader(plan, 1, BatchConfig(dp_size=2, micro=3, accum=2)) as loader:
+        step = loader.step()
+        got = np.concatenate([m.tokens for m in step.micro_batches])
+        assert np.array_equal(got, expected_rows(plan, streams, np.arange(6, 12)))
+
+
+def test_the_index_hash_covers_every_byte_and_the_identity_is_cached(mixed, monkeypatch):
+    root, docs = mixed
+    prefix = root / "mega" / "data_text_document"
+    age(prefix)
+    age(root / "mega2")
+
+    def index_hash() -> str:
+        return resolve_plan(parse_plan(PLAN, "mix.toml", str(root)), "mix.toml").index_hash
+
+    h0 = index_hash()
+    assert Path(f"{prefix}.tokentape.json").is_file()
+    plan0 = resolve_plan(parse_plan(PLAN, "mix.toml", str(root)), "mix.toml")
+
+    def no_hashing(*args, **kwargs):
+        raise AssertionError("hashed although the sidecar is current")
+
+    with monkeypatch.context() as m:  # the cached identity is used while the files are unchanged
+        m.setattr(megatron_identity, "hash_files", no_hashing)
+        assert index_hash() == h0
+    # One token of .bin changes (same size, same inode, an old mtime): a new identity.
+    bin_file = Path(f"{prefix}.bin")
+    mtime = bin_file.stat().st_mtime_ns
+    with open(bin_file, "r+b") as f:
+        f.seek(2)
+        value = struct.unpack("<H", f.read(2))[0]
+        f.seek(2)
+        f.write(struct.pack("<H", (value + 1) % 256))
+    os.utime(bin_file, ns=(mtime + 1000, mtime + 1000))
+    h1 = index_hash()
+    assert h1 != h0
+    with pytest.raises(TokentapeError, match="changed since the plan was made"):
+        Batcher(plan0)
+    # The same documents with other sequence boundaries: a new .idx (and the .bin as before).
+    one_sequence_each = [[np.concatenate(seqs)] for seqs in docs["mega"]]
+    build(prefix, one_sequence_each, np.uint16)
+    age(prefix)
+    h2 = index_hash()
+    assert len({h0, h1, h2}) == 3
+    plan2 = resolve_plan(parse_plan(PLAN, "mix.toml", str(root)), "mix.toml")
+    positions = np.arange(40)
+    store = open_source(root / "store")
+    streams = [store.tokens(0, store.n_tokens), stream_of(docs["mega"]), stream_of(docs["mega2"])]
+    assert np.array_equal(
+        Batcher(plan2).batch(positions).tokens, expected_rows(plan2, streams, positions)
+    )
+
+
+def test_recent_files_are_not_cached_and_a_read_only_place_falls_back(tmp_path, monkeypatch):
+    prefix = tmp_path / "m"
+    build(prefix, random_docs(3, 10, 257, 256), np.uint16)
+    MegatronSource(prefix, 257, 256)
+    assert not Path(f"{prefix}.tokentape.json").exists()  # just written: timestamps can't tell
+    age(prefix)
+    Path(f"{prefix}.tokentape.json").mkdir()  # the place beside the data cannot take the file
+    monkeypatch.setenv("TOKENTAPE_CACHE_DIR", str(tmp_path / "cache"))
+    first = MegatronSource(prefix, 257, 256).manifest.content_hash
+    assert len(list((tmp_path / "cache").glob("megatron-*.json"))) == 1
+    monkeypatch.setattr(megatron_identity, "hash_files", None)  # would fail if called
+    assert MegatronSource(prefix, 257, 256).manifest.content_hash == first
+
+
+# --- convert ----------------------------------------------------------------------------------
+
+
+def test_to_megatron_is_read_by_megatron_core(tmp_path, capsys):
+    docs = [list(d[0][:-1]) for d in random_docs(11, 80, 257, 256, max_seqs=1)]
+    write_store(tmp_path / "store", docs, shard_tokens=64)
+    prefix = tmp_path / "out" / "web_text_document"
+    code, out, _ = cli(capsys, "convert", "--to", "megatron", tmp_path / "store", prefix, "--json")
+    assert code == 0 and json.loads(out)["n_docs"] == len(docs)
+    peer = mcore.IndexedDataset(str(prefix))
+    assert peer.index.dtype == np.uint16
+    assert len(peer) == len(docs)
+    assert np.array_equal(peer.document_indices, np.arange(len(docs) + 1))
+    for i, doc in enumerate(docs):
+        assert peer[i].tolist() == [*doc, 256]
+    # Its identity was recorded while writing: reading it in place hashes nothing.
+    assert MegatronSource(prefix, 257, 256).manifest.content_hash == json.loads(out)["content_hash"]
+    code, _, err = cli(capsys, "convert", "--to", "megatron", tmp_path / "store", prefix)
+    assert code == 2 and "pass --overwrite" in err
+    assert (
+        cli(capsys, "convert", "--to", "megatron", tmp_path / "store", prefix, "--overwrite")[0]
+        == 0
+    )
+
+
+def test_round_trips_keep_documents_tokens_and_the_content_hash(tmp_path, capsys):
+    # Megatron (int32, documents of several sequences, ids above 65,535) -> tokentape.
+    vocab, eod = 70_000, 0
+    docs = random_docs(12, 60, vocab, eod)
+    assert stream_of(docs).max() > 2**16
+    build(tmp_path / "m", docs, np.int32)
+    store = tmp_path / "store"
+    args = ("--vocab-size", vocab, "--eod-id", eod, "--shard-mb", "0.0005")
+    code, _, _ = cli(capsys, "convert", "--from", "megatron", tmp_path / "m", store, *args)
+    assert code == 0
+    src = open_source(store)
+    assert src.manifest.dtype == "uint32" and len(src.manifest.shards) > 1
+    assert np.array_equal(src.tokens(0, src.n_tokens), stream_of(docs))
+    assert np.array_equal(src.doc_starts, starts_of(docs))
+    assert cli(capsys, "verify", store)[0] == 0
+    # -> Megatron again (int32: the vocabulary needs it) -> read by megatron-core.
+    code, _, _ = cli(capsys, "convert", "--to", "megatron", store, tmp_path / "again")
+    assert code == 0
+    peer = mcore.IndexedDataset(str(tmp_path / "again"))
+    assert peer.index.dtype == np.int32
+    assert [peer[i].tolist() for i in range(len(peer))] == [d.tolist() for d in flat_docs(docs)]
+    # -> tokentape again: the very same store content.
+    code, _, _ = cli(
+        capsys, "convert", "--from", "megatron", tmp_path / "again", tmp_path / "s2", *args
+    )
+    assert code == 0
+    assert open_source(tmp_path / "s2").manifest.content_hash == src.manifest.content_hash
+
+
+def test_from_megatron_with_a_tokenizer_and_append_eod(tmp_path, capsys):
+    text = [b"hello world", b"", b"megatron"]  # an empty document too
+    docs = [[np.frombuffer(t, dtype=np.uint8).astype(np.int64)] for t in text]
+    build(tmp_path / "noeod", docs, np.uint16)
+    out = tmp_path / "store"
+    code, _, err = cli(
+        capsys, "convert", "--from", "megatron", tmp_path / "noeod", out, "--tokenizer", "bytes"
+    )
+    assert code == 2 and "document 0" in err and "--append-eod" in err and not out.exists()
+    code, _, _ = cli(
+        capsys,
+        "convert",
+        "--from",
+        "megatron",
+        tmp_path / "noeod",
+        out,
+        "--tokenizer",
+        "bytes",
+        "--append-eod",
+    )
+    assert code == 0
+    src = open_source(out)
+    assert [src.decode(src.doc(i)).encode() for i in range(src.n_docs)] == text
+    assert src.tokens(0, src.n_tokens).tolist().count(256) == 3
+    assert src.manifest.tokenizer["kind"] == "bytes"
+
+
+# --- errors: one line, exit 2 -----------------------------------------------------------------
+
+N_DOCS = 6
+
+
+def _patch(path: Path, offset: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(data)
+
+
+def _idx_layout(prefix: Path) -> tuple[int, int]:
+    head = Path(f"{prefix}.idx").read_bytes()[:34]
+    return struct.unpack("<Q", head[18:26])[0], struct.unpack("<Q", head[26:34])[0]
+
+
+def _corrupt(prefix: Path, case: str) -> None:
+    idx, data = Path(f"{prefix}.idx"), Path(f"{prefix}.bin")
+    n_seq, n_entries = _idx_layout(prefix)
+    lengths, pointers, entries = 34, 34 + 4 * n_seq, 34 + 12 * n_seq
+    if case == "magic":
+        _patch(idx, 0, b"NOTMEGATR")
+    elif case == "version":
+        _patch(idx, 9, struct.pack("<Q", 2))
+    elif case == "dtype code":
+        _patch(idx, 17, bytes([9]))
+    elif case == "float dtype":
+        _patch(idx, 17, bytes([7]))
+    elif case == "truncated idx":
+        idx.write_bytes(idx.read_bytes()[:-4])
+    elif case == "truncated header":
+        idx.write_bytes(idx.read_bytes()[:20])
+    elif case == "truncated bin":
+        data.write_bytes(data.read_bytes()[:-4])
+    elif case == "longer bin":
+        data.write_bytes(data.read_bytes() + b"\0\0\0\0")
+    elif case == "sequence count":
+        _patch(idx, 18, struct.pack("<Q", n_seq + 2))
+    elif case == "document index end":
+        _patch(idx, entries + 8 * (n_entries - 1), struct.pack("<q", n_seq - 1))
+    elif case == "document index order":
+        _patch(idx, entries + 8, struct.pack("<q", n_seq))
+    elif case == "negative length":
+        _patch(idx, lengths, struct.pack("<i", -1))
+    elif case == "pointers":
+        _patch(idx, pointers + 8, struct.pack("<q", 4 * 1000))
+    elif case == "missing eod":
+        _patch(data, 4 * 2, struct.pack("<i", 5))  # document 0's last token is its third
+    elif case == "negative id":
+        _patch(data, 0, struct.pack("<i", -5))
+    elif case == "id too large":
+        _patch(data, 0, struct.pack("<i", 1000))
+    else:
+        raise AssertionError(case)
+
+
+ERRORS = {
+    "magic": "not a Megatron index",
+    "version": "index version 2 is not supported",
+    "dtype code": "dtype code 9 is unknown",
+    "float dtype": "holds floats",
+    "truncated idx": "truncated",
+    "truncated header": "shorter than the 34-byte header",
+    "truncated bin": "truncated",
+    "longer bin": "longer than its index says",
+    "sequence count": "or its header's counts are wrong",
+    "document index end": "the document index ends at sequence",
+    "document index order": "decreases",
+    "negative length": "negative length",
+    "pointers": "back to back",
+    "missing eod": "document 0 (tokens [0, 3)) ends with id 5",
+    "negative id": "negative",
+    "id too large": "id 1000, not below vocab_size 300",
+}
+
+
+@pytest.fixture
+def valid(tmp_path) -> Path:
+    """A small int32 dataset (vocabulary 300, EOD 299); document 0 is [1, 2, EOD]."""
+    docs = [[np.array([1, 2, 299])], *random_docs(21, N_DOCS - 1, 300, 299)]
+    build(tmp_path / "ok", docs, np.int32)
+    return tmp_path / "ok"
+
+
+@pytest.mark.parametrize("case", list(ERRORS))
+def test_malformed_data_is_one_line_exit_2(valid, tmp_path, capsys, case):
+    _corrupt(valid, case)
+    (tmp_path / "mix.toml").write_text(
+        'seq_len = 2\nseed = 0\ntotal_samples = 4\n[[source]]\nname = "m"\npath = "ok"\n'
+        "weight = 1\nmax_repeats = 100\nvocab_size = 300\neod_id = 299\n"
+    )
+    for args in (
+        ("plan", tmp_path / "mix.toml"),
+        (
+            "convert",
+            "--from",
+            "megatron",
+            valid,
+            tmp_path / "out",
+            "--vocab-size",
+            300,
+            "--eod-id",
+            299,
+        ),
+    ):
+        code, out, err = cli(capsys, *args)
+        assert (code, out) == (2, "")
+        assert err.count("\n") == 1 and err.startswith("tokentape: error: ")
+        assert ERRORS[case] in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_empty_document_is_refused_in_place(tmp_path, capsys):
+    build(tmp_path / "m", [[np.array([1, 9])], [], [np.array([9])]], np.uint16)
+    code, _, err = cli(
+        capsys,
+        "convert",
+        "--from",
+        "megatron",
+        tmp_path / "m",
+        tmp_path / "o",
+        "--vocab-size",
+        10,
+        "--eod-id",
+        9,
+    )
+    assert code == 2 and "document 1 is empty" in err and err.count("\n") == 1
+
+
+def test_verify_a_megatron_prefix(valid, capsys):
+    age(valid)
+    code, out, _ = cli(capsys, "verify", valid, "--vocab-size", 300, "--eod-id", 299)
+    assert code == 0 and "ok" in out
+    assert Path(f"{valid}.tokentape.json").is_file()  # the identity is recorded now
+    bin_file = Path(f"{valid}.bin")
+    mtime = bin_file.stat().st_mtime_ns
+    _patch(bin_file, 4, struct.pack("<i", 7))  # document 0's second token: still valid ids
+    os.utime(bin_file, ns=(mtime, mtime))  # even with the old timestamp, verify rehashes
+    code, out, _ = cli(capsys, "verify", valid)
+    assert code == 1 and "sha256 mismatch (sidecar)" in out
+    code, out, _ = cli(capsys, "verify", valid, "--quick")
+    assert code == 1 and "block 0 sha256 mismatch" in out
+    code, out, _ = cli(capsys, "verify", valid, "--eod-id", 5)
+    assert code == 1 and "missing end-of-document id" in out
+
+
+def test_the_command_line_refuses_mixed_up_flags(tmp_path, capsys):
+    write_store(tmp_path / "store", [[1, 2]], shard_tokens=100)
+    code, _, err = cli(
+        capsys, "convert", "--to", "megatron", tmp_path / "store", tmp_path / "o", "--vocab-size", 5
+    )
+    assert code == 2 and "--vocab-size applies to --from megatron only" in err
+    code, _, err = cli(
+        capsys, "convert", "--to", "megatron", tmp_path / "store", tmp_path / "o", "--dtype", "int8"
+    )
+    assert code == 2 and "cannot hold" in err
+    shutil.rmtree(tmp_path / "store")

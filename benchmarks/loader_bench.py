@@ -228,17 +228,20 @@ def main() -> None:
 
     # --- 4: resume ------------------------------------------------------------------------
     print("4. resume: new Loader + load_state_dict + first step (prefetch=0), alternating")
-    times: dict[int, list[float]] = {0: [], 10**12: []}
+    times: dict[int, list[float]] = {0: [], 10**12 // B * B: []}
     for _ in range(5):
         for consumed in times:
             t0 = time.perf_counter()
             loader = Loader(plan, dp_rank=0, config=config, prefetch=0, dtype=dtype)
-            loader.load_state_dict({**loader.state_dict(), "consumed": consumed})
+            steps = consumed // B  # a run of `steps` steps of B samples
+            history = [{"step": 0, "consumed": 0, "dp_size": 1, "micro": B, "accum": 1}]
+            saved = {**loader.state_dict(), "consumed": steps * B, "step": steps}
+            loader.load_state_dict({**saved, "history": history if steps else []})
             s = loader.step()
             times[consumed].append(time.perf_counter() - t0)
             assert s.consumed == consumed
             loader.close()
-    r0, r12 = pct(times[0], 50), pct(times[10**12], 50)
+    r0, r12 = pct(times[0], 50), pct(times[10**12 // B * B], 50)
     print(f"   consumed = 0: {ms(r0)}  consumed = 10^12: {ms(r12)}  ratio {r12 / r0:.2f}x")
 
     print("\n| measure | value | aim |")

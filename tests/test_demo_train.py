@@ -55,8 +55,11 @@ def test_the_stand_in_loss_rises_with_repetitive_windows():
 
 def test_the_worst_step_is_the_largest_jump_and_redone_steps_replace_losses(tmp_path):
     log = tmp_path / "loss.jsonl"
-    lines = [(0, 3.0), (1, 2.9), (2, 2.8), (3, 9.0), (2, 2.7), (3, 2.6), (4, 3.5), (5, 2.5)]
+    # Steps 0-5 logged, a crash, resumed from step 2 and redone up to step 4 only: the
+    # losses of the lost steps 3 (the 9.0) and 5 (the 8.0) were never applied.
+    lines = [(0, 3.0), (1, 2.9), (2, 2.8), (3, 9.0), (4, 2.6), (5, 8.0), (2, 2.7), (3, 2.6)]
+    lines += [(4, 3.5)]
     log.write_text("".join(f'{{"step": {s}, "loss": {v}}}\n' for s, v in lines))
     losses = read_losses(log)
-    assert losses == {0: 3.0, 1: 2.9, 2: 2.7, 3: 2.6, 4: 3.5, 5: 2.5}
+    assert losses == {0: 3.0, 1: 2.9, 2: 2.7, 3: 2.6, 4: 3.5}
     assert worst_step(losses) == (4, 2.6, 3.5)

@@ -17,6 +17,7 @@ from tokentape.tape.plan import load_plan_spec, parse_plan, resolve_plan
 from tokentape.train.batch import Batcher
 from tokentape.train.loader import Loader, step_tokens_hash
 from tokentape.train.partition import BatchConfig, positions_for
+from tokentape.train.steplog import read_step_log
 
 
 @pytest.fixture(scope="module")
@@ -79,13 +80,97 @@ def test_shape_changes_and_elastic_resume_cover_every_position_once(plan):
     assert np.array_equal(np.sort(flat), np.arange(state["consumed"]))
 
 
-def test_a_shape_change_drops_prefetched_steps(plan):
-    with Loader(plan, 0, BatchConfig(2, 2), prefetch=3) as loader:
-        loader.step()
+def test_a_shape_change_applies_from_the_next_step(plan):
+    """set_config() between step() and commit(): the step handed out is committed with its
+    own shape; the new shape starts at the step after it."""
+    with Loader(plan, 0, BatchConfig(2, 2)) as loader:
+        first = loader.step()
         loader.set_config(BatchConfig(1, 5))
+        again = loader.step()  # still the step that was handed out
+        assert again.config == BatchConfig(2, 2) and again.consumed == 0
+        assert np.array_equal(again.micro_batches[0].tokens, first.micro_batches[0].tokens)
+        loader.commit()
+        assert loader.state.consumed == 4
+        assert [c.config for c in loader.state.history] == [BatchConfig(2, 2)]
         s = loader.step()
         assert s.config == BatchConfig(1, 5)
-        assert s.micro_batches[0].positions.tolist() == list(range(5))
+        assert s.micro_batches[0].positions.tolist() == list(range(4, 9))
+
+
+def test_a_shape_change_drops_prefetched_steps_of_the_old_shape(plan):
+    with Loader(plan, 0, BatchConfig(2, 2), prefetch=3) as loader:
+        loader.step()
+        assert len(loader._ahead) == 4  # the step handed out and 3 ahead
+        loader.set_config(BatchConfig(1, 5))
+        assert len(loader._ahead) == 1  # only the step handed out is kept
+        loader.commit()
+        loader.step()
+        assert {key[1] for key in loader._ahead} == {BatchConfig(1, 5)}
+
+
+def test_commit_needs_a_step_handed_out(plan):
+    with Loader(plan, 0, BatchConfig(1, 2)) as loader:
+        with pytest.raises(TokentapeError, match="without an outstanding step"):
+            loader.commit()
+        loader.step()
+        loader.commit()
+        with pytest.raises(TokentapeError, match="without an outstanding step"):
+            loader.commit()  # committed already
+        assert loader.state.consumed == 2
+
+
+def test_a_state_loaded_between_step_and_commit_abandons_the_step(plan):
+    with Loader(plan, 0, BatchConfig(1, 2)) as loader:
+        loader.step()
+        loader.commit()
+        saved = loader.state_dict()
+        loader.step()
+        loader.load_state_dict(saved)
+        with pytest.raises(TokentapeError, match="without an outstanding step"):
+            loader.commit()
+        assert loader.step().consumed == 2
+
+
+def test_a_failed_build_is_retried(plan, monkeypatch):
+    with Loader(plan, 0, BatchConfig(1, 2), prefetch=0) as loader:
+        real = loader.batcher.batch
+        failures = [OSError("EIO: transient read error")]
+
+        def flaky(positions):
+            if failures:
+                raise failures.pop()
+            return real(positions)
+
+        monkeypatch.setattr(loader.batcher, "batch", flaky)
+        with pytest.raises(OSError, match="EIO") as info:
+            loader.step()
+        assert any("building step 0 (consumed 0)" in note for note in info.value.__notes__)
+        step = loader.step()  # built afresh, not the cached failure
+        assert step.micro_batches[0].positions.tolist() == [0, 1]
+
+
+def test_a_closed_loader_refuses_steps(plan):
+    loader = Loader(plan, 0, BatchConfig(1, 2))
+    loader.close()
+    loader.close()  # idempotent
+    with pytest.raises(TokentapeError, match="closed"):
+        loader.step()
+
+
+def test_waits_are_recorded(plan):
+    with Loader(plan, 0, BatchConfig(1, 2)) as loader:
+        for _ in range(3):
+            loader.step()
+            loader.commit()
+        assert len(loader.waits) == 3 and all(w >= 0 for w in loader.waits)
+
+
+def test_a_token_dtype_too_narrow_for_the_vocabulary_is_refused(plan):
+    with pytest.raises(TokentapeError, match="cannot hold ids up to 256"):
+        Batcher(plan, np.int8)
+    with pytest.raises(TokentapeError, match="cannot hold"):
+        Batcher(plan, np.float32)
+    assert Batcher(plan, np.uint16).dtype == np.uint16
 
 
 def test_resume_on_another_plan_is_refused(plan):
@@ -135,3 +220,36 @@ def test_micro_batches_carry_their_segments(plan):
     assert np.array_equal(
         np.concatenate([m.doc_positions for m in step.micro_batches]), whole.doc_positions
     )
+
+
+def test_step_log_across_a_shape_change(plan, tmp_path):
+    log = tmp_path / "steps.jsonl"
+    with Loader(plan, 0, BatchConfig(2, 2), step_log=log) as loader:
+        for config in (BatchConfig(2, 2), BatchConfig(2, 2), BatchConfig(3, 1), BatchConfig(3, 1)):
+            loader.set_config(config)
+            loader.step()
+            loader.commit()
+    records = read_step_log(log)
+    assert [(r.consumed, r.global_batch, r.dp) for r in records] == [
+        (0, 4, 2),
+        (4, 4, 2),
+        (8, 3, 3),
+        (11, 3, 3),
+    ]
+    assert records[2].tokens_hash == step_tokens_hash(Batcher(plan).batch(np.arange(8, 11)), plan)
+
+
+def test_a_torn_step_log_tail_is_cut_before_appending(plan, tmp_path):
+    log = tmp_path / "steps.jsonl"
+    with Loader(plan, 0, BatchConfig(1, 2), step_log=log) as loader:
+        loader.step()
+        loader.commit()
+        state = loader.state_dict()
+    whole = log.read_bytes()
+    log.write_bytes(whole + b'{"step": 1, "consumed": 2, "glo')  # died mid-line
+    with Loader(plan, 0, BatchConfig(1, 2), step_log=log) as loader:
+        loader.load_state_dict(state)
+        loader.step()
+        loader.commit()
+    assert log.read_bytes().startswith(whole)
+    assert [(r.step, r.consumed) for r in read_step_log(log)] == [(0, 0), (1, 2)]

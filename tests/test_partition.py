@@ -64,3 +64,9 @@ def test_bad_rank_or_consumed():
     with pytest.raises(ValueError, match="consumed"):
         positions_for(-1, 0, config)
     assert positions_for(10, 1, config).tolist() == [[16, 17], [18, 19], [20, 21]]
+
+
+@pytest.mark.parametrize("rank", [1.5, True, "1", None])
+def test_dp_rank_must_be_an_integer(rank) -> None:
+    with pytest.raises(ValueError, match="dp_rank must be an integer"):
+        positions_for(0, rank, BatchConfig(4, 2))

@@ -189,6 +189,17 @@ def test_edited_plan_json_is_refused(stores, tmp_path):
         load_plan(path)
 
 
+def test_an_edited_sample_count_is_refused(stores, tmp_path):
+    """n_samples drives the tape but is not hashed (it follows from n_tokens and seq_len)."""
+    path = tmp_path / "p.json"
+    path.write_text(plan_of(stores).to_json())
+    data = json.loads(path.read_text())
+    data["sources"][1]["n_samples"] -= 1
+    path.write_text(json.dumps(data))
+    with pytest.raises(TokentapeError, match=r"source 'code': n_samples \d+ does not follow"):
+        load_plan(path)
+
+
 def test_plot_draws_a_png(stores, tmp_path):
     pytest.importorskip("matplotlib")
     shutil.copytree(stores / "stores", tmp_path / "stores")

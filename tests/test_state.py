@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import shutil
 
 import pytest
@@ -60,8 +61,39 @@ def test_malformed_state_is_refused():
         DataState.from_dict({"consumed": 3})
     data = bare_state().to_dict()
     del data["consumed"]
-    with pytest.raises(TokentapeError, match="malformed"):
+    with pytest.raises(TokentapeError, match="'consumed' must be an integer >= 0, got None"):
         DataState.from_dict(data)
+
+
+def _saved() -> dict:
+    """Two steps of 4, then one of 6: consumed 14."""
+    state = bare_state().commit(BatchConfig(2, 2)).commit(BatchConfig(2, 2))
+    return state.commit(BatchConfig(3, 2)).to_dict()
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"consumed": 7.9}, "'consumed' must be an integer"),
+        ({"consumed": -1}, "'consumed' must be an integer >= 0"),
+        ({"step": True}, "'step' must be an integer"),
+        ({"consumed": 15}, "consumed 15 does not follow from the history (expected 14"),
+        ({"step": 4}, "does not follow from the history"),
+        ({"history": []}, "the history is empty"),
+        ({"history": "x"}, "'history' must be a list"),
+        ({"history": [{"step": 0, "consumed": 0, "dp_size": "x", "micro": 2, "accum": 1}]},
+         "history[0]: 'dp_size' must be an integer >= 1"),
+        ({"history": [{"step": 0, "consumed": 0, "dp_size": 2, "micro": 2, "accum": 1},
+                      {"step": 2, "consumed": 9, "dp_size": 3, "micro": 2, "accum": 1}]},
+         "history[1] (step 2, consumed 9) does not follow"),
+        ({"index_hash": 5}, "'index_hash'"),
+    ],
+)  # fmt: skip
+def test_an_inconsistent_state_is_refused(edit: dict, message: str):
+    saved = _saved()
+    assert DataState.from_dict(saved).consumed == 14  # the unedited state loads
+    with pytest.raises(TokentapeError, match=re.escape(message)):
+        DataState.from_dict({**saved, **edit})
 
 
 @pytest.mark.parametrize(

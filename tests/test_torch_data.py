@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader  # noqa: E402
 from tokentape.tape.plan import load_plan_spec, resolve_plan  # noqa: E402
 from tokentape.train.loader import Loader  # noqa: E402
 from tokentape.train.partition import BatchConfig  # noqa: E402
+from tokentape.train.state import DataState  # noqa: E402
 from tokentape.train.torch_data import TapeDataset, TapeSampler, to_torch  # noqa: E402
 
 
@@ -31,7 +32,8 @@ def test_dataloader_equals_the_native_loader(plan, workers):
     loader = DataLoader(dataset, batch_size=config.micro, sampler=sampler, num_workers=workers)
     got = list(loader)
     native = Loader(plan, rank, config, segments=True)
-    native.load_state_dict({**native.state_dict(), "consumed": consumed})
+    native.load_state_dict(DataState.start(plan).commit(config).commit(config).to_dict())
+    assert native.state.consumed == consumed
     expected = []
     for _ in range(steps):
         expected += [to_torch(m, pin=False) for m in native.step().micro_batches]

@@ -60,11 +60,15 @@ def stand_in_loss(tokens: np.ndarray, step: int) -> float:
 
 
 def read_losses(path: Path) -> dict[int, float]:
-    """step → loss; a later line for a step (redone after a crash) replaces an earlier one."""
+    """step → loss of the steps applied: as in the step log, a line for step s supersedes every
+    earlier line of step s or later (steps lost in a crash and redone, or never redone)."""
     losses: dict[int, float] = {}
     for line in path.read_text().splitlines():
         record = json.loads(line)
-        losses[int(record["step"])] = float(record["loss"])
+        step = int(record["step"])
+        for later in [s for s in losses if s >= step]:
+            del losses[later]
+        losses[step] = float(record["loss"])
     return losses
 
 

@@ -469,6 +469,13 @@ def load_plan(path: str | Path) -> Plan:
         plan = Plan(**data)
     except TypeError as exc:
         raise TokentapeError(f"plan '{path}': {exc}") from None
+    for s in plan.sources:  # the tape reads n_samples; the hash covers n_tokens and seq_len
+        if s.n_samples != max(0, (s.n_tokens - 1) // plan.seq_len):
+            raise TokentapeError(
+                f"plan '{path}': source '{s.name}': n_samples {s.n_samples} does not follow from "
+                f"n_tokens {s.n_tokens} at seq_len {plan.seq_len} (edited by hand?); re-run "
+                "`tokentape plan`"
+            )
     expected = plan_index_hash(plan.sources, plan.seq_len, plan.seed, plan.denominator)
     if plan.index_hash != expected:
         raise TokentapeError(

@@ -1,1 +1,2 @@
-"""Training runtime: which positions each rank reads, and (to come) the loader and its state."""
+"""Training runtime: the data-parallel partition, the loader and its checkpoint state, the step
+log, and checks of ranks in real process groups."""

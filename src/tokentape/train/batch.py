@@ -61,12 +61,22 @@ class Batcher:
     """Assembles the batch of any positions of a plan; pure apart from reading the stores."""
 
     def __init__(
-        self, plan: Plan, dtype: np.dtype | type = np.int64, segments: bool = False
+        self,
+        plan: Plan,
+        dtype: np.dtype | type = np.int64,
+        segments: bool = False,
+        sources: list[TokenStream] | None = None,
     ) -> None:
+        """``sources``: the plan's opened stores, to share with another Batcher."""
         self.plan = plan
-        self.tape: Tape = plan.tape()
-        self.sources = _open_checked(plan)
         self.dtype = np.dtype(dtype)
+        top = max(s.vocab_size for s in plan.sources) - 1
+        if self.dtype.kind not in "iu" or np.iinfo(self.dtype).max < top:
+            raise TokentapeError(
+                f"token dtype {self.dtype} cannot hold ids up to {top}; use int32 or int64"
+            )
+        self.tape: Tape = plan.tape()
+        self.sources = sources if sources is not None else _open_checked(plan)
         self.segments = segments
         """Also compute per-token document segment ids and in-document positions."""
 

@@ -6,16 +6,18 @@ it does not move anything. ``commit()`` — after ``optimizer.step()`` — is th
 advances ``consumed``. Because future positions are known, a background thread prepares the
 next ``prefetch`` steps; a change of batch shape drops them (they are never trained on).
 
-numpy out of the box; torch tensors come with the ``torch`` extra (see ``tokentape.train.torch``,
-to come).
+``commit()`` commits exactly the step ``step()`` handed out — with that step's shape, even if
+``set_config()`` was called in between (the new shape starts with the next step). A commit with
+no step outstanding is refused. numpy arrays out of the box; ``tokentape.train.torch_data``
+turns them into (pinned) torch tensors.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -23,8 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from tokentape.errors import TokentapeError
 from tokentape.tape.plan import Plan
 from tokentape.train.batch import Batch, Batcher
+from tokentape.train.logwriter import StepLogWriter
 from tokentape.train.partition import BatchConfig, positions_for
 from tokentape.train.state import DataState
 
@@ -40,12 +44,27 @@ class Step:
 
 
 @dataclass(frozen=True)
-class _Prepared:
-    """A step made ahead by the prefetch thread: this rank's micro-batches, and the whole
-    step's tokens hash when this loader writes the step log."""
+class _Ahead:
+    """A step prepared ahead by the prefetch thread: this rank's micro-batches and, when this
+    loader writes the step log, the whole step's tokens hash (a separate job, so ``step()``
+    never waits for it)."""
 
-    micro_batches: tuple[Batch, ...]
-    tokens_hash: str | None
+    batches: Future[tuple[Batch, ...]]
+    tokens_hash: Future[str] | None
+
+    def cancel(self) -> None:
+        self.batches.cancel()
+        if self.tokens_hash is not None:
+            self.tokens_hash.cancel()
+
+
+@dataclass(frozen=True)
+class _Outstanding:
+    """The step ``step()`` handed out and ``commit()`` will commit."""
+
+    state: DataState
+    config: BatchConfig
+    ahead: _Ahead
 
 
 def hash_dtype(plan: Plan) -> np.dtype:
@@ -78,67 +97,111 @@ class Loader:
         dtype: np.dtype | type = np.int64,
         segments: bool = False,
     ) -> None:
-        if prefetch < 0:
-            raise ValueError(f"prefetch must be >= 0, got {prefetch}")
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"prefetch must be an integer >= 0, got {prefetch!r}")
+        positions_for(0, dp_rank, config)  # validates dp_rank against the config
         self.batcher = Batcher(plan, dtype, segments)
-        # The step log hashes the whole step; assembled in the stores' own width it is cheaper.
-        self._log_batcher = Batcher(plan, hash_dtype(plan)) if step_log is not None else None
+        # The step log hashes the whole step in the stores' own width (cheaper); same stores.
+        self._log_batcher = (
+            Batcher(plan, hash_dtype(plan), sources=self.batcher.sources)
+            if step_log is not None
+            else None
+        )
         self.plan = plan
         self.dp_rank = dp_rank
         self.config = config
+        """The shape of the next step ``step()`` hands out."""
         self.state = state if state is not None else DataState.start(plan)
         self.state.check_plan(plan)
         self.prefetch = prefetch
         self.step_log = Path(step_log) if step_log is not None else None
+        self._writer = StepLogWriter(step_log) if step_log is not None else None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokentape-prefetch")
-        self._ahead: dict[tuple[int, BatchConfig], Future[_Prepared]] = {}
-        positions_for(0, dp_rank, config)  # validates dp_rank against the config
+        self._ahead: dict[tuple[int, BatchConfig], _Ahead] = {}
+        self._outstanding: _Outstanding | None = None
+        self._closed = False
+        self.waits: deque[float] = deque(maxlen=10_000)
+        """Seconds the last ``step()`` calls blocked waiting for their batches: the trainer's
+        data stalls (near 0 when prefetch keeps ahead)."""
 
     # --- the training loop's three calls ------------------------------------------------
 
     def step(self) -> Step:
-        """The micro-batches of the step starting at ``consumed`` (prefetching those after)."""
-        consumed = self.state.consumed
-        self._schedule(consumed)
-        prepared = self._ahead[(consumed, self.config)].result()
-        return Step(self.state.step, consumed, self.config, prepared.micro_batches)
+        """The micro-batches of the step starting at ``consumed`` (prefetching those after).
+        Calling it again before ``commit()`` returns the same step."""
+        if self._closed:
+            raise TokentapeError("the loader is closed")
+        if self._outstanding is not None:
+            out = self._outstanding
+            return Step(out.state.step, out.state.consumed, out.config, out.ahead.batches.result())
+        state, config = self.state, self.config
+        self._schedule(state.consumed)
+        key = (state.consumed, config)
+        ahead = self._ahead[key]
+        started = time.perf_counter()
+        try:
+            batches = ahead.batches.result()
+        except BaseException as exc:  # let a retry build it afresh (a transient read error)
+            self._ahead.pop(key, None)
+            exc.add_note(
+                f"tokentape: building step {state.step} (consumed {state.consumed}) for dp rank "
+                f"{self.dp_rank}"
+            )
+            raise
+        self.waits.append(time.perf_counter() - started)
+        self._outstanding = _Outstanding(state, config, ahead)
+        return Step(state.step, state.consumed, config, batches)
 
     def commit(self) -> None:
-        """The optimizer applied the current step: advance ``consumed`` by the global batch."""
-        before = self.state
-        future = self._ahead.pop((before.consumed, self.config), None)
-        self.state = before.commit(self.config)
-        if self.step_log is not None:
-            # The step's hash was made by the prefetch thread with its batches (or, for a step
-            # committed without step(), here).
-            prepared = future.result() if future is not None else None
-            tokens_hash = prepared.tokens_hash if prepared is not None else None
-            self._log(before, tokens_hash or self._step_hash(before.consumed, self.config))
+        """The optimizer applied the step ``step()`` handed out: log it (when this loader writes
+        the step log), then advance ``consumed`` by that step's global batch."""
+        out = self._outstanding
+        if out is None:
+            raise TokentapeError(
+                "commit() without an outstanding step: call step() and train on it first"
+            )
+        if out.state is not self.state:
+            raise TokentapeError("commit(): the state changed since step() (load_state_dict)")
+        if self._writer is not None:
+            assert out.ahead.tokens_hash is not None
+            self._writer.append(self._record(out, out.ahead.tokens_hash.result()))
+        self.state = out.state.commit(out.config)
+        self._outstanding = None
+        self._ahead.pop((out.state.consumed, out.config), None)
 
     def set_config(self, config: BatchConfig) -> None:
-        """Change dp size / micro / accum at the next step boundary; drops prefetched work."""
+        """Change dp size / micro / accum from the next step on; drops prefetched work of the
+        old shape (a step already handed out is still committed with its own shape)."""
         positions_for(0, self.dp_rank, config)
         if config != self.config:
-            for future in self._ahead.values():
-                future.cancel()
-            self._ahead.clear()
+            handed_out = self._outstanding.ahead if self._outstanding else None
+            for key in [k for k, a in self._ahead.items() if a is not handed_out]:
+                self._ahead.pop(key).cancel()
             self.config = config
 
     # --- checkpointing --------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
+        """The data state to save with the model; the step log is made durable up to it."""
+        if self._writer is not None:
+            self._writer.sync()
         return self.state.to_dict()
 
     def load_state_dict(self, data: dict[str, Any]) -> None:
+        """Continue from a saved state (any batch shape); an outstanding step is abandoned."""
         state = DataState.from_dict(data)
         state.check_plan(self.plan)
-        for future in self._ahead.values():
-            future.cancel()
+        for ahead in self._ahead.values():
+            ahead.cancel()
         self._ahead.clear()
+        self._outstanding = None
         self.state = state
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        """Stop the prefetch thread (work not started is dropped). Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._pool.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> Loader:
         return self
@@ -153,17 +216,17 @@ class Loader:
         for i in range(self.prefetch + 1):
             key = (consumed + i * b, self.config)
             if key not in self._ahead:
-                self._ahead[key] = self._pool.submit(self._build, *key)
+                batches = self._pool.submit(self._build, *key)
+                hashed = self._pool.submit(self._step_hash, *key) if self._writer else None
+                self._ahead[key] = _Ahead(batches, hashed)
         for key in [k for k in self._ahead if k[0] < consumed]:
-            del self._ahead[key]
+            self._ahead.pop(key).cancel()
 
-    def _build(self, consumed: int, config: BatchConfig) -> _Prepared:
+    def _build(self, consumed: int, config: BatchConfig) -> tuple[Batch, ...]:
         rows = positions_for(consumed, self.dp_rank, config)
         whole = self.batcher.batch(rows.ravel())
         m = config.micro
-        micro = tuple(_slice(whole, i * m, (i + 1) * m) for i in range(config.accum))
-        logged = self._step_hash(consumed, config) if self.step_log is not None else None
-        return _Prepared(micro, logged)
+        return tuple(_slice(whole, i * m, (i + 1) * m) for i in range(config.accum))
 
     def _step_hash(self, consumed: int, config: BatchConfig) -> str:
         """The tokens hash of the whole step (every rank's positions), for the step log."""
@@ -172,26 +235,20 @@ class Loader:
         whole = self._log_batcher.batch(np.arange(consumed, consumed + b))
         return step_tokens_hash(whole, self.plan)
 
-    def _log(self, before: DataState, tokens_hash: str) -> None:
-        """One JSON line for the committed step, covering every rank's positions."""
-        b = self.config.global_batch
-        record = {
-            "step": before.step,
-            "consumed": before.consumed,
-            "global_batch": b,
-            "dp": self.config.dp_size,
-            "micro": self.config.micro,
-            "accum": self.config.accum,
+    def _record(self, out: _Outstanding, tokens_hash: str) -> dict[str, Any]:
+        """The step log's line for a committed step, covering every rank's positions."""
+        c = out.config
+        return {
+            "step": out.state.step,
+            "consumed": out.state.consumed,
+            "global_batch": c.global_batch,
+            "dp": c.dp_size,
+            "micro": c.micro,
+            "accum": c.accum,
             "index_hash": self.plan.index_hash,
             "tokens_hash": tokens_hash,
             "time": round(time.time(), 3),
         }
-        line = (json.dumps(record, sort_keys=True) + "\n").encode()
-        fd = os.open(self.step_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line)  # one write of one line: appended whole
-        finally:
-            os.close(fd)
 
 
 def _slice(batch: Batch, lo: int, hi: int) -> Batch:

@@ -45,6 +45,8 @@ def positions_for(consumed: int, dp_rank: int, config: BatchConfig) -> np.ndarra
     samples: an int64 array of shape (accum, micro), one row per micro-batch."""
     if isinstance(consumed, bool) or not isinstance(consumed, int | np.integer) or consumed < 0:
         raise ValueError(f"consumed must be a non-negative integer, got {consumed!r}")
+    if isinstance(dp_rank, bool) or not isinstance(dp_rank, int | np.integer):
+        raise ValueError(f"dp_rank must be an integer, got {dp_rank!r}")
     if not 0 <= dp_rank < config.dp_size:
         raise ValueError(f"dp_rank must be in [0, {config.dp_size}), got {dp_rank}")
     start = int(consumed) + dp_rank * config.per_rank

@@ -57,6 +57,25 @@ def identity_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return sorted(diffs)
 
 
+def _count(data: dict[str, Any], key: str, where: str, least: int) -> int:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise TokentapeError(f"{where}: '{key}' must be an integer >= {least}, got {value!r}")
+    return value
+
+
+def _change(data: Any, where: str) -> BatchChange:
+    if not isinstance(data, dict):
+        raise TokentapeError(f"{where}: expected an object")
+    return BatchChange(
+        step=_count(data, "step", where, 0),
+        consumed=_count(data, "consumed", where, 0),
+        dp_size=_count(data, "dp_size", where, 1),
+        micro=_count(data, "micro", where, 1),
+        accum=_count(data, "accum", where, 1),
+    )
+
+
 @dataclass(frozen=True)
 class BatchChange:
     """From ``step`` on (with ``consumed`` samples applied before it), steps have this shape."""
@@ -120,20 +139,50 @@ class DataState:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DataState:
+        """A saved state, checked field by field and for a consistent batch history."""
         if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
             raise TokentapeError(
                 f"data state: expected a tokentape state of version {STATE_VERSION}"
             )
-        try:
-            return cls(
-                index_hash=str(data["index_hash"]),
-                identity=dict(data["identity"]),
-                consumed=int(data["consumed"]),
-                step=int(data["step"]),
-                history=tuple(BatchChange(**c) for c in data["history"]),
+        history = data.get("history")
+        if not isinstance(history, list):
+            raise TokentapeError("data state: 'history' must be a list")
+        if not isinstance(data.get("index_hash"), str) or not isinstance(
+            data.get("identity"), dict
+        ):
+            raise TokentapeError("data state: 'index_hash' (a string) and 'identity' are required")
+        state = cls(
+            index_hash=data["index_hash"],
+            identity=dict(data["identity"]),
+            consumed=_count(data, "consumed", "data state", 0),
+            step=_count(data, "step", "data state", 0),
+            history=tuple(_change(c, f"data state: history[{i}]") for i, c in enumerate(history)),
+        )
+        state._check_history()
+        return state
+
+    def _check_history(self) -> None:
+        """The history starts at step 0 and each change (and ``consumed``) follows from the
+        steps before it."""
+        if not self.history:
+            if self.step or self.consumed:
+                raise TokentapeError("data state: steps were taken but the history is empty")
+            return
+        at_step, at_consumed, batch = 0, 0, self.history[0].config.global_batch
+        for i, c in enumerate(self.history):
+            expected = at_consumed + (c.step - at_step) * batch
+            if c.step < at_step or c.step >= self.step or c.consumed != expected:
+                raise TokentapeError(
+                    f"data state: history[{i}] (step {c.step}, consumed {c.consumed}) does not "
+                    f"follow from the steps before it (expected consumed {expected})"
+                )
+            at_step, at_consumed, batch = c.step, c.consumed, c.config.global_batch
+        expected = at_consumed + (self.step - at_step) * batch
+        if self.consumed != expected:
+            raise TokentapeError(
+                f"data state: consumed {self.consumed} does not follow from the history "
+                f"(expected {expected} after step {self.step - 1})"
             )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise TokentapeError(f"data state: malformed ({exc})") from None
 
     def check_plan(self, plan: Plan) -> None:
         """Refuse to resume on a plan whose tape differs, naming what changed."""

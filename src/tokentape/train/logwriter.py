@@ -1,0 +1,71 @@
+"""Appending to the step log so that a crash never leaves it unreadable.
+
+One ``write`` per line on a file opened for appending (looping on short writes). A torn last
+line — the writer died mid-line — is cut off when the log is opened again, before anything is
+appended after it. ``sync()`` makes the lines written so far durable; the loader calls it when
+its state is checkpointed, so a checkpoint never runs ahead of its log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+class StepLogWriter:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._dirty = False
+        self._trim_torn_tail()
+
+    def _trim_torn_tail(self) -> None:
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            return
+        if size == 0:
+            return
+        with open(self.path, "rb+") as f:
+            f.seek(size - 1)
+            if f.read(1) == b"\n":
+                return
+            # Find the last complete line (reading back in blocks) and cut after it.
+            end, block = size, 1 << 16
+            keep = 0
+            while end > 0:
+                start = max(0, end - block)
+                f.seek(start)
+                chunk = f.read(end - start)
+                cut = chunk.rfind(b"\n")
+                if cut >= 0:
+                    keep = start + cut + 1
+                    break
+                end = start
+            f.truncate(keep)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def append(self, record: dict[str, Any]) -> None:
+        """One JSON line, appended whole (or an ``OSError``, with nothing counted as written)."""
+        line = memoryview((json.dumps(record, sort_keys=True) + "\n").encode())
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            while line:
+                written = os.write(fd, line)
+                line = line[written:]
+        finally:
+            os.close(fd)
+        self._dirty = True
+
+    def sync(self) -> None:
+        """Make every line appended so far durable."""
+        if not self._dirty:
+            return
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._dirty = False

@@ -12,7 +12,9 @@ a Megatron ``.bin``/``.idx`` prefix read in place.
 
 from __future__ import annotations
 
+import mmap
 import os
+from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
 
@@ -50,13 +52,36 @@ class TokenStream:
     ``eod_id``, ``directory`` and ``tokenizer``.
     """
 
-    def __init__(self, dtype: np.dtype, pieces: list[np.ndarray], doc_starts: np.ndarray) -> None:
+    def __init__(
+        self,
+        dtype: np.dtype,
+        pieces: list[np.ndarray],
+        doc_starts: np.ndarray | Callable[[], np.ndarray],
+        n_docs: int | None = None,
+    ) -> None:
+        """``doc_starts``: the documents' first tokens in the stream, or a function that loads
+        them when first needed (a training run that asks for no segments never does)."""
         self.dtype = dtype
         self._shards = pieces
         sizes = np.array([len(p) for p in pieces], dtype=np.int64)
         # Token offset of each piece in the stream, with the total appended.
         self._shard_offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-        self.doc_starts = doc_starts
+        self._doc_starts = doc_starts
+        self._n_docs = n_docs
+
+    def advise_random(self) -> None:
+        """Tell the kernel these maps are read at random (sample windows all over the store),
+        so a cold read does not pull megabytes of read-ahead around each window."""
+        for piece in self._shards:
+            mapped = getattr(piece, "_mmap", None)  # np.memmap keeps its mmap.mmap here
+            if mapped is not None and hasattr(mmap, "MADV_RANDOM"):
+                mapped.madvise(mmap.MADV_RANDOM)
+
+    @cached_property
+    def doc_starts(self) -> np.ndarray:
+        """int64 first token of each document in the stream, ascending."""
+        starts = self._doc_starts
+        return starts() if callable(starts) else starts
 
     @property
     def n_tokens(self) -> int:
@@ -64,7 +89,7 @@ class TokenStream:
 
     @property
     def n_docs(self) -> int:
-        return len(self.doc_starts)
+        return self._n_docs if self._n_docs is not None else len(self.doc_starts)
 
     @property
     def eod_id(self) -> int:
@@ -188,26 +213,28 @@ class Source(TokenStream):
         self.directory = Path(directory)
         self.manifest: Manifest = read_manifest(self.directory)
         dtype = numpy_dtype(self.manifest.dtype)
-        shards, starts = [], []
+        shards = []
         for shard in self.manifest.shards:
             bin_path = self.directory / shard.bin_file
-            idx_path = self.directory / shard.idx_file
             _check_size(bin_path, shard.n_tokens * dtype.itemsize)
-            _check_size(idx_path, shard.idx_bytes)
+            _check_size(self.directory / shard.idx_file, shard.idx_bytes)
             shards.append(_map_tokens(bin_path, dtype, shard.n_tokens))
+        super().__init__(dtype, shards, self._load_doc_starts, self.manifest.n_docs)
+
+    def _load_doc_starts(self) -> np.ndarray:
+        """Every shard's ``.idx.npy``, offset into the stream and concatenated."""
+        starts, offset = [], 0
+        for shard in self.manifest.shards:
+            idx_path = self.directory / shard.idx_file
             local = np.load(idx_path, allow_pickle=False)
             if local.shape != (shard.n_docs,) or local.dtype != np.int64:
                 raise TokentapeError(
                     f"{idx_path}: expected {shard.n_docs} int64 document starts, "
                     f"found shape {local.shape} dtype {local.dtype}"
                 )
-            starts.append(local)
-        offsets = np.cumsum([0] + [s.n_tokens for s in self.manifest.shards])[:-1]
-        doc_starts = np.concatenate(
-            [local + off for local, off in zip(starts, offsets, strict=True)]
-            or [np.zeros(0, dtype=np.int64)]
-        ).astype(np.int64)
-        super().__init__(dtype, shards, doc_starts)
+            starts.append(local + offset)
+            offset += shard.n_tokens
+        return np.concatenate(starts or [np.zeros(0, dtype=np.int64)]).astype(np.int64)
 
     @property
     def eod_id(self) -> int:

@@ -77,6 +77,8 @@ class Batcher:
             )
         self.tape: Tape = plan.tape()
         self.sources = sources if sources is not None else _open_checked(plan)
+        for source in self.sources:
+            source.advise_random()
         self.segments = segments
         """Also compute per-token document segment ids and in-document positions."""
 

@@ -22,7 +22,8 @@ from test_store import write_store
 
 from tokentape.cli import main
 from tokentape.errors import TokentapeError
-from tokentape.store import megatron_identity
+from tokentape.store import megatron_identity, megatron_source
+from tokentape.store.megatron import MegatronWriter, read_index
 from tokentape.store.megatron_source import MegatronSource
 from tokentape.store.open import open_store
 from tokentape.store.reader import open_source
@@ -321,6 +322,7 @@ def test_to_megatron_is_read_by_megatron_core(tmp_path, capsys):
         assert peer[i].tolist() == [*doc, 256]
     # Its identity was recorded while writing: reading it in place hashes nothing.
     assert MegatronSource(prefix, 257, 256).manifest.content_hash == json.loads(out)["content_hash"]
+    assert json.loads(Path(f"{prefix}.tokentape.json").read_text())["identity"]["end_id"] == 256
     code, _, err = cli(capsys, "convert", "--to", "megatron", tmp_path / "store", prefix)
     assert code == 2 and "pass --overwrite" in err
     assert (
@@ -529,6 +531,179 @@ def test_verify_a_megatron_prefix(valid, capsys):
     assert code == 1 and "block 0 sha256 mismatch" in out
     code, out, _ = cli(capsys, "verify", valid, "--eod-id", 5)
     assert code == 1 and "missing end-of-document id" in out
+
+
+# --- the end-of-document check at open ---------------------------------------------------------
+
+
+def counted_checks(monkeypatch) -> list[str]:
+    """Record every gather over the document ends (``check_documents``) an open runs."""
+    calls: list[str] = []
+    real = megatron_source.check_documents
+
+    def counted(tokens, doc_starts, eod_id, where):
+        calls.append(where)
+        return real(tokens, doc_starts, eod_id, where)
+
+    monkeypatch.setattr(megatron_source, "check_documents", counted)
+    return calls
+
+
+def sidecar_identity(prefix: Path) -> dict:
+    return json.loads(Path(f"{prefix}.tokentape.json").read_text())["identity"]
+
+
+def expected_end_id(docs: Docs) -> int | None:
+    """The id every document ends with if there is one (no document empty), else None."""
+    flat = [np.concatenate([np.zeros(0, dtype=np.int64), *seqs]) for seqs in docs]
+    ends = {int(d[-1]) for d in flat if len(d)}
+    return ends.pop() if flat and all(len(d) for d in flat) and len(ends) == 1 else None
+
+
+def test_a_current_sidecar_spares_reading_the_document_ends(tmp_path, monkeypatch):
+    prefix = tmp_path / "m"
+    build(prefix, random_docs(31, 50, 257, 256), np.uint16)
+    age(prefix)
+    calls = counted_checks(monkeypatch)
+    first = MegatronSource(prefix, 257, 256)  # no sidecar yet: checked, then hashed
+    assert len(calls) == 1
+    assert sidecar_identity(prefix)["end_id"] == 256  # found while hashing
+    for identify in (True, False):
+        src = MegatronSource(prefix, 257, 256, identify=identify)
+        assert "doc_starts" not in vars(src)  # not even the document starts were computed
+        assert src.n_docs == 50
+    assert len(calls) == 1
+    assert src.manifest.content_hash == first.manifest.content_hash
+    # Every plan opening the source, and its loader, skip it too.
+    (tmp_path / "p.toml").write_text(
+        'seq_len = 4\nseed = 0\ntotal_samples = 8\n[[source]]\nname = "m"\npath = "m"\n'
+        "weight = 1\nmax_repeats = 100\nvocab_size = 257\neod_id = 256\n"
+    )
+    plan = resolve_plan(parse_plan((tmp_path / "p.toml").read_text(), "p.toml", str(tmp_path)), "p")
+    Batcher(plan).batch(np.arange(8))
+    assert len(calls) == 1
+    # Another EOD id than the one recorded: the documents are read, and refused.
+    with pytest.raises(TokentapeError, match="ends with id 256, not the end-of-document id 3"):
+        MegatronSource(prefix, 257, 3)
+    assert len(calls) == 2
+    # check_eod=False reads no document end either way.
+    Path(f"{prefix}.tokentape.json").unlink()
+    MegatronSource(prefix, 257, 3, check_eod=False, identify=False)
+    assert len(calls) == 2
+
+
+def test_a_changed_end_is_refused_despite_the_sidecar(valid, monkeypatch):
+    age(valid)
+    calls = counted_checks(monkeypatch)
+    MegatronSource(valid, 300, 299)
+    assert sidecar_identity(valid)["end_id"] == 299
+    bin_file = Path(f"{valid}.bin")
+    mtime = bin_file.stat().st_mtime_ns
+    _patch(bin_file, 4 * 2, struct.pack("<i", 5))  # document 0's EOD; same size and inode
+    os.utime(bin_file, ns=(mtime + 1000, mtime + 1000))  # an old timestamp, but another one
+    for identify in (True, False):
+        with pytest.raises(TokentapeError, match=r"document 0 \(tokens \[0, 3\)\) ends with id 5"):
+            MegatronSource(valid, 300, 299, identify=identify)
+    assert len(calls) == 3
+    # Hashed without the check (as `convert --append-eod` may): no end id is recorded, so the
+    # next open reads the document ends again and refuses them.
+    MegatronSource(valid, 300, 299, check_eod=False)
+    assert sidecar_identity(valid)["end_id"] is None
+    with pytest.raises(TokentapeError, match=r"document 0 .* ends with id 5"):
+        MegatronSource(valid, 300, 299)
+    assert len(calls) == 4
+
+
+def test_a_sidecar_without_the_end_id_is_completed_once(tmp_path, monkeypatch):
+    prefix = tmp_path / "m"
+    build(prefix, random_docs(32, 30, 257, 256), np.int32)
+    age(prefix)
+    MegatronSource(prefix, 257, 256)
+    sidecar = Path(f"{prefix}.tokentape.json")
+    data = json.loads(sidecar.read_text())
+    del data["identity"]["end_id"]  # as written before the end id was recorded
+    sidecar.write_text(json.dumps(data))
+    calls = counted_checks(monkeypatch)
+    with monkeypatch.context() as m:
+        m.setattr(megatron_identity, "hash_files", None)  # no rehash: would fail
+        content = MegatronSource(prefix, 257, 256).manifest.content_hash
+        assert len(calls) == 1  # checked once ...
+        assert sidecar_identity(prefix)["end_id"] == 256  # ... and recorded
+        assert MegatronSource(prefix, 257, 256).manifest.content_hash == content
+        assert len(calls) == 1
+    # An older sidecar of data without EOD is refused, and completed with nothing.
+    build(prefix, [[np.array([1, 2])], [np.array([3])]], np.int32)
+    age(prefix)
+    MegatronSource(prefix, 257, 256, check_eod=False)  # hashes (the sidecar is stale)
+    data = json.loads(sidecar.read_text())
+    del data["identity"]["end_id"]
+    sidecar.write_text(json.dumps(data))
+    for _ in range(2):
+        with pytest.raises(TokentapeError, match=r"document 0 .* ends with id 2"):
+            MegatronSource(prefix, 257, 256)
+    assert len(calls) == 3
+    assert "end_id" not in sidecar_identity(prefix)
+
+
+@pytest.mark.parametrize("ends", ["mixed", "another id"])
+def test_documents_not_all_ending_with_the_eod_are_checked_and_refused(tmp_path, monkeypatch, ends):
+    docs = random_docs(33, 20, 300, 299)
+    bad = 7 if ends == "mixed" else 3
+    for i in range(3 if ends == "mixed" else 0, len(docs)):
+        docs[i][-1][-1] = bad
+    prefix = tmp_path / "m"
+    build(prefix, docs, np.uint16)
+    age(prefix)
+    MegatronSource(prefix, 300, 299, check_eod=False)  # hashed: the sidecar is written
+    assert sidecar_identity(prefix)["end_id"] == (None if ends == "mixed" else bad)
+    calls = counted_checks(monkeypatch)
+    first = 3 if ends == "mixed" else 0
+    start = int(starts_of(docs)[first])
+    for identify in (True, False):
+        with pytest.raises(TokentapeError, match=rf"document {first} \(tokens \[{start}, "):
+            MegatronSource(prefix, 300, 299, identify=identify)
+    assert len(calls) == 2
+    if ends == "another id":  # every document ends with 3: read with that id, unchecked
+        MegatronSource(prefix, 300, 3)
+        assert len(calls) == 2
+
+
+def test_the_end_id_is_found_while_hashing_across_chunks(tmp_path, monkeypatch):
+    monkeypatch.setattr(megatron_identity, "CHUNK_BYTES", 6)  # 3 uint16 tokens a read
+    monkeypatch.setattr(megatron_identity, "CHUNK", 2)  # 2 documents a piece of the index
+    mixed = random_docs(34, 9, 257, 256)
+    mixed[5][-1][-1] = 4
+    cases = {
+        "eod": random_docs(35, 17, 257, 256),
+        "mixed": mixed,
+        "empty document": [*random_docs(36, 5, 257, 256), [], *random_docs(37, 3, 257, 256)],
+        "empty sequences": [*random_docs(38, 4, 257, 256), [np.zeros(0, dtype=np.int64)]],
+        "one document": [[np.array([256])]],
+        "no document": [],
+    }
+    for name, docs in cases.items():
+        build(tmp_path / name, docs, np.uint16)
+        found = megatron_identity.hash_files(read_index(tmp_path / name)).end_id
+        assert found == expected_end_id(docs), name
+    assert [expected_end_id(cases[c]) for c in ("eod", "mixed", "empty document")] == [
+        256,
+        None,
+        None,
+    ]
+
+
+def test_the_writer_records_the_end_id(tmp_path):
+    for lengths, tokens, expected in (
+        ([2, 1, 3], [5, 9, 9, 1, 2, 9], 9),
+        ([2, 1, 3], [5, 9, 8, 1, 2, 9], None),
+        ([2, 0, 1], [5, 9, 9], None),
+        ([], [], None),
+    ):
+        writer = MegatronWriter(tmp_path / "w", "uint16")
+        writer.add(np.array(tokens), np.array(lengths))
+        identity = writer.finish()
+        assert identity.end_id == expected
+        assert megatron_identity.hash_files(read_index(tmp_path / "w")).end_id == expected
 
 
 def test_the_command_line_refuses_mixed_up_flags(tmp_path, capsys):

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from tokentape.tape.permutation import (
     MAX_N,
     ROUNDS,
+    SCALAR_MAX,
     Permutation,
     half_bits_for,
     permute,
@@ -322,3 +323,21 @@ def test_max_n() -> None:
     assert y.dtype == np.int64 and int(y.min()) >= 0
     assert np.array_equal(p.inverse(y).astype(np.uint64), x)
     assert p.inverse(p(MAX_N - 1)) == MAX_N - 1
+
+
+@given(
+    st.integers(1, 2**63),
+    st.integers(0, 2**64 - 1),
+    st.integers(0, 50),
+    st.lists(st.integers(0, 2**63 - 1), min_size=1, max_size=4),
+)
+def test_the_integer_path_equals_the_numpy_path(n: int, seed: int, epoch: int, xs: list[int]):
+    """Up to SCALAR_MAX values run in Python integers; padded past it, the same values run in
+    numpy: both ways, forward and inverse, they agree."""
+    p = Permutation.for_epoch(n, seed, "web", epoch)
+    x = np.array([v % n for v in xs], dtype=np.int64)
+    padded = np.concatenate([x, np.zeros(SCALAR_MAX + 1, dtype=np.int64)])
+    assert x.size <= SCALAR_MAX < padded.size
+    assert np.array_equal(p(x), p(padded)[: x.size])
+    assert np.array_equal(p.inverse(x), p.inverse(padded)[: x.size])
+    assert np.array_equal(p.inverse(p(x)), x)

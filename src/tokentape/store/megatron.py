@@ -279,7 +279,12 @@ def _check_sequences(path: Path, lengths: np.ndarray, pointers: np.ndarray, item
 class MegatronIdentity:
     """What identifies a Megatron prefix's bytes: sizes, sha256 of both files, the sha256 of
     each ``block_bytes`` block of ``.bin`` (spot checks), the smallest and largest token id
-    (``None`` without tokens) and the content hash over them."""
+    (``None`` without tokens) and the content hash over them.
+
+    ``end_id`` is derived data, not covered by the content hash: the id every document ends
+    with when they all end with one id and none is empty, else ``None`` (also without
+    documents, and in sidecars written before it was recorded). Opening checks the EOD with it
+    instead of reading every document's last token."""
 
     dtype: str
     n_tokens: int
@@ -294,6 +299,7 @@ class MegatronIdentity:
     min_id: int | None
     max_id: int | None
     content_hash: str
+    end_id: int | None = None
 
 
 class IdRange:
@@ -308,6 +314,32 @@ class IdRange:
             lo, hi = int(tokens.min()), int(tokens.max())
             self.min = lo if self.min is None else min(self.min, lo)
             self.max = hi if self.max is None else max(self.max, hi)
+
+
+class EndIds:
+    """The id every document ends with, over documents seen in order: ``value`` is that id, or
+    ``None`` when they end with different ids, one is empty, or there is none."""
+
+    def __init__(self) -> None:
+        self._id: int | None = None
+        self.mixed = False  # two documents end with different ids, or one is empty
+
+    def update(self, last: np.ndarray) -> None:
+        """Add documents by their last tokens."""
+        if self.mixed or not last.size:
+            return
+        lo, hi = int(last.min()), int(last.max())
+        if lo != hi or (self._id is not None and lo != self._id):
+            self.mixed = True
+        self._id = lo
+
+    def empty(self) -> None:
+        """Add an empty document (it ends with no id)."""
+        self.mixed = True
+
+    @property
+    def value(self) -> int | None:
+        return None if self.mixed else self._id
 
 
 def index_bytes(code: int, lengths: np.ndarray, doc_entries: np.ndarray) -> list[bytes]:
@@ -345,6 +377,7 @@ class MegatronWriter:
         self._file = open(self._bin_tmp, "wb")  # noqa: SIM115 - closed in finish()/abort()
         self._hasher = BlockHasher(block_bytes)
         self._ids = IdRange()
+        self._ends = EndIds()
         self._lengths: list[np.ndarray] = []
         self.n_tokens = 0
 
@@ -366,6 +399,9 @@ class MegatronWriter:
                 f"{self.dtype.name}; choose a wider dtype"
             )
         data = np.ascontiguousarray(tokens, dtype=self.dtype)
+        if lengths.size and int(lengths.min()) == 0:
+            self._ends.empty()
+        self._ends.update(data[np.cumsum(lengths)[lengths > 0] - 1])
         view = memoryview(data).cast("B")
         self._file.write(view)
         self._hasher.update(view)
@@ -408,6 +444,7 @@ class MegatronWriter:
             content_hash=content_hash(
                 self.dtype.name, self.n_tokens, n_docs, bin_sha, idx_hash.hexdigest()
             ),
+            end_id=self._ends.value,
         )
 
     def abort(self) -> None:

@@ -3,10 +3,16 @@
 A Megatron source's content hash covers every byte of ``PREFIX.bin`` and ``PREFIX.idx``.
 Hashing a multi-GB ``.bin`` whenever a plan is resolved or a loader starts would be slow, so the
 identity (``MegatronIdentity``: both sha256, the ``.bin`` block hashes, the smallest and largest
-token id, the content hash) is written once to a sidecar file together with the size,
-``mtime_ns`` and inode of both files. It is reused only while all of those are
-unchanged; otherwise the files are hashed again (with a progress bar on a terminal). The cache
-saves time and nothing else: the identity is the same function of the bytes either way.
+token id, the content hash, and the id every document ends with) is written once to a sidecar
+file together with the size, ``mtime_ns`` and inode of both files. It is reused only while all
+of those are unchanged; otherwise the files are hashed again (with a progress bar on a
+terminal). The cache saves time and nothing else: the identity is the same function of the
+bytes either way.
+
+The end id lets an open check the end-of-document id without reading a page of ``.bin`` per
+document: it is found while hashing (the last token of each document, as the chunks stream
+past). A sidecar written before it was recorded lacks it; the open then checks the document
+ends itself and adds the id to the sidecar (``record_end_id``).
 
 File timestamps are coarse (a clock tick of a few milliseconds), so a file written again within
 the tick it was hashed in would keep its ``mtime_ns``: an identity is not cached while either
@@ -25,8 +31,8 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import asdict
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +42,9 @@ from tokentape.errors import TokentapeError
 from tokentape.store.atomic import write_atomic
 from tokentape.store.format import DEFAULT_BLOCK_BYTES
 from tokentape.store.megatron import (
+    CHUNK,
     DTYPE_NAMES,
+    EndIds,
     IdRange,
     MegatronIdentity,
     MegatronIndex,
@@ -96,6 +104,8 @@ def identity_from_json(data: Any) -> MegatronIdentity | None:
     try:
         identity = MegatronIdentity(**data | {"block_sha256": tuple(data["block_sha256"])})
     except (TypeError, KeyError):
+        return None
+    if identity.end_id is not None and type(identity.end_id) is not int:
         return None
     recomputed = content_hash(
         identity.dtype, identity.n_tokens, identity.n_docs, identity.bin_sha256, identity.idx_sha256
@@ -158,15 +168,20 @@ def write_sidecar(
 def hash_files(
     index: MegatronIndex, progress: Progress | None = None, block_bytes: int = DEFAULT_BLOCK_BYTES
 ) -> MegatronIdentity:
-    """Read both files once: sha256 of each, ``.bin`` block hashes and the id range."""
-    hasher, ids = BlockHasher(block_bytes), IdRange()
+    """Read both files once: sha256 of each, ``.bin`` block hashes, the id range and the id
+    every document ends with."""
+    hasher, ids, ends = BlockHasher(block_bytes), IdRange(), _DocumentEnds(index)
     buf = bytearray(CHUNK_BYTES - CHUNK_BYTES % index.dtype.itemsize)
     view = memoryview(buf)
     path = bin_path(index.prefix)
+    first = 0  # token offset of the chunk
     with open(path, "rb") as f:
         while n := f.readinto(buf):
             hasher.update(view[:n])
-            ids.update(_as_tokens(view[:n], index))
+            tokens = _as_tokens(view[:n], index)
+            ids.update(tokens)
+            ends.update(first, tokens)
+            first += len(tokens)
             if progress is not None:
                 progress(n)
     bin_sha, blocks = hasher.finish()
@@ -189,6 +204,7 @@ def hash_files(
         min_id=ids.min,
         max_id=ids.max,
         content_hash=content_hash(name, index.n_tokens, index.n_docs, bin_sha, idx.hexdigest()),
+        end_id=ends.value,
     )
 
 
@@ -196,13 +212,88 @@ def _as_tokens(data: memoryview, index: MegatronIndex) -> np.ndarray:
     return np.frombuffer(data, dtype=index.dtype, count=len(data) // index.dtype.itemsize)
 
 
+def _last_tokens(index: MegatronIndex) -> Iterator[np.ndarray | None]:
+    """Where each document's last token is in ``.bin`` (token offsets, ascending), ``CHUNK``
+    documents at a time; ``None`` for a chunk holding an empty document."""
+    docs, pointers = index.document_indices, index.sequence_pointers
+    itemsize, n_seq = index.dtype.itemsize, index.n_sequences
+    for lo in range(0, index.n_docs, CHUNK):
+        seqs = np.asarray(docs[lo : lo + CHUNK + 1])  # each document's first sequence, and next
+        offsets = np.full(len(seqs), index.n_tokens, dtype=np.int64)
+        inside = seqs < n_seq
+        offsets[inside] = np.asarray(pointers[seqs[inside]]) // itemsize
+        if (np.diff(offsets) <= 0).any():
+            yield None
+            return
+        yield offsets[1:] - 1
+
+
+_DONE = np.zeros(0, dtype=np.int64)
+"""``_last_tokens`` has no more chunks."""
+
+
+class _DocumentEnds:
+    """The id every document ends with, from ``.bin`` chunks read in order."""
+
+    def __init__(self, index: MegatronIndex) -> None:
+        self.ends = EndIds()
+        self._chunks = _last_tokens(index)
+        self._pending = np.zeros(0, dtype=np.int64)  # last-token offsets not yet reached
+
+    def update(self, first: int, tokens: np.ndarray) -> None:
+        """Take the last tokens of documents ending in ``tokens`` (offsets ``first`` on)."""
+        stop = first + len(tokens)
+        while not self.ends.mixed:
+            if not self._pending.size:
+                chunk = next(self._chunks, _DONE)
+                if chunk is None:
+                    self.ends.empty()
+                    return
+                if chunk is _DONE:
+                    return
+                self._pending = chunk
+            k = int(np.searchsorted(self._pending, stop))
+            self.ends.update(tokens[self._pending[:k] - first])
+            self._pending = self._pending[k:]
+            if self._pending.size:
+                return
+
+    @property
+    def value(self) -> int | None:
+        """The end id, once every chunk of ``.bin`` has been seen."""
+        if self._pending.size or next(self._chunks, _DONE) is not _DONE:
+            return None  # documents ending past the tokens seen (or an empty one there)
+        return self.ends.value
+
+
+def current_identity(
+    index: MegatronIndex,
+) -> tuple[MegatronIdentity | None, dict[str, dict[str, int]]]:
+    """The identity a sidecar records for the files as they are now (``None`` if none does),
+    read without hashing; and the files' keys it was looked up with."""
+    keys = file_keys(index.prefix)
+    cached = read_sidecar(index.prefix, keys)
+    if cached is None or (cached.n_tokens, cached.n_docs) != (index.n_tokens, index.n_docs):
+        return None, keys
+    return cached, keys
+
+
+def record_end_id(
+    index: MegatronIndex, identity: MegatronIdentity, keys: dict[str, dict[str, int]], end_id: int
+) -> None:
+    """Add ``end_id`` (every document ends with it: checked by the caller on the files with
+    ``keys``) to the cached ``identity`` if it lacks it (a sidecar written before the end id was
+    recorded) and the files are still unchanged."""
+    if identity.end_id != end_id and file_keys(index.prefix) == keys:
+        write_sidecar(index.prefix, replace(identity, end_id=end_id), keys)
+
+
 def megatron_identity(index: MegatronIndex, show_progress: bool = True) -> MegatronIdentity:
     """The identity of ``index.prefix``: from its sidecar when the files are unchanged, else
     hashed (a progress bar on a terminal when ``show_progress``) and cached."""
     prefix = index.prefix
-    keys = file_keys(prefix)
-    cached = read_sidecar(prefix, keys)
-    if cached is not None and cached.n_tokens == index.n_tokens:
+    cached, keys = current_identity(index)
+    if cached is not None:
         return cached
     total = keys["bin"]["size"]
     stream = sys.stderr if show_progress else None

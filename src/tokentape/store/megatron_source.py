@@ -9,10 +9,14 @@ tokenizer that has them). Opening checks, cheaply:
 
 - the ``.idx`` header, sizes, counts, document index and back-to-back sequences
   (``store.megatron.read_index``);
-- that no document is empty and every document's last token is the EOD id (one vectorised
-  gather over the document ends);
-- the smallest and largest token id, recorded with the identity when the data is first hashed
-  (``store.megatron_identity``): no negative id, none at or above ``vocab_size``.
+- that no document is empty and every document's last token is the EOD id. The identity
+  (``store.megatron_identity``) records the id every document ends with, found while the data
+  was hashed: while its sidecar is current, that id is compared and no token is read.
+  Otherwise (the first open, changed files, an older sidecar, ``identify=False`` without a
+  current sidecar) one vectorised gather reads every document's last token (a page of ``.bin``
+  per short document) and refuses the first offending document;
+- the smallest and largest token id, recorded with the identity when the data is first hashed:
+  no negative id, none at or above ``vocab_size``.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from tokentape.store.megatron import (
     bin_path,
     read_index,
 )
-from tokentape.store.megatron_identity import megatron_identity
+from tokentape.store.megatron_identity import current_identity, megatron_identity, record_end_id
 from tokentape.store.reader import TokenStream
 from tokentape.tokenize.tokenizers import NoTokenizer, Tokenizer, load_tokenizer, tokenizer_manifest
 
@@ -148,12 +152,23 @@ class MegatronSource(TokenStream):
             data = np.memmap(bin_path(prefix), dtype=self.index.dtype, mode="r", shape=shape)
         else:
             data = np.zeros(0, dtype=self.index.dtype)
-        super().__init__(self.index.dtype, [data], self.index.doc_starts())
-        if check_eod:
-            check_documents(data, self.doc_starts, self._eod_id, where)
+        super().__init__(self.index.dtype, [data], self.index.doc_starts, self.index.n_docs)
         self._show_progress = show_progress
+        if check_eod:
+            self._check_ends(data, where)
         if identify:
             _ = self.manifest
+
+    def _check_ends(self, data: np.ndarray, where: str) -> None:
+        """Every document ends with the EOD id: known from a current sidecar's end id without
+        reading ``.bin``, else checked at every document end (before any hashing, so bad data
+        is refused at once) and, for a sidecar that lacks the end id, recorded."""
+        cached, keys = current_identity(self.index)
+        if cached is not None and cached.end_id == self._eod_id:
+            return
+        check_documents(data, self.doc_starts, self._eod_id, where)
+        if cached is not None and self.n_docs:
+            record_end_id(self.index, cached, keys, self._eod_id)
 
     @property
     def eod_id(self) -> int:

@@ -62,6 +62,7 @@ _NARROW = _Word(
     np.uint32, 32, np.uint32(0x85EBCA6B), np.uint32(0xC2B2AE35), np.uint32(16), np.uint32(13)
 )
 _BLOCK = 1 << 15  # elements per block: a round's working arrays stay in the L2 cache
+SCALAR_MAX = 4  # up to this many values, the network runs in Python integers (no numpy calls)
 
 
 def half_bits_for(n: int) -> int:
@@ -199,8 +200,12 @@ class Permutation:
 
         The first pass runs block by block (cache-sized); the values that left [0, n) are then
         walked together, so the geometric tail costs a few large calls, not many tiny ones.
+        A handful of values go through the same network in Python integers instead: numpy's
+        per-call overhead would cost more than the arithmetic.
         """
         word = self._word
+        if v.size <= SCALAR_MAX:
+            return np.array([self._walk_int(int(x), forward) for x in v], dtype=word.dtype)
         keys = tuple(word.dtype(k & ((1 << word.bits) - 1)) for k in self.keys)
         out = self._blocks(v, keys, word, forward)
         if self.n >= 1 << (2 * self.half_bits):  # the domain is [0, n): nothing to walk
@@ -212,6 +217,32 @@ class Permutation:
             out[todo] = walked
             todo = todo[walked >= n]
         return out
+
+    def _walk_int(self, x: int, forward: bool) -> int:
+        """``_walk`` of one value, in Python integers (the same network, bit for bit)."""
+        word, h = self._word, self.half_bits
+        mask, low = (1 << word.bits) - 1, (1 << h) - 1
+        c1, c2, s1, s2 = int(word.c1), int(word.c2), int(word.s1), int(word.s2)
+        out_shift = word.bits - h
+        keys = [k & mask for k in self.keys]
+
+        def f(half: int, key: int) -> int:
+            z = (half + key) & mask
+            z = ((z ^ (z >> s1)) * c1) & mask
+            z = ((z ^ (z >> s2)) * c2) & mask
+            return z >> out_shift
+
+        while True:
+            left, right = x >> h, x & low
+            if forward:
+                for key in keys:
+                    left, right = right, left ^ f(right, key)
+            else:
+                for key in reversed(keys):
+                    left, right = right ^ f(left, key), left
+            x = (left << h) | right
+            if x < self.n:
+                return x
 
     def _blocks(
         self, v: np.ndarray, keys: tuple[np.unsignedinteger, ...], word: _Word, forward: bool

@@ -192,7 +192,7 @@ def train(args: argparse.Namespace) -> int:
         while loader.state.step < args.steps:
             step = loader.step()
             if args.check_ranks and distributed:
-                check_step(step, rank, tp_size=1)
+                check_step(step, rank, model_parallel_size=1)
             total = torch.zeros(())
             for i, micro in enumerate(step.micro_batches):
                 t = to_torch(micro)

@@ -214,9 +214,10 @@ def _add_smoke(sub: argparse._SubParsersAction) -> None:
         "smoke",
         help="check rank partitioning in real torch.distributed (gloo) processes",
         description="Launch dp x tp gloo processes on this machine; each builds its steps with "
-        "the loader and all ranks compare: tensor-parallel peers must get identical inputs, "
-        "data-parallel ranks disjoint positions whose union is the whole step. Exit 1 on any "
-        "violation. Needs the torch extra.",
+        "the loader, they all-gather a fixed-size record of what they read (no pickling), and "
+        "every rank checks: tensor-parallel peers must get identical inputs, each data-parallel "
+        "rank its own slice, disjoint, whose union is the whole step. Exit 1 on any violation, "
+        "2 on bad arguments, a bad plan or store, or a failed worker. Needs the torch extra.",
     )
     p.add_argument("plan", metavar="PLAN.json")
     p.add_argument("--dp", type=int, default=2, help="data-parallel size (default 2)")
@@ -228,14 +229,15 @@ def _add_smoke(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_smoke(args: argparse.Namespace) -> int:
+    for name in ("dp", "tp", "micro", "accum", "steps"):  # before importing torch: fast, one line
+        value = getattr(args, name)
+        if value < 1:
+            raise TokentapeError(f"--{name} must be at least 1, got {value}")
     try:  # torch is an optional extra: imported only by the command that needs it
         smoke = importlib.import_module("tokentape.train.smoke")
     except ImportError as exc:
         raise TokentapeError(f"smoke needs torch: pip install 'tokentape[torch]' ({exc})") from None
-    try:
-        config = BatchConfig(args.dp, args.micro, args.accum)
-    except ValueError as exc:
-        raise TokentapeError(str(exc)) from None
+    config = BatchConfig(args.dp, args.micro, args.accum)
     table = smoke.run_smoke(args.plan, args.dp, args.tp, config, args.steps)
     print("step\tconsumed\trank\tdp\ttp\tpositions\tinputs sha256")
     print(table, end="")

@@ -251,6 +251,7 @@ def step_log(root: Path, plan: Plan) -> Path:
         for config, steps in RUNS:
             loader.set_config(config)
             for _ in range(steps):
+                loader.step()
                 loader.commit()
     return path
 
@@ -264,6 +265,7 @@ def test_log_schedule_with_batch_changes(plan, stores, step_log) -> None:
         for doc in range(store.n_docs):
             found = locate(plan, spec.name, doc, schedule, store=store)
             positions = found.position.tolist()
+            assert found.limit == HORIZON  # the log ends before the horizon
             assert found.trained.tolist() == [p < end for p in positions]
             assert placed(found) == [where.get(p, (-1, -1, -1)) for p in positions]
             untrained += int((~found.trained).sum())
@@ -285,6 +287,92 @@ def test_until_step_on_a_log(plan, stores, docs_of, step_log, until) -> None:
             assert placed(found) == [where[p] for p in found.position.tolist()]
             seen += found.seen
     assert seen > 0
+
+
+PAST = BatchConfig(2, 50, 1)  # 30 steps of 100 samples: the run goes to 3,000
+PAST_HORIZON = 600
+
+
+def write_log(path: Path, plan: Plan, runs: list[tuple[BatchConfig, int]]) -> Path:
+    """A step log of ``runs``, written line by line as the loader writes it."""
+    lines, consumed, step = [], 0, 0
+    for config, steps in runs:
+        for _ in range(steps):
+            rec = {
+                "step": step,
+                "consumed": consumed,
+                "global_batch": config.global_batch,
+                "dp": config.dp_size,
+                "micro": config.micro,
+                "accum": config.accum,
+                "index_hash": plan.index_hash,
+                "tokens_hash": f"t{step}",
+                "time": 1.0,
+            }
+            lines.append(json.dumps(rec, sort_keys=True) + "\n")
+            consumed, step = consumed + config.global_batch, step + 1
+    path.write_text("".join(lines))
+    return path
+
+
+def test_a_log_past_the_horizon_is_searched_to_its_end(root, stores, docs_of) -> None:
+    """Horizon 600, a logged run to position 3,000: every window drawn before 3,000 is found
+    (and trained), not only those before the horizon."""
+    plan = plan_with(root, horizon=PAST_HORIZON)
+    log = write_log(root / "past.jsonl", plan, [(PAST, 30)])
+    schedule = log_schedule(str(log), plan)
+    end = 30 * PAST.global_batch
+    expected = brute_force(plan, docs_of, end)
+    where, _ = walk([(PAST, 30)])
+    past = 0
+    for d, (spec, store) in enumerate(zip(plan.sources, stores, strict=True)):
+        for doc in range(store.n_docs):
+            found = locate(plan, spec.name, doc, schedule, store=store)
+            assert rows(found) == expected.get((d, doc), []), (spec.name, doc)
+            assert found.limit == end and found.trained.all()
+            assert placed(found) == [where[p] for p in found.position.tolist()]
+            past += int((found.position >= PAST_HORIZON).sum())
+    assert past > 0
+    # Without the log (or with an open-ended schedule) the horizon is the limit, as before.
+    assert locate(plan, "web", 0, Schedule.uniform(PAST), store=stores[0]).limit == PAST_HORIZON
+
+
+def test_cli_with_a_log_past_the_horizon(capsys, root, docs_of) -> None:
+    plan = plan_with(root, horizon=PAST_HORIZON)
+    plan_path = root / "past.json"
+    plan_path.write_text(plan.to_json())
+    log = write_log(root / "past.jsonl", plan, [(PAST, 30)])
+    end = 30 * PAST.global_batch
+    expected = brute_force(plan, docs_of, end)[(1, 4)]
+    rc, out, _ = run_cli(capsys, str(plan_path), f"code 4 --log {log} --json")
+    got = json.loads(out)
+    assert rc == 0 and got["limit"] == end and got["horizon"] == PAST_HORIZON
+    assert [(r["position"], r["epoch"], r["sample"]) for r in got["rows"]] == expected
+    assert all(r["step"] == r["position"] // 100 for r in got["rows"])
+    assert max(r["position"] for r in got["rows"]) >= PAST_HORIZON
+    rc, out, _ = run_cli(capsys, str(plan_path), f"code 4 --log {log}")
+    assert rc == 0 and re.search(
+        r"searched +positions 0\.\.2,999 \(to the end of the step log", out
+    )
+
+
+def test_the_cli_parses_the_log_once(capsys, monkeypatch, plan_json, step_log) -> None:
+    parsed = count_log_parses(monkeypatch)
+    rc, _, _ = run_cli(capsys, plan_json, f"web 3 --log {step_log}")
+    assert rc == 0 and parsed == [len(step_log.read_text().splitlines())]
+
+
+def count_log_parses(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count ``json.loads`` of step-log lines, in a one-item list."""
+    loads, count = json.loads, [0]
+
+    def counting(s, *args, **kwargs):
+        if "tokens_hash" in (s.decode() if isinstance(s, bytes) else s):
+            count[0] += 1
+        return loads(s, *args, **kwargs)
+
+    monkeypatch.setattr(json, "loads", counting)
+    return count
 
 
 def test_a_store_other_than_the_planned_one_is_refused(plan, stores) -> None:

@@ -14,6 +14,7 @@ from test_batch import small_plan_json
 from tokentape.audit.replay import replay, top_documents
 from tokentape.audit.runs import log_schedule
 from tokentape.cli import main
+from tokentape.errors import TokentapeError
 from tokentape.store.reader import open_source
 from tokentape.tape.plan import load_plan
 from tokentape.train.batch import Batcher
@@ -180,6 +181,8 @@ def _other_plan_log(run, tmp_path):
         (["--step", "1", "--log", "LOG", "--global-batch", "8"], "give one of"),
         (["--step", "1", "--global-batch", "0"], "--global-batch must be a positive"),
         (["--step", "1", "--global-batch", "8", "--top", "-1"], "--top must be >= 0"),
+        (["--step", str(10**18), "--global-batch", "1024"], "beyond position 2**62"),
+        (["--step", str(2**62 // 8), "--dp", "2", "--micro", "4"], "beyond position 2**62"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(run, tmp_path, capsys, extra, message):
@@ -220,3 +223,60 @@ def test_a_document_starting_on_a_windows_last_token_is_listed(run):
             assert r.doc_last[i] == doc and doc in store.docs_in(k, plan.seq_len)
             checked += 1
     assert checked > 0  # the stores have such documents (else this test proves nothing)
+
+
+def test_a_step_past_position_2_62_is_refused(run):
+    _plan_path, plan, _log, _given = run
+    last = 2**62 // 1024 - 1  # the last step whose positions all lie below 2**62
+    schedule = Schedule.uniform(BatchConfig(1, 1024, 1))
+    assert schedule.start(last)[0] + 1024 == 2**62
+    with pytest.raises(TokentapeError, match=f"step {last + 1}: the step ends beyond"):
+        replay(plan, last + 1, schedule)
+
+
+def _log_lines(run) -> list[str]:
+    return run[2].read_text().splitlines(keepends=True)
+
+
+def test_the_effective_line_of_a_redone_step_is_checked(run, tmp_path, capsys):
+    """Steps 7 and 8 were logged with other hashes, the run crashed and redid them: the later
+    lines are what was applied, and their hashes are checked."""
+    plan_path = run[0]
+    lines = _log_lines(run)
+    fake = [
+        json.dumps(json.loads(x) | {"tokens_hash": "0" * 64}, sort_keys=True) + "\n"
+        for x in lines[7:9]
+    ]
+    redone = tmp_path / "redone.jsonl"
+    redone.write_text("".join(lines[:7] + fake + lines[7:]))
+    for step in (6, 7, 8):
+        assert main(["replay", str(plan_path), "--step", str(step), "--log", str(redone)]) == 0
+    assert "tokens hash matches" in capsys.readouterr().out
+    stale = tmp_path / "stale.jsonl"  # the other way round: the fake lines are the later ones
+    stale.write_text("".join(lines + fake))
+    assert main(["replay", str(plan_path), "--step", "8", "--log", str(stale)]) == 1
+    assert "MISMATCH" in capsys.readouterr().out
+
+
+def test_a_torn_last_line_is_ignored(run, tmp_path, capsys):
+    plan_path = run[0]
+    lines = _log_lines(run)
+    torn = tmp_path / "torn.jsonl"
+    torn.write_text("".join(lines) + lines[3][:60])  # a writer died mid-line
+    assert main(["replay", str(plan_path), "--step", "8", "--log", str(torn)]) == 0
+    assert main(["replay", str(plan_path), "--step", "9", "--log", str(torn)]) == 2
+    assert "which ends at step 8" in capsys.readouterr().err
+
+
+def test_the_log_is_parsed_once(run, monkeypatch, capsys):
+    plan_path, _plan, log, _given = run
+    loads, parsed = json.loads, []
+
+    def counting(s, *args, **kwargs):
+        if "tokens_hash" in (s.decode() if isinstance(s, bytes) else s):
+            parsed.append(s)
+        return loads(s, *args, **kwargs)
+
+    monkeypatch.setattr(json, "loads", counting)
+    assert main(["replay", str(plan_path), "--step", "4", "--log", str(log)]) == 0
+    assert len(parsed) == len(_log_lines(run))

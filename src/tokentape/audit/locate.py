@@ -54,7 +54,8 @@ class Located:
     samples: range
     """The samples whose L+1-token windows overlap the document (empty for a tail document)."""
     limit: int
-    """Positions below this were searched: the horizon, or the end of ``until_step``."""
+    """Positions below this were searched: the end of ``until_step``; else the horizon, or the
+    end of a step log that goes past it."""
     until_step: int | None
     position: np.ndarray  # int64, ascending
     epoch: np.ndarray  # int64: the pass over the source
@@ -116,9 +117,15 @@ def positions_of_samples(
 
 
 def search_limit(plan: Plan, schedule: Schedule | None, until_step: int | None) -> int:
-    """Positions below this are searched: the end of ``until_step``, else the horizon."""
+    """Positions below this are searched: the end of ``until_step``; else the horizon, or the
+    end of a bounded schedule (a step log) when the run went past the horizon."""
     if until_step is None:
-        return plan.horizon_samples
+        end = schedule.end if schedule is not None else None
+        if end is None or end <= plan.horizon_samples:
+            return plan.horizon_samples
+        if end > MAX_POSITION:
+            raise TokentapeError("the step log ends beyond position 2**62")
+        return end
     if schedule is None:
         raise TokentapeError(f"until step {until_step}: steps need a batch schedule")
     if until_step < 0:
@@ -142,8 +149,9 @@ def locate(
     until_step: int | None = None,
     store: TokenStream | None = None,
 ) -> Located:
-    """Every position (below the horizon, or through ``until_step``) at which a window of
-    document ``doc_id`` of ``source`` is drawn, placed on ``schedule`` when given.
+    """Every position (through ``until_step``; else below the horizon, or below the end of a
+    bounded ``schedule`` past it) at which a window of document ``doc_id`` of ``source`` is
+    drawn, placed on ``schedule`` when given.
 
     ``store`` is the source's opened store (opened from the plan's path when None)."""
     d = source_index(plan, source)
@@ -168,8 +176,9 @@ def locate(
 EPILOG = (
     SCHEDULE_HELP
     + """\
-  (optional: without one only positions are shown; with --log, positions past its last
-  step are reported as not yet trained)
+  (optional: without one only positions are shown; with --log, the search goes to the
+  horizon or the log's end, whichever is later, and positions past its last step are
+  reported as not yet trained)
 
 examples:
   tokentape locate mix.json web 1234
@@ -185,9 +194,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "locate",
         help="every position/step/rank at which a document is trained on",
         description="Find every position at which any window of a document is (or will be)\n"
-        "trained on, up to the plan's horizon (or through --until-step N), with its pass,\n"
-        "sample, step, data-parallel rank and micro-step. Computed in closed form from the\n"
-        "plan: nothing is scanned. See docs/locate.md.",
+        "trained on, up to the plan's horizon (or the end of --log past it, or through\n"
+        "--until-step N), with its pass, sample, step, data-parallel rank and micro-step.\n"
+        "Computed in closed form from the plan: nothing is scanned. See docs/locate.md.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -263,11 +272,13 @@ def _header(s: dict[str, Any], found: Located, log_steps: int | None) -> str:
         if stop > first
         else "none (the document lies past the last full window)"
     )
-    searched = (
-        f"positions 0..{fmt_int(s['limit'] - 1)} (through step {fmt_int(s['until_step'])})"
-        if s["until_step"] is not None
-        else f"positions 0..{fmt_int(s['limit'] - 1)} (the plan's horizon)"
-    )
+    if s["until_step"] is not None:
+        why = f"through step {fmt_int(s['until_step'])}"
+    elif s["limit"] > s["horizon"]:
+        why = "to the end of the step log, past the plan's horizon"
+    else:
+        why = "the plan's horizon"
+    searched = f"positions 0..{fmt_int(s['limit'] - 1)} ({why})"
     passes = len(np.unique(found.epoch))
     start, end = s["span"]
     rows = [
@@ -322,7 +333,8 @@ def cmd(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan)
     if args.limit < 0:
         raise TokentapeError(f"--limit must be >= 0, got {args.limit}")
-    schedule, ranks = schedule_from_args(args, plan)
+    batching = schedule_from_args(args, plan)
+    schedule, ranks = batching.schedule, batching.ranks
     if args.until_step is not None and schedule is None:
         raise TokentapeError(
             "--until-step needs the batch configuration: --global-batch, --dp/--micro/--accum "

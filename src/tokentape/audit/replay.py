@@ -20,14 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from tokentape.audit.runs import (
-    SCHEDULE_HELP,
-    add_schedule_args,
-    log_records,
-    schedule_from_args,
-)
+from tokentape.audit.runs import SCHEDULE_HELP, add_schedule_args, schedule_from_args
 from tokentape.errors import TokentapeError
 from tokentape.report import fmt_int, key_values, table
+from tokentape.tape.blend import MAX_POSITION
 from tokentape.tape.plan import Plan, load_plan
 from tokentape.train.batch import Batch, Batcher
 from tokentape.train.loader import hash_dtype, step_tokens_hash
@@ -91,6 +87,8 @@ def replay(plan: Plan, step: int, schedule: Schedule, batcher: Batcher | None = 
         raise TokentapeError(
             f"step {step} is beyond the step log, which ends at step {schedule.steps - 1}"
         )
+    if consumed + config.global_batch > MAX_POSITION:
+        raise TokentapeError(f"step {step}: the step ends beyond position 2**62")
     batcher = batcher if batcher is not None else Batcher(plan, hash_dtype(plan))
     positions = np.arange(consumed, consumed + config.global_batch, dtype=np.int64)
     batch = batcher.batch(positions)
@@ -182,7 +180,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _schedule(args: argparse.Namespace, plan: Plan) -> tuple[Schedule, bool, StepRecord | None]:
-    schedule, ranks = schedule_from_args(args, plan)
+    batching = schedule_from_args(args, plan, log_steps=(args.step,))
+    schedule, ranks = batching.schedule, batching.ranks
     if schedule is None:
         raise TokentapeError(
             "which positions make step N? give --log steps.jsonl (required when the batch "
@@ -191,14 +190,13 @@ def _schedule(args: argparse.Namespace, plan: Plan) -> tuple[Schedule, bool, Ste
     if args.step < 0:
         raise TokentapeError(f"--step must be >= 0, got {args.step}")
     record = None
-    if args.log is not None:
-        records = log_records(args.log, plan)
-        if args.step >= len(records):
+    if batching.log is not None:
+        if args.step >= batching.log.steps:
             raise TokentapeError(
                 f"--step {args.step}: beyond the step log {args.log}, which ends at step "
-                f"{len(records) - 1}"
+                f"{batching.log.steps - 1}"
             )
-        record = records[args.step]
+        record = batching.log.records[args.step]
     if args.rank is not None:
         if not ranks:
             raise TokentapeError("--rank needs the ranks: give --log or --dp/--micro/--accum")

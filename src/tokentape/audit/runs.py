@@ -4,6 +4,8 @@ from its step log or from flags (``--global-batch``, ``--dp/--micro/--accum``, `
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterable
+from dataclasses import dataclass
 from functools import lru_cache
 
 from tokentape.errors import TokentapeError
@@ -12,7 +14,7 @@ from tokentape.tape.plan import Plan, open_plan_store
 from tokentape.tape.resolve import Tape
 from tokentape.train.partition import BatchConfig
 from tokentape.train.schedule import Schedule
-from tokentape.train.steplog import StepRecord, read_step_log, schedule_of
+from tokentape.train.steplog import StepLog, scan_step_log
 
 SCHEDULE_HELP = """\
 batch configuration:
@@ -52,20 +54,21 @@ def check_store(plan: Plan, index: int, store: TokenStream) -> TokenStream:
     return store
 
 
-def log_records(path: str, plan: Plan) -> list[StepRecord]:
-    """A step log's effective steps, refused when the log was written for another tape."""
-    records = read_step_log(path)
-    if records[0].index_hash != plan.index_hash:
+def open_step_log(path: str, plan: Plan, steps: Iterable[int] = ()) -> StepLog:
+    """A step log read in one pass (its schedule, and the records of ``steps``), refused when it
+    was written for another tape."""
+    log = scan_step_log(path, steps)
+    if log.index_hash != plan.index_hash:
         raise TokentapeError(
-            f"{path}: the step log's index hash {records[0].index_hash[:19]}… differs from the "
+            f"{path}: the step log's index hash {log.index_hash[:19]}… differs from the "
             f"plan's {plan.index_hash[:19]}…; it belongs to another plan"
         )
-    return records
+    return log
 
 
 def log_schedule(path: str, plan: Plan) -> Schedule:
-    """The schedule of a step log (see ``log_records``)."""
-    return schedule_of(log_records(path, plan))
+    """The schedule of a step log (see ``open_step_log``)."""
+    return open_step_log(path, plan).schedule
 
 
 def add_schedule_args(p: argparse.ArgumentParser) -> None:
@@ -76,9 +79,20 @@ def add_schedule_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log", metavar="steps.jsonl", help="the run's step log")
 
 
-def schedule_from_args(args: argparse.Namespace, plan: Plan) -> tuple[Schedule | None, bool]:
-    """The schedule the flags describe (None without any), and whether it has ranks (not
-    --global-batch)."""
+@dataclass(frozen=True)
+class Batching:
+    """The batch configuration the flags describe."""
+
+    schedule: Schedule | None  # None when no flag was given
+    ranks: bool  # whether it knows the ranks (not --global-batch)
+    log: StepLog | None  # with --log: the log, read once
+
+
+def schedule_from_args(
+    args: argparse.Namespace, plan: Plan, log_steps: Iterable[int] = ()
+) -> Batching:
+    """The schedule the flags describe; with --log the log is read once, keeping the records of
+    ``log_steps``."""
     for flag in ("global_batch", "dp", "micro", "accum"):
         value = getattr(args, flag)
         if value is not None and value < 1:
@@ -101,9 +115,11 @@ def schedule_from_args(args: argparse.Namespace, plan: Plan) -> tuple[Schedule |
     if shape and (args.dp is None or args.micro is None):
         raise TokentapeError(f"{'/'.join(shape)} given: --dp and --micro go together")
     if args.global_batch is not None:
-        return Schedule.uniform(BatchConfig(1, args.global_batch, 1)), False
+        return Batching(Schedule.uniform(BatchConfig(1, args.global_batch, 1)), False, None)
     if shape:
-        return Schedule.uniform(BatchConfig(args.dp, args.micro, args.accum or 1)), True
+        config = BatchConfig(args.dp, args.micro, args.accum or 1)
+        return Batching(Schedule.uniform(config), True, None)
     if args.log is not None:
-        return log_schedule(args.log, plan), True
-    return None, False
+        log = open_step_log(args.log, plan, log_steps)
+        return Batching(log.schedule, True, log)
+    return Batching(None, False, None)

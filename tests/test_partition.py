@@ -26,11 +26,8 @@ def test_ranks_are_disjoint_and_cover_the_step_exactly(consumed, config):
         assert np.all(np.diff(p.ravel()) == 1)  # each rank reads a contiguous run
 
 
-@given(consumed=st.integers(0, 2**40), config=configs, tp=st.integers(1, 8))
-def test_tensor_parallel_peers_read_the_same_positions(consumed, config, tp):
-    for r in range(config.dp_size):
-        peers = [positions_for(consumed, r, config) for _ in range(tp)]  # keyed on dp rank only
-        assert all(np.array_equal(peers[0], p) for p in peers)
+# Tensor-parallel peers reading identical inputs is checked in real gloo processes, where a
+# peer could differ (tests/test_smoke.py): here it would only call a pure function twice.
 
 
 @given(steps=st.lists(configs, min_size=1, max_size=12))

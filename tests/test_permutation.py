@@ -20,6 +20,7 @@ from tokentape.tape.permutation import (
     Permutation,
     half_bits_for,
     permute,
+    permute_epochs,
     round_keys,
 )
 
@@ -341,3 +342,24 @@ def test_the_integer_path_equals_the_numpy_path(n: int, seed: int, epoch: int, x
     assert np.array_equal(p(x), p(padded)[: x.size])
     assert np.array_equal(p.inverse(x), p.inverse(padded)[: x.size])
     assert np.array_equal(p.inverse(p(x)), x)
+
+
+@given(
+    st.integers(1, 2**63),
+    st.integers(0, 2**64 - 1),
+    st.lists(st.tuples(st.integers(0, 40), st.integers(0, 2**63 - 1)), min_size=0, max_size=60),
+)
+def test_permute_epochs_equals_one_permutation_per_pass(n: int, seed: int, pairs) -> None:
+    """Each value through its own pass's permutation, in one walk, forward and inverse."""
+    epochs = np.array([e for e, _ in pairs], dtype=np.int64)
+    x = np.array([v % n for _, v in pairs], dtype=np.int64)
+    expected = np.array(
+        [
+            Permutation.for_epoch(n, seed, "code", int(e))(int(v))
+            for e, v in zip(epochs, x, strict=True)
+        ],
+        dtype=np.int64,
+    )
+    got = permute_epochs(n, seed, "code", epochs, x)
+    assert np.array_equal(got, expected)
+    assert np.array_equal(permute_epochs(n, seed, "code", epochs, got, forward=False), x)

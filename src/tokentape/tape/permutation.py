@@ -22,6 +22,7 @@ even permutations occur, as with any Feistel network.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -117,9 +118,11 @@ def _round(
 
 
 def _feistel(
-    v: np.ndarray, keys: tuple[np.unsignedinteger, ...], h: int, word: _Word, forward: bool
-) -> np.ndarray:
-    """One pass of the network (or its inverse) over ``[0, 4**h)``; ``v`` has ``word.dtype``."""
+    v: np.ndarray, keys: Sequence[np.unsignedinteger | np.ndarray], h: int, word: _Word,
+    forward: bool,
+) -> np.ndarray:  # fmt: skip
+    """One pass of the network (or its inverse) over ``[0, 4**h)``; ``v`` has ``word.dtype``.
+    A key is one word for every value, or an array of per-value words (``permute_epochs``)."""
     shift = word.dtype(h)
     out_shift = word.dtype(word.bits - h)
     left = v >> shift
@@ -255,6 +258,42 @@ class Permutation:
             block = v[start : start + _BLOCK]
             out[start : start + _BLOCK] = _feistel(block, keys, h, word, forward)
         return out
+
+
+def permute_epochs(
+    n: int, seed: int, name: str, epochs: np.ndarray, x: np.ndarray, forward: bool = True
+) -> np.ndarray:
+    """``x[i]`` through the permutation of pass ``epochs[i]`` (or its inverse), for all ``i`` in
+    one vectorised walk: each value carries its own pass's round keys. Equal to calling
+    ``Permutation.for_epoch(n, seed, name, e)`` per pass, without a numpy call per pass."""
+    x = np.asarray(x, dtype=np.int64)
+    epochs = np.broadcast_to(np.asarray(epochs, dtype=np.int64), x.shape)
+    if x.size == 0:
+        return np.zeros(x.shape, dtype=np.int64)
+    uniq, which = np.unique(epochs, return_inverse=True)
+    if uniq.size == 1 or x.size <= SCALAR_MAX:
+        out = np.empty_like(x)
+        for i, e in enumerate(uniq.tolist()):
+            perm = Permutation.for_epoch(n, seed, name, e)
+            mask = which == i
+            out[mask] = perm(x[mask]) if forward else perm.inverse(x[mask])
+        return out
+    if int(x.min()) < 0 or int(x.max()) >= n:
+        raise ValueError(f"indices must be in [0, {n})")
+    h = half_bits_for(n)
+    word = _NARROW if h <= NARROW_HALF_BITS else _WIDE
+    table = np.array([round_keys(seed, name, e) for e in uniq.tolist()], dtype=np.uint64)
+    table &= np.uint64((1 << word.bits) - 1)
+    per_value = table.astype(word.dtype)[which.reshape(-1)]  # (values, rounds)
+    keys = [np.ascontiguousarray(per_value[:, r]) for r in range(per_value.shape[1])]
+    out = _feistel(x.reshape(-1).astype(word.dtype), keys, h, word, forward)
+    bound = word.dtype(n)
+    todo = np.flatnonzero(out >= bound) if n < 1 << (2 * h) else np.zeros(0, dtype=np.int64)
+    while todo.size:  # cycle walking, each value with its own keys
+        walked = _feistel(out[todo], [k[todo] for k in keys], h, word, forward)
+        out[todo] = walked
+        todo = todo[walked >= bound]
+    return out.astype(np.int64).reshape(x.shape)
 
 
 def permute(n: int, seed: int, name: str, epoch: int, x: np.ndarray | int) -> np.ndarray | int:

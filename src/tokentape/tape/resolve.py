@@ -16,7 +16,7 @@ from functools import lru_cache
 import numpy as np
 
 from tokentape.tape.blend import Blend
-from tokentape.tape.permutation import Permutation
+from tokentape.tape.permutation import Permutation, permute_epochs
 
 
 @lru_cache(maxsize=4096)
@@ -109,11 +109,7 @@ class Tape:
         lo, hi = int(epochs.min()), int(epochs.max())
         if lo == hi:  # the common case: a batch of positions lies in one pass of the source
             return self._perm(d, lo)(offsets)
-        values = np.empty_like(offsets)
-        for e in np.unique(epochs):
-            in_e = epochs == e
-            values[in_e] = self._perm(d, int(e))(offsets[in_e])
-        return values
+        return permute_epochs(self.n_samples[d], self.seed, self.names[d], epochs, offsets)
 
     def _perm(self, d: int, epoch: int) -> Permutation:
         return _permutation(self.n_samples[d], self.seed, self.names[d], epoch)
@@ -124,12 +120,7 @@ class Tape:
         """The inverse: the position at which ``sample`` of ``source`` is drawn in ``epoch``."""
         samples = np.atleast_1d(np.asarray(sample, dtype=np.int64))
         epochs = np.broadcast_to(np.asarray(epoch, dtype=np.int64), samples.shape)
-        offsets = np.empty_like(samples)
-        order = np.argsort(epochs, kind="stable")  # one pass over the samples per epoch
-        bounds = np.flatnonzero(np.diff(epochs[order])) + 1
-        for group in np.split(order, bounds):
-            if group.size:
-                perm = self._perm(source, int(epochs[group[0]]))
-                offsets[group] = perm.inverse(samples[group])
+        n, name = self.n_samples[source], self.names[source]
+        offsets = permute_epochs(n, self.seed, name, epochs, samples, forward=False)
         draws = epochs * self.n_samples[source] + offsets
         return np.asarray(self.blend.position(source, draws), dtype=np.int64)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_steplog import record
 
 from tokentape.errors import TokentapeError
 from tokentape.train.partition import BatchConfig, positions_for
@@ -62,19 +63,8 @@ def test_inconsistent_history_is_refused() -> None:
         Schedule(bad)
 
 
-def _line(step: int, consumed: int, dp: int, micro: int = 2, accum: int = 1) -> str:
-    rec = {
-        "step": step,
-        "consumed": consumed,
-        "global_batch": dp * micro * accum,
-        "dp": dp,
-        "micro": micro,
-        "accum": accum,
-        "index_hash": "sha256:x",
-        "tokens_hash": f"t{step}-{dp}",
-        "time": 1.0,
-    }
-    return json.dumps(rec) + "\n"
+def _line(step: int, consumed: int, dp: int) -> str:
+    return json.dumps(record(step, consumed, dp)) + "\n"
 
 
 def test_redone_steps_supersede_earlier_lines(tmp_path) -> None:
@@ -96,7 +86,7 @@ def test_redone_steps_supersede_earlier_lines(tmp_path) -> None:
         (2, 8, 1),
         (3, 10, 1),
     ]
-    assert records[2].tokens_hash == "t2-1"
+    assert records[2].tokens_hash == "t2-1-2-1"
     schedule = schedule_of(records)
     assert schedule.end == 12
     assert schedule.place(np.array([9, 11, 12])).step.tolist() == [2, 3, -1]

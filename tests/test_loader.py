@@ -253,3 +253,22 @@ def test_a_torn_step_log_tail_is_cut_before_appending(plan, tmp_path):
         loader.commit()
     assert log.read_bytes().startswith(whole)
     assert [(r.step, r.consumed) for r in read_step_log(log)] == [(0, 0), (1, 2)]
+
+
+def test_a_failed_hash_job_is_redone_at_commit(plan, tmp_path, monkeypatch):
+    log = tmp_path / "steps.jsonl"
+    with Loader(plan, 0, BatchConfig(1, 2), prefetch=0, step_log=log) as loader:
+        real = loader._step_hash
+        failures = [OSError("EIO while hashing")]
+
+        def flaky(consumed, config):
+            if failures:
+                raise failures.pop()
+            return real(consumed, config)
+
+        monkeypatch.setattr(loader, "_step_hash", flaky)
+        loader.step()
+        loader.commit()  # the background job failed; commit hashes the step itself
+        assert not failures
+    [record] = read_step_log(log)
+    assert record.tokens_hash == step_tokens_hash(Batcher(plan).batch(np.arange(0, 2)), plan)

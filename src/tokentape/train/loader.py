@@ -164,7 +164,11 @@ class Loader:
             raise TokentapeError("commit(): the state changed since step() (load_state_dict)")
         if self._writer is not None:
             assert out.ahead.tokens_hash is not None
-            self._writer.append(self._record(out, out.ahead.tokens_hash.result()))
+            try:
+                tokens_hash = out.ahead.tokens_hash.result()
+            except Exception:  # the background hash job failed: once more, here (or raise)
+                tokens_hash = self._step_hash(out.state.consumed, out.config)
+            self._writer.append(self._record(out, tokens_hash))
         self.state = out.state.commit(out.config)
         self._outstanding = None
         self._ahead.pop((out.state.consumed, out.config), None)

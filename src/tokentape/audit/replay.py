@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -222,8 +222,7 @@ def cmd(args: argparse.Namespace) -> int:
     return 1 if matches is False else 0
 
 
-@dataclass(frozen=True)
-class _View:
+class _View(NamedTuple):
     """What the command shows: the replayed step, and how to show it."""
 
     replayed: Replayed
@@ -235,12 +234,8 @@ class _View:
     matches: bool | None  # the logged tokens hash equals the rebuilt one (None: no log)
 
 
-def astuple_shallow(v: _View) -> tuple[Any, ...]:
-    return tuple(getattr(v, f.name) for f in fields(v))
-
-
 def _json(v: _View) -> dict[str, Any]:
-    r, plan, batcher, config, hits, args, matches = astuple_shallow(v)
+    r, plan, batcher, config, hits, args, matches = v
     names = [s.name for s in plan.sources]
     positions = []
     for i in r.rows(args.rank).tolist():
@@ -290,7 +285,7 @@ def _hit_dict(
 
 
 def _text(v: _View) -> str:
-    r, plan, batcher, config, hits, args, matches = astuple_shallow(v)
+    r, plan, batcher, config, hits, args, matches = v
     names = [s.name for s in plan.sources]
     rows = r.rows(args.rank)
     shape = (

@@ -7,6 +7,9 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from tokentape import cli
+from tokentape.audit.replay import replay, top_documents
+from tokentape.audit.runs import log_schedule
 from tokentape.demo_train import Trained, read_losses
 from tokentape.errors import TokentapeError
 from tokentape.report import fmt_int, table
@@ -27,8 +30,6 @@ def heading(n: int, title: str) -> None:
 
 def run_command(args: list[str]) -> int:
     """Show a ``tokentape`` command line, then run it in this process."""
-    from tokentape import cli  # the CLI imports the demo: import it only when needed
-
     print("  $ tokentape " + shlex.join(args) + "\n")
     return cli.main(args)
 
@@ -56,9 +57,6 @@ def loss_spike_story(
 
     heading(9, f"Replay step {step}: its exact batch, rebuilt offline")
     code = run_command(["replay", plan_json, "--step", str(step), "--log", log, "--top", "5"])
-    from tokentape.audit.replay import replay, top_documents
-    from tokentape.audit.runs import log_schedule
-
     batcher = Batcher(plan, hash_dtype(plan))
     replayed = replay(plan, step, log_schedule(log, plan), batcher)
     top = top_documents(replayed, batcher)[0]

@@ -6,9 +6,9 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test lint format bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,plot,torch,megatron]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,plot,torch,megatron,ray]'
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -55,9 +55,13 @@ examples:
   tokentape tokenize data/web/*.jsonl.zst --out stores/web --tokenizer tok.json \\
       --filter unique-lines --workers 8
   tokentape tokenize books/ --out stores/books --tokenizer tiktoken:gpt2.tiktoken --json
+  tokentape tokenize /shared/web/ --out /shared/stores/web --tokenizer /shared/tok.json \\
+      --executor ray --ray-address head:6379 --workers 256
 
-The output is byte-identical for any --workers. Interrupted (even by kill -9), the same
-command resumes where it stopped.
+The output is byte-identical for any --workers and either executor. With a cluster, the
+inputs, the tokenizer and --out must be on storage every node sees at the same path (needs
+the ray extra: pip install 'tokentape[ray]'). Interrupted (even by kill -9), the same command
+resumes where it stopped.
 """
 
 
@@ -98,7 +102,26 @@ def _add_tokenize(sub: argparse._SubParsersAction) -> None:
         metavar="SPEC",
         help="drop documents (repeatable; see filters below)",
     )
-    p.add_argument("--workers", type=int, default=1, metavar="N", help="processes (default 1)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="processes, or Ray tasks in flight with --executor ray (default 1)",
+    )
+    p.add_argument(
+        "--executor",
+        default="local",
+        choices=["local", "ray"],
+        help="local: a process pool on this machine (default); ray: Ray tasks, on a private "
+        "local Ray or on the cluster at --ray-address (see docs/cluster.md)",
+    )
+    p.add_argument(
+        "--ray-address",
+        metavar="ADDR",
+        help="Ray cluster to run on: HOST:PORT of the head node, ray://HOST:10001 or auto "
+        "(default: start a local Ray with --workers CPUs)",
+    )
     p.add_argument(
         "--dtype",
         default="auto",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import secrets
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,8 +21,10 @@ def fsync_dir(directory: str | os.PathLike[str]) -> None:
 
 
 def temp_name(path: Path) -> Path:
-    """A per-process temporary name beside ``path``, hidden and never mistaken for a result."""
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    """A temporary name beside ``path``, hidden and never mistaken for a result, unique across
+    processes and hosts (ranks in identical containers share pids on a shared file system)."""
+    unique = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
+    return path.with_name(f".{path.name}.tmp-{unique}")
 
 
 @contextmanager
@@ -31,7 +35,7 @@ def atomic_writer(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     """
     final = Path(path)
     tmp = temp_name(final)
-    f = open(tmp, "wb")  # noqa: SIM115 - closed below on every path
+    f = open(tmp, "xb")  # noqa: SIM115 - closed below on every path; "x": never someone else's
     try:
         yield f
         f.flush()

@@ -1,8 +1,9 @@
 """``tokentape tokenize``: inputs → units → (parallel, resumable) unit files → shards → manifest.
 
 1. Plan: expand the inputs in their documented order and cut them into units of work.
-2. Tokenize every unit not yet finished (in this process, or a pool of ``workers``), each into
-   its own unit file under ``OUT/.tokentape-work``. A unit's bytes depend only on its input.
+2. Tokenize every unit not yet finished (in this process, a pool of ``workers``, or as Ray
+   tasks), each into its own unit file under ``OUT/.tokentape-work``. A unit's bytes depend
+   only on its input.
 3. Assemble: concatenate the unit files in unit order into shards (hashing as they are written),
    copy the tokenizer in, write ``manifest.json`` last, remove the work directory.
 
@@ -17,6 +18,7 @@ import shutil
 import sys
 import time
 from collections import Counter
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,8 +47,9 @@ from tokentape.tokenize.job import (
     inspect_out,
     job_identity,
 )
-from tokentape.tokenize.pool import PoolJob, run_units
+from tokentape.tokenize.pool import PoolJob, WorkerDied, run_units
 from tokentape.tokenize.progress import Counters, ProgressBar
+from tokentape.tokenize.ray_executor import ray_session, run_ray_tasks
 from tokentape.tokenize.tokenizers import (
     load_tokenizer,
     tokenizer_manifest,
@@ -83,10 +86,6 @@ class TokenizeSummary:
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-class WorkerDied(Exception):
-    """A helper process ended (killed, out of memory) before finishing the units it claimed."""
 
 
 def _assemble(
@@ -173,6 +172,10 @@ def tokenize(config: TokenizeConfig, show_progress: bool = True) -> TokenizeSumm
         seconds = time.monotonic() - started
         return _summary(out, manifest, "already complete", len(units), seconds)
 
+    session = ExitStack()  # the Ray session, if any: connected before anything is written
+    ray = None
+    if config.executor == "ray":
+        ray = session.enter_context(ray_session(config.ray_address, config.workers))
     created_out = not out.exists()
     try:
         work_dir.mkdir(parents=True, exist_ok=True)
@@ -195,10 +198,18 @@ def tokenize(config: TokenizeConfig, show_progress: bool = True) -> TokenizeSumm
             job = PoolJob(
                 config.tokenizer, config.eod_token, config.filters, settings, tuple(pending)
             )
-            dead = run_units(job, tokenizer, filters, config.workers, counters)
+            if ray is None:
+                dead = run_units(job, tokenizer, filters, config.workers, counters)
+            else:
+                dead = []
+                run_ray_tasks(ray, job, tokenizer.fingerprint, config.workers, counters)
+        session.close()  # a private Ray instance goes before assembly
         results = [load_result(unit_paths(work_dir, u.index)[2]) for u in units]
         if any(r is None for r in results):
-            raise WorkerDied(dead)
+            raise WorkerDied(
+                f"a worker process died (exit codes {dead}: killed, or out of memory) before "
+                "finishing its units"
+            )
         done: list[UnitResult] = results  # type: ignore[assignment]
         clear_out(out, keep=(WORK_DIR,))  # what an interrupted assembly left behind
         shards, n_tokens = _assemble(out, work_dir, done, dtype, shard_tokens)
@@ -236,13 +247,13 @@ def tokenize(config: TokenizeConfig, show_progress: bool = True) -> TokenizeSumm
         shutil.rmtree(work_dir, ignore_errors=True)
     except WorkerDied as exc:
         raise TokentapeError(
-            f"{out}: a worker process died (exit codes {exc.args[0]}: killed, or out of memory) "
-            "before finishing its units; finished units are kept: run the same command again "
-            "to resume"
+            f"{out}: {exc}; finished units are kept: run the same command again to resume"
         ) from None
     except TokentapeError:
         _discard(out, created_out)
         raise
+    finally:
+        session.close()
     status = "resumed" if state is OutState.RESUME else "created"
     reused = len(units) - len(pending)
     return _summary(out, manifest, status, reused, time.monotonic() - started)

@@ -2,7 +2,8 @@
 
 The job's identity is a hash of everything that changes the output bytes: inputs (paths, kinds,
 sizes), tokenizer fingerprint, text key, filters, dtype, shard and unit sizes. The worker count
-is not part of it: the output is the same for any number of workers.
+and the executor are not part of it: the output is the same for any number of workers, on a
+local process pool or on a Ray cluster.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ JOB_FILE = "job.json"
 TOKENIZER_PREFIX = "tokenizer"
 MIN_AUTO_UNIT = 2**20
 MAX_AUTO_UNIT = 8 * 2**20
+EXECUTORS = ("local", "ray")
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,12 @@ class TokenizeConfig:
     filters: tuple[str, ...] = ()
     """Filter specs, e.g. 'unique-lines', 'min-tokens:16'."""
     workers: int = 1
-    """Worker processes; the output is byte-identical for any count."""
+    """Worker processes (local) or Ray tasks in flight (ray); the output is byte-identical for
+    any count."""
+    executor: str = "local"
+    """'local' (a process pool on this machine) or 'ray' (Ray tasks, e.g. on a cluster)."""
+    ray_address: str | None = None
+    """Ray cluster to connect to (``ray.init(address=...)``); None: start a private local Ray."""
     dtype: str = "auto"
     """'auto' (uint16 iff the vocabulary has at most 65,536 ids), 'uint16' or 'uint32'."""
     shard_mb: float = 256.0
@@ -61,6 +68,12 @@ class TokenizeConfig:
             raise TokentapeError("no inputs given; pass files, directories or globs")
         if self.workers < 1:
             raise TokentapeError(f"--workers must be at least 1, got {self.workers}")
+        if self.executor not in EXECUTORS:
+            raise TokentapeError(f"--executor '{self.executor}': expected local or ray")
+        if self.ray_address is not None and self.executor != "ray":
+            raise TokentapeError("--ray-address needs --executor ray")
+        if self.ray_address == "":
+            raise TokentapeError("--ray-address must not be empty")
         if self.dtype not in ("auto", "uint16", "uint32"):
             raise TokentapeError(f"--dtype '{self.dtype}': expected auto, uint16 or uint32")
         if not self.shard_mb > 0:

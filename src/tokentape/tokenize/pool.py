@@ -26,12 +26,18 @@ from tokentape.tokenize.tokenizers import Tokenizer, load_tokenizer
 from tokentape.tokenize.worker import WorkerSettings, tokenize_unit
 
 HELPER_CRASH = "helper-unit"  # test hook: a helper SIGKILLs itself when it claims a unit
-_SINGLE_THREAD_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1"}
+SINGLE_THREAD_ENV = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1"}
+
+
+class WorkerDied(Exception):
+    """Units were left unfinished because the process or task tokenizing them died (killed, out
+    of memory, node lost); the units that finished are kept. The message says what died."""
 
 
 @dataclass(frozen=True)
 class PoolJob:
-    """What a helper process needs to rebuild the job's tokenizer, filters and settings."""
+    """What a helper process (or Ray task) needs to rebuild the job's tokenizer, filters and
+    settings."""
 
     tokenizer_spec: str
     eod_token: str | None
@@ -43,8 +49,8 @@ class PoolJob:
 @contextmanager
 def single_threaded_tokenizers() -> Iterator[None]:
     """Tokenizer libraries on the calling thread only, for the duration (env restored after)."""
-    saved = {k: os.environ.get(k) for k in _SINGLE_THREAD_ENV}
-    os.environ.update(_SINGLE_THREAD_ENV)
+    saved = {k: os.environ.get(k) for k in SINGLE_THREAD_ENV}
+    os.environ.update(SINGLE_THREAD_ENV)
     try:
         yield
     finally:
@@ -105,7 +111,7 @@ def _helper_main(
     parent: int,
 ) -> None:
     threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
-    os.environ.update(_SINGLE_THREAD_ENV)
+    os.environ.update(SINGLE_THREAD_ENV)
     try:
         tokenizer = load_tokenizer(job.tokenizer_spec, job.eod_token)
         filters = parse_filters(job.filter_specs)

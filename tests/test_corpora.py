@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tokentape.cli import main
 from tokentape.corpora import LOG_REPEATS, describe_builtin_corpora, write_builtin_corpora
 from tokentape.tokenize.inputs import expand_inputs, plan_units, read_documents
 
@@ -119,3 +120,12 @@ def test_documents_are_nonempty_with_ids(corpora: dict[str, Path], documents: di
 def test_description_mentions_every_source() -> None:
     text = describe_builtin_corpora()
     assert all(name in text for name in ("prose/", "code/", "notes/", "pydoc_data", "ast"))
+
+
+def test_a_file_system_error_is_one_line(tmp_path: Path, capsys) -> None:
+    """An OSError no command anticipated still ends as one line and exit 2, not a traceback."""
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    assert main(["corpora", "--out", str(blocker / "corpora")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Not a directory" in err and "Traceback" not in err

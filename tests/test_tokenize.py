@@ -382,3 +382,18 @@ def test_bad_input_met_by_a_helper_process(hf_tokenizer_json, tmp_path):
     lines_out = result.stderr.strip().splitlines()
     assert len(lines_out) == 1 and re.search(r"b-bad\.jsonl:2: invalid JSON", lines_out[0])
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("foreign", ["part-00000-1a2b.snappy.parquet", "tokenizer_config.json"])
+def test_look_alike_foreign_files_are_never_ours(tmp_path, foreign):
+    """Names that merely start like ours (Spark's part files, a HF tokenizer config) make the
+    directory foreign: refused, even with --overwrite, and left untouched."""
+    data = write_jsonl(tmp_path / "d.jsonl", [json.dumps({"text": "hello"})])
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / foreign).write_text("mine")
+    for extra in ([], ["--overwrite"]):
+        result = run_cli("tokenize", str(data), "--out", str(out), *extra)
+        assert result.returncode == 2, result.stderr
+        assert f"found '{foreign}'" in result.stderr
+        assert sorted(os.listdir(out)) == [foreign]

@@ -340,8 +340,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stderr.close()
         return 0
+    except OSError as exc:  # a file system error the command did not anticipate: one line
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"tokentape: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
-        print("tokentape: interrupted; run the same command again to resume", file=sys.stderr)
+        again = "; run the same command again to resume" if args.command == "tokenize" else ""
+        print(f"tokentape: interrupted{again}", file=sys.stderr)
         return 130
 
 

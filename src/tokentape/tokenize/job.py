@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 from dataclasses import dataclass
@@ -25,7 +26,6 @@ from tokentape.tokenize.inputs import InputFile
 CRASH_ENV = "TOKENTAPE_CRASH_AT"
 WORK_DIR = ".tokentape-work"
 JOB_FILE = "job.json"
-TOKENIZER_PREFIX = "tokenizer"
 MIN_AUTO_UNIT = 2**20
 MAX_AUTO_UNIT = 8 * 2**20
 EXECUTORS = ("local", "ray")
@@ -130,17 +130,19 @@ class OutState(Enum):
     COMPLETE = "complete"  # a finished store of this same job
 
 
+_OURS = re.compile(r"(?:part-\d{5,}\.(?:bin|idx\.npy)|manifest\.json|tokenizer\.(?:json|tiktoken))")
+
+
 def is_store_file(name: str) -> bool:
-    """Whether a name in a store directory is one tokentape writes (shards, manifest, tokenizer
-    copy, their temporary names, the work directory)."""
-    prefixes = (
-        "part-",
-        ".part-",
-        f".{MANIFEST_NAME}.tmp-",
-        TOKENIZER_PREFIX,
-        f".{TOKENIZER_PREFIX}",
-    )
-    return name in (MANIFEST_NAME, WORK_DIR) or name.startswith(prefixes)
+    """Whether a name in a store directory is one tokentape writes: a shard's two files, the
+    manifest, the tokenizer copy, the temporary name of one of those, or the work directory.
+    Exact names only: a ``part-00000-x.snappy.parquet`` or ``tokenizer_config.json`` is not
+    ours and is never removed."""
+    if name == WORK_DIR:
+        return True
+    if name.startswith(".") and ".tmp-" in name:
+        name = name[1 : name.index(".tmp-")]
+    return _OURS.fullmatch(name) is not None
 
 
 def inspect_out(

@@ -9,10 +9,12 @@ under test.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import shutil
 import struct
+import time
 import warnings
 from pathlib import Path
 
@@ -20,14 +22,16 @@ import numpy as np
 import pytest
 from test_store import write_store
 
+from tokentape.audit import verify_megatron
 from tokentape.cli import main
 from tokentape.errors import TokentapeError
+from tokentape.store import megatron as megatron_mod
 from tokentape.store import megatron_identity, megatron_source
 from tokentape.store.megatron import MegatronWriter, read_index
 from tokentape.store.megatron_source import MegatronSource
 from tokentape.store.open import open_store
 from tokentape.store.reader import open_source
-from tokentape.tape.plan import parse_plan, resolve_plan
+from tokentape.tape.plan import load_plan, parse_plan, resolve_plan
 from tokentape.train.batch import Batcher
 from tokentape.train.loader import Loader
 from tokentape.train.partition import BatchConfig
@@ -88,6 +92,14 @@ def age(prefix: Path, seconds: float = 60.0) -> None:
         path = Path(f"{prefix}{suffix}")
         t = path.stat().st_mtime_ns - int(seconds * 1e9)
         os.utime(path, ns=(t, t))
+
+
+@pytest.fixture(autouse=True)
+def trusted_timestamps(monkeypatch):
+    """Files just written may have their identity recorded: utime can date the mtime back but
+    not the ctime, and every test writes its data just before it reads it. The tests of the
+    racy rule set RACY_SECONDS back."""
+    monkeypatch.setattr(megatron_identity, "RACY_SECONDS", 0.0)
 
 
 def cli(capsys, *args: object) -> tuple[int, str, str]:
@@ -294,9 +306,13 @@ def test_the_index_hash_covers_every_byte_and_the_identity_is_cached(mixed, monk
 def test_recent_files_are_not_cached_and_a_read_only_place_falls_back(tmp_path, monkeypatch):
     prefix = tmp_path / "m"
     build(prefix, random_docs(3, 10, 257, 256), np.uint16)
+    monkeypatch.setattr(megatron_identity, "RACY_SECONDS", 2.0)
     MegatronSource(prefix, 257, 256)
     assert not Path(f"{prefix}.tokentape.json").exists()  # just written: timestamps can't tell
-    age(prefix)
+    age(prefix)  # the mtime dated back, but utime set the ctime to now: still too recent
+    MegatronSource(prefix, 257, 256)
+    assert not Path(f"{prefix}.tokentape.json").exists()
+    monkeypatch.setattr(megatron_identity, "RACY_SECONDS", 0.0)  # as if 2 s had passed
     Path(f"{prefix}.tokentape.json").mkdir()  # the place beside the data cannot take the file
     monkeypatch.setenv("TOKENTAPE_CACHE_DIR", str(tmp_path / "cache"))
     first = MegatronSource(prefix, 257, 256).manifest.content_hash
@@ -717,3 +733,313 @@ def test_the_command_line_refuses_mixed_up_flags(tmp_path, capsys):
     )
     assert code == 2 and "cannot hold" in err
     shutil.rmtree(tmp_path / "store")
+
+
+# --- the identity: recorded once, trusted only while current ------------------------------------
+
+MEGA_PLAN = """\
+seq_len = 8
+seed = 3
+total_samples = 64
+[[source]]
+name = "m"
+path = "{path}"
+{vocab}
+weight = 1
+max_repeats = 100
+"""
+
+
+def megatron_plan(root: Path, path: str, vocab: str = "vocab_size = 257\neod_id = 256"):
+    text = MEGA_PLAN.format(path=path, vocab=vocab)
+    return resolve_plan(parse_plan(text, "m.toml", str(root)), "m.toml")
+
+
+def forbid_hashing(monkeypatch) -> None:
+    def no_hashing(*args, **kwargs):
+        raise AssertionError("hashed")
+
+    monkeypatch.setattr(megatron_identity, "hash_files", no_hashing)
+
+
+def forbid_index_scans(monkeypatch) -> None:
+    def no_scan(*args, **kwargs):
+        raise AssertionError("scanned the whole .idx")
+
+    monkeypatch.setattr(megatron_mod, "_check_sequences", no_scan)
+    monkeypatch.setattr(megatron_mod, "_check_documents", no_scan)
+
+
+def rewrite_in_place(path: Path, offset: int, data: bytes) -> None:
+    """Change bytes of ``path`` keeping its size, inode and mtime (rsync --inplace -t)."""
+    st = path.stat()
+    _patch(path, offset, data)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (path.stat().st_mtime_ns, path.stat().st_ino) == (st.st_mtime_ns, st.st_ino)
+
+
+def test_the_loader_takes_the_identity_from_the_plan_and_never_hashes(tmp_path, monkeypatch):
+    # The data directory is reached through a symbolic link, cannot take a sidecar, and each
+    # node has its own ~/.cache: the plan records the identity, the loader needs nothing else.
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    prefix = tmp_path / "real" / "d"
+    docs = random_docs(41, 60, 257, 256)
+    build(prefix, docs, np.uint16)
+    age(prefix)
+    Path(f"{prefix}.tokentape.json").mkdir()
+    monkeypatch.setenv("TOKENTAPE_CACHE_DIR", str(tmp_path / "login-node-cache"))
+    plan = megatron_plan(tmp_path, "link/d")
+    record = plan.sources[0].megatron
+    assert record is not None and record.end_id == 256 and record.min_id >= 0
+    assert record.files == megatron_identity.file_keys(prefix)
+    (tmp_path / "PLAN.json").write_text(plan.to_json())
+    plan = load_plan(tmp_path / "PLAN.json")
+    assert plan.sources[0].megatron == record
+    assert isinstance(hash(plan), int)  # plans are cached by value (audit.runs.tape_of)
+    monkeypatch.setenv("TOKENTAPE_CACHE_DIR", str(tmp_path / "compute-node-cache"))
+    calls = counted_checks(monkeypatch)
+    with monkeypatch.context() as m:
+        forbid_hashing(m)
+        forbid_index_scans(m)
+        batcher = Batcher(plan)
+        positions = np.arange(plan.sources[0].n_samples)
+        expected = expected_rows(plan, [stream_of(docs)], positions)
+        assert np.array_equal(batcher.batch(positions).tokens, expected)
+        assert "doc_starts" not in vars(batcher.sources[0])
+    assert calls == []  # the plan's end id vouches for every document end
+    assert not (tmp_path / "compute-node-cache").exists()
+    # The bytes change in place, mtime restored: the plan's record no longer holds, and
+    # without a sidecar either, the loader refuses at once instead of hashing on every rank.
+    rewrite_in_place(Path(f"{prefix}.bin"), 2, struct.pack("<H", 7))
+    with monkeypatch.context() as m:
+        forbid_hashing(m)
+        with pytest.raises(
+            TokentapeError, match=r"no current identity: its \.bin or \.idx changed"
+        ):
+            Batcher(plan)
+    # Run once where a sidecar all nodes see can be written: the loader then compares.
+    monkeypatch.setenv("TOKENTAPE_CACHE_DIR", str(tmp_path / "shared"))
+    assert main(["verify", str(prefix)]) == 0
+    with pytest.raises(TokentapeError, match="changed since the plan was made"):
+        Batcher(plan)
+
+
+def test_a_plan_without_a_record_needs_a_sidecar_to_load(tmp_path, monkeypatch, capsys):
+    prefix = tmp_path / "d"
+    build(prefix, random_docs(42, 20, 257, 256), np.uint16)
+    monkeypatch.setattr(megatron_identity, "RACY_SECONDS", 3600.0)  # too recent to record
+    plan = megatron_plan(tmp_path, "d")
+    assert plan.sources[0].megatron is None
+    assert not Path(f"{prefix}.tokentape.json").exists()
+    with monkeypatch.context() as m:
+        forbid_hashing(m)
+        with pytest.raises(TokentapeError) as excinfo:
+            Batcher(plan)
+    message = str(excinfo.value)
+    assert "\n" not in message and "the plan recorded none" in message
+    assert f"run `tokentape verify {prefix}`" in message and "TOKENTAPE_CACHE_DIR" in message
+    monkeypatch.setattr(megatron_identity, "RACY_SECONDS", 0.0)
+    assert cli(capsys, "verify", prefix)[0] == 0  # once: records the sidecar
+    with monkeypatch.context() as m:
+        forbid_hashing(m)
+        forbid_index_scans(m)
+        Batcher(plan).batch(np.arange(4))
+    # A tokentape store's plan entry is as before: no Megatron record, same index hash.
+    write_store(tmp_path / "store", [[1, 2, 3, 4, 5]] * 10, shard_tokens=100)
+    store_plan = megatron_plan(tmp_path, "store", vocab="")
+    assert "megatron" not in json.loads(store_plan.to_json())["sources"][0]
+
+
+def test_a_hand_edited_plan_record_vouches_for_nothing(tmp_path, monkeypatch):
+    prefix = tmp_path / "d"
+    build(prefix, random_docs(49, 20, 257, 256), np.uint16)
+    age(prefix)
+    data = json.loads(megatron_plan(tmp_path, "d").to_json())
+    Path(f"{prefix}.tokentape.json").unlink()
+    data["sources"][0]["megatron"]["bin_sha256"] = "0" * 64  # no longer gives the content hash
+    (tmp_path / "PLAN.json").write_text(json.dumps(data))
+    with monkeypatch.context() as m:
+        forbid_hashing(m)
+        with pytest.raises(TokentapeError, match="no current identity"):
+            Batcher(load_plan(tmp_path / "PLAN.json"))
+    data["sources"][0]["megatron"]["files"] = "x"
+    (tmp_path / "PLAN.json").write_text(json.dumps(data))
+    with pytest.raises(TokentapeError, match="field 'megatron' is malformed"):
+        load_plan(tmp_path / "PLAN.json")
+
+
+def test_an_in_place_rewrite_with_the_mtime_restored_is_not_vouched_for(tmp_path):
+    prefix = tmp_path / "d"
+    build(prefix, [[np.array([1, 2, 256])], *random_docs(43, 10, 257, 256)], np.uint16)
+    age(prefix)
+    before = MegatronSource(prefix, 257, 256).manifest.content_hash
+    assert Path(f"{prefix}.tokentape.json").is_file()
+    rewrite_in_place(Path(f"{prefix}.bin"), 0, struct.pack("<H", 9))  # same size, inode, mtime
+    src = MegatronSource(prefix, 257, 256)
+    assert src.manifest.content_hash != before
+    assert src.tokens(0, 1).tolist() == [9]
+    assert sidecar_identity(prefix)["content_hash"] == src.manifest.content_hash
+
+
+def test_a_current_identity_skips_the_index_scan_but_not_the_header_checks(
+    valid, tmp_path, monkeypatch
+):
+    age(valid)
+    MegatronSource(valid, 300, 299)  # records the sidecar
+    with monkeypatch.context() as m:
+        forbid_hashing(m)
+        forbid_index_scans(m)
+        src = MegatronSource(valid, 300, 299)
+        assert src.n_docs == N_DOCS and "doc_starts" not in vars(src)
+        assert src.doc_span(0) == (0, 3)  # built when asked for
+    # A header that no longer fits the recorded identity (here: a grown .bin) is refused.
+    Path(f"{valid}.bin").write_bytes(Path(f"{valid}.bin").read_bytes() + b"\0\0\0\0")
+    with pytest.raises(TokentapeError, match="longer than its index says"):
+        MegatronSource(valid, 300, 299)
+
+
+SIDECAR_DAMAGE = {
+    "max_id a string": lambda d: d["identity"].update(max_id="255"),
+    "n_tokens a string": lambda d: d["identity"].update(n_tokens="1"),
+    "a count a bool": lambda d: d["identity"].update(block_bytes=True),
+    "end_id a bool": lambda d: d["identity"].update(end_id=True),
+    "no id range": lambda d: d["identity"].update(min_id=None, max_id=None),
+    "blocks not digests": lambda d: d["identity"].update(block_sha256=[1]),
+    "blocks missing": lambda d: d["identity"].update(block_sha256=[]),
+    "identity a list": lambda d: d.update(identity=[]),
+    "unknown field": lambda d: d["identity"].update(extra=1),
+    "file size a string": lambda d: d["files"]["bin"].update(size="1"),
+    "files a string": lambda d: d.update(files="x"),
+    "version a string": lambda d: d.update(version="2"),
+}
+
+
+@pytest.mark.parametrize("damage", list(SIDECAR_DAMAGE))
+def test_a_malformed_sidecar_counts_as_absent(tmp_path, capsys, damage):
+    prefix = tmp_path / "d"
+    build(prefix, random_docs(44, 20, 257, 256), np.uint16)
+    age(prefix)
+    content = MegatronSource(prefix, 257, 256).manifest.content_hash
+    sidecar = Path(f"{prefix}.tokentape.json")
+    data = json.loads(sidecar.read_text())
+    SIDECAR_DAMAGE[damage](data)
+    sidecar.write_text(json.dumps(data))
+    (tmp_path / "p.toml").write_text(
+        MEGA_PLAN.format(path="d", vocab="vocab_size = 257\neod_id = 256")
+    )
+    code, _, err = cli(capsys, "plan", tmp_path / "p.toml")  # hashes again
+    assert (code, err) == (0, "")
+    sidecar.write_text(json.dumps(data))
+    assert megatron_identity.read_sidecar(prefix, None) is None
+    assert MegatronSource(prefix, 257, 256).manifest.content_hash == content
+    assert megatron_identity.read_sidecar(prefix, None) is not None  # rewritten
+
+
+def test_the_racy_window_ends_when_the_keys_were_taken(tmp_path, monkeypatch):
+    prefix = tmp_path / "d"
+    build(prefix, random_docs(45, 20, 257, 256), np.uint16)
+    monkeypatch.setattr(megatron_identity, "RACY_SECONDS", 0.3)
+    real = megatron_identity.hash_files
+
+    def slow(*args, **kwargs):  # a long hash: written well after the files' last change
+        identity = real(*args, **kwargs)
+        time.sleep(0.4)
+        return identity
+
+    monkeypatch.setattr(megatron_identity, "hash_files", slow)
+    MegatronSource(prefix, 257, 256)
+    assert not Path(f"{prefix}.tokentape.json").exists()  # recent when the keys were taken
+
+
+def test_bytes_swapped_in_after_the_open_are_not_recorded(tmp_path):
+    prefix = tmp_path / "d"
+    build(prefix, random_docs(46, 20, 257, 256), np.uint16)
+    age(prefix)
+    src = MegatronSource(prefix, 257, 256, identify=False)
+    # Another dataset with other documents is renamed onto the prefix before the hash.
+    build(tmp_path / "other", random_docs(47, 30, 257, 256), np.uint16)
+    age(tmp_path / "other")
+    for suffix in (".bin", ".idx"):
+        os.replace(f"{tmp_path / 'other'}{suffix}", f"{prefix}{suffix}")
+    with pytest.raises(TokentapeError, match="changed since it was opened"):
+        _ = src.manifest
+    assert not Path(f"{prefix}.tokentape.json").exists()
+
+
+def test_verify_reads_no_document_end_when_the_end_id_answers(valid, monkeypatch, capsys):
+    age(valid)
+    calls: list[str] = []
+    real = verify_megatron.check_documents
+
+    def counted(*args):
+        calls.append("gather")
+        return real(*args)
+
+    monkeypatch.setattr(verify_megatron, "check_documents", counted)
+    flags = ("--vocab-size", 300, "--eod-id", 299)
+    assert cli(capsys, "verify", valid, *flags)[0] == 0  # full: the end id found while hashing
+    assert cli(capsys, "verify", valid, "--quick", *flags)[0] == 0  # quick: the recorded one
+    assert calls == []
+    code, out, _ = cli(capsys, "verify", valid, "--quick", "--vocab-size", 300, "--eod-id", 5)
+    assert code == 1 and "missing end-of-document id" in out and calls == ["gather"]
+
+
+def test_verify_prefers_the_current_sidecar_and_checks_the_derived_fields(
+    valid, tmp_path, monkeypatch, capsys
+):
+    age(valid)
+    monkeypatch.setenv("TOKENTAPE_CACHE_DIR", str(tmp_path / "cache"))
+    beside, cached = megatron_identity.sidecar_paths(valid)
+    assert cli(capsys, "verify", valid)[0] == 0
+    stale = beside.read_text()
+    rewrite_in_place(Path(f"{valid}.bin"), 4, struct.pack("<i", 7))  # the data changes ...
+    assert cli(capsys, "verify", valid)[0] == 1  # ... and the sidecar beside it is stale
+    MegatronSource(valid, 300, 299)  # an open hashes the changed files and records them
+    assert cli(capsys, "verify", valid)[0] == 0
+    # The current record now sits in the cache, a stale one beside the data (say the data's
+    # directory was writable once): verify compares with the current one.
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(beside, cached)
+    beside.write_text(stale)
+    for quick in ((), ("--quick",)):
+        code, out, _ = cli(capsys, "verify", valid, *quick)
+        assert code == 0, out
+    # A sidecar whose id range or end id disagree with the bytes (which match) is reported
+    # (an open trusts those fields) and corrected.
+    beside.unlink()
+    data = json.loads(cached.read_text())
+    data["identity"]["max_id"] -= 1
+    cached.write_text(json.dumps(data))
+    code, out, _ = cli(capsys, "verify", valid)
+    assert code == 1 and "max_id mismatch (sidecar)" in out
+    assert cli(capsys, "verify", valid)[0] == 0
+
+
+def tiktoken_file(path: Path, order: int = 1) -> str:
+    """A ranks file of the 256 single bytes (vocabulary 257 with its EOD 256, as ``bytes``),
+    ranked in byte order (``order=1``) or reversed: another tokenizer, same vocabulary."""
+    ranks = range(256) if order == 1 else range(255, -1, -1)
+    path.write_bytes(
+        b"".join(base64.b64encode(bytes([b])) + b" %d\n" % r for b, r in enumerate(ranks))
+    )
+    return f"tiktoken:{path.name}"
+
+
+def test_the_tokenizer_is_loaded_only_when_needed_and_checked_against_the_plan(tmp_path):
+    prefix = tmp_path / "d"
+    build(prefix, random_docs(48, 20, 257, 256), np.uint16)
+    age(prefix)
+    spec = tiktoken_file(tmp_path / "tok.tiktoken")
+    plan = megatron_plan(tmp_path, "d", vocab=f'tokenizer = "{spec}"')
+    assert (plan.sources[0].vocab_size, plan.sources[0].eod_id) == (257, 256)
+    (tmp_path / "tok.tiktoken").rename(tmp_path / "elsewhere.tiktoken")  # not on this node
+    batcher = Batcher(plan)  # tokens need no tokenizer
+    batcher.batch(np.arange(4))
+    with pytest.raises(TokentapeError, match="not found"):
+        _ = batcher.sources[0].tokenizer
+    tiktoken_file(tmp_path / "tok.tiktoken", order=-1)  # another file at the same path
+    with pytest.raises(TokentapeError, match="the tokenizer changed since the plan was made"):
+        _ = Batcher(plan).sources[0].tokenizer
+    tiktoken_file(tmp_path / "tok.tiktoken")
+    assert Batcher(plan).sources[0].decode(np.array([104, 105])) == "hi"

@@ -4,9 +4,16 @@
 Megatron sequence per document (EOD included), the document index ``0..n``, dtype ``uint16``
 for at most 65,536 ids, else ``int32`` (or ``--dtype``). ``--from megatron PREFIX OUT_STORE``
 writes a tokentape store with the same documents and tokens (``--append-eod`` adds the EOD id to
-data made without it). Both stream: a bounded number of tokens is in memory at a time, every
-file appears under its name only when complete, and the output is hashed as it is written (the
-Megatron output's identity goes to its sidecar, so reading it in place needs no rehash).
+data made without it). Both stream: a bounded number of tokens is in memory at a time, and the
+output is hashed as it is written (the Megatron output's identity goes to its sidecar, so
+reading it in place needs no rehash).
+
+Nothing existing is touched until the new output is complete: it is written under temporary
+names beside the output (``.NAME.tokentape-convert-HOST-PID-RANDOM``: a sibling directory for a
+store, ``.bin``/``.idx`` files for a prefix) and only then swapped in, so an interruption, a full
+disk or bad data mid-run leaves the old output as it was and no partial new one. ``--overwrite``
+replaces only what is recognisably ours: a store directory holding nothing but tokentape's own
+file names, or a prefix whose ``.idx`` is a Megatron index that its ``.bin`` matches.
 """
 
 from __future__ import annotations
@@ -16,7 +23,10 @@ import contextlib
 import hashlib
 import json
 import os
+import re
+import secrets
 import shutil
+import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -29,15 +39,21 @@ from tokentape import __version__
 from tokentape.errors import TokentapeError
 from tokentape.report import fmt_bytes, fmt_int, key_values
 from tokentape.store import megatron
-from tokentape.store.atomic import write_atomic
+from tokentape.store.atomic import fsync_dir, write_atomic
 from tokentape.store.format import MANIFEST_NAME, Manifest, choose_dtype, content_hash, numpy_dtype
 from tokentape.store.megatron_identity import file_keys, sidecar_paths, write_sidecar
 from tokentape.store.megatron_source import MEGATRON, MegatronSource
 from tokentape.store.reader import Source, TokenStream
 from tokentape.store.writer import ShardWriter
-from tokentape.tokenize.job import canonical_hash, clear_out, is_store_file
+from tokentape.tokenize.job import WORK_DIR, canonical_hash
 from tokentape.tokenize.progress import bytes_progress
-from tokentape.tokenize.tokenizers import Tokenizer, load_tokenizer, tokenizer_manifest
+from tokentape.tokenize.tokenizers import (
+    HF_STORED_NAME,
+    TIKTOKEN_STORED_NAME,
+    Tokenizer,
+    load_tokenizer,
+    tokenizer_manifest,
+)
 
 CHUNK_TOKENS = 2**24
 """Tokens converted at a time (a larger document is converted whole)."""
@@ -69,11 +85,14 @@ class ConvertSummary:
 def doc_chunks(stream: TokenStream, max_tokens: int) -> Iterator[tuple[int, int]]:
     """Runs of whole documents ``[first, stop)`` of at most ``max_tokens`` tokens (at least
     one document each), in order."""
-    ends = np.append(stream.doc_starts[1:], stream.n_tokens)
+    starts, n_docs = stream.doc_starts, stream.n_docs
     doc = 0
-    while doc < stream.n_docs:
-        start = int(stream.doc_starts[doc])
-        stop = int(np.searchsorted(ends, start + max_tokens, side="right"))
+    while doc < n_docs:
+        limit = int(starts[doc]) + max_tokens
+        if limit >= stream.n_tokens:
+            stop = n_docs
+        else:  # documents 0..stop-1 end at or before the limit: the next one starts there
+            stop = int(np.searchsorted(starts, limit, side="right")) - 1
         stop = max(stop, doc + 1)
         yield doc, stop
         doc = stop
@@ -109,23 +128,34 @@ def to_megatron(
             f"use {megatron.choose_dtype(m.vocab_size)}"
         )
     out = Path(prefix)
-    _clear_prefix(out, overwrite)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    writer = megatron.MegatronWriter(out, name)
-    total = src.n_tokens * src.dtype.itemsize
-    try:
-        with _progress(total, "convert", show_progress) as progress:
-            for first, stop in doc_chunks(src, CHUNK_TOKENS):
-                start, end, lengths = _span(src, first, stop)
-                tokens = src.tokens(start, end)
-                writer.add(tokens, lengths)
-                if progress is not None:
-                    progress(tokens.nbytes)
-        identity = writer.finish()
-    except BaseException:
-        writer.abort()
-        raise
-    write_sidecar(out, identity, file_keys(out), writer=True)
+    with _output_errors(megatron.bin_path(out)):
+        _check_prefix_out(out, overwrite)
+        _remove_stale_temps(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _temp_path(out, TEMP_NEW)
+        writer = None
+        try:
+            writer = megatron.MegatronWriter(tmp, name)
+            total = src.n_tokens * src.dtype.itemsize
+            with _progress(total, "convert", show_progress) as progress:
+                for first, stop in doc_chunks(src, CHUNK_TOKENS):
+                    start, end, lengths = _span(src, first, stop)
+                    tokens = src.tokens(start, end)
+                    writer.add(tokens, lengths)
+                    if progress is not None:
+                        progress(tokens.nbytes)
+            identity = writer.finish()
+            writer = None
+            _install_prefix(tmp, out, overwrite)
+        except BaseException:
+            if writer is not None:
+                with contextlib.suppress(OSError):
+                    writer.abort()
+            _remove_temps(out.parent, tmp.name)
+            raise
+        for path in sidecar_paths(out):  # the old output's identity, if any
+            path.unlink(missing_ok=True)
+        write_sidecar(out, identity, file_keys(out), writer=True)
     return ConvertSummary(
         direction="to megatron",
         source=str(store),
@@ -141,16 +171,178 @@ def to_megatron(
     )
 
 
-def _clear_prefix(out: Path, overwrite: bool) -> None:
-    """Refuse to replace an existing dataset unless ``overwrite``; then remove its ``.idx``
-    first (a ``.bin`` alone is never mistaken for a complete dataset) and its sidecars."""
-    existing = [p for p in (megatron.bin_path(out), megatron.idx_path(out)) if p.exists()]
+def _check_prefix_out(out: Path, overwrite: bool) -> None:
+    """Refuse to replace an existing ``OUT.bin``/``OUT.idx`` unless ``overwrite``, and even then
+    unless they are recognisably a Megatron dataset: the ``.idx`` starts with Megatron's magic,
+    its size agrees with its header, and the ``.bin`` (if any) has the size the index implies.
+    An unrelated ``model.bin`` is never replaced by tokens."""
+    bin_file, idx_file = megatron.bin_path(out), megatron.idx_path(out)
+    existing = [p for p in (bin_file, idx_file) if os.path.lexists(p)]
     if not existing:
         return
     if not overwrite:
         raise TokentapeError(f"'{existing[0]}' exists; pass --overwrite to replace it")
-    for path in (megatron.idx_path(out), megatron.bin_path(out), *sidecar_paths(out)):
+    keep = "; refusing to replace it (remove it yourself or choose another output prefix)"
+    if os.path.lexists(idx_file) and not idx_file.is_file():
+        raise TokentapeError(f"'{idx_file}' is not a regular file{keep}")
+    if not idx_file.is_file():
+        raise TokentapeError(
+            f"'{bin_file}' exists without a Megatron index '{idx_file.name}' beside it{keep}"
+        )
+    implied = _implied_bin_bytes(idx_file, keep)
+    if not os.path.lexists(bin_file):
+        return
+    found = bin_file.stat().st_size if bin_file.is_file() else None
+    if found != implied:
+        what = "is not a regular file" if found is None else f"holds {found} bytes"
+        raise TokentapeError(
+            f"'{bin_file}' {what}, but '{idx_file.name}' describes {implied} bytes of tokens: "
+            f"not one Megatron dataset{keep}"
+        )
+
+
+def _implied_bin_bytes(idx_file: Path, keep: str) -> int:
+    """The ``.bin`` size a Megatron ``.idx`` describes (after checking its magic and size)."""
+    size = idx_file.stat().st_size
+    with open(idx_file, "rb") as f:
+        head = f.read(megatron.HEADER.size)
+        if head[: len(megatron.MAGIC)] != megatron.MAGIC:
+            raise TokentapeError(f"'{idx_file}' is not a Megatron index (no MMIDIDX magic){keep}")
+        if len(head) < megatron.HEADER.size:
+            raise TokentapeError(f"'{idx_file}': a truncated Megatron index{keep}")
+        _, _, code, n_seq, n_entries = megatron.HEADER.unpack(head)
+        expected = megatron.HEADER.size + 12 * n_seq + 8 * n_entries
+        if code not in megatron.DTYPES or size not in (expected, expected + n_seq):
+            raise TokentapeError(
+                f"'{idx_file}': a Megatron index whose header does not match its size or "
+                f"dtype{keep}"
+            )
+        if n_seq == 0:
+            return 0
+        f.seek(megatron.HEADER.size + 4 * (n_seq - 1))
+        (length,) = np.frombuffer(f.read(4), dtype="<i4")
+        f.seek(megatron.HEADER.size + 4 * n_seq + 8 * (n_seq - 1))
+        (pointer,) = np.frombuffer(f.read(8), dtype="<i8")
+    return int(pointer) + int(length) * megatron.DTYPES[code].itemsize
+
+
+def _install_prefix(tmp: Path, out: Path, overwrite: bool) -> None:
+    """Move the complete ``TMP.bin``/``TMP.idx`` to ``OUT.bin``/``OUT.idx``.
+
+    The old ``.idx`` is first renamed aside, so at every moment a reader finds either the old
+    pair, no dataset (a ``.bin`` without ``.idx``: refused, never misread), or the new pair;
+    never a new ``.bin`` under an old ``.idx`` whose sizes happen to agree. An exception in the
+    middle (Ctrl-C) rolls back before the ``.bin`` is replaced and forward after it."""
+    _check_prefix_out(out, overwrite)  # again: the files may have changed while converting
+    bin_file, idx_file = megatron.bin_path(out), megatron.idx_path(out)
+    new_bin, new_idx = megatron.bin_path(tmp), megatron.idx_path(tmp)
+    aside = megatron.idx_path(_temp_path(out, TEMP_OLD))
+    try:
+        if os.path.lexists(idx_file):
+            os.rename(idx_file, aside)
+        os.replace(new_bin, bin_file)
+        os.replace(new_idx, idx_file)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            if os.path.lexists(new_bin):  # .bin not replaced yet: put the old .idx back
+                if os.path.lexists(aside) and not os.path.lexists(idx_file):
+                    os.rename(aside, idx_file)
+            elif os.path.lexists(new_idx):  # the new .bin is in: finish with its .idx
+                os.replace(new_idx, idx_file)
+            if not os.path.lexists(new_bin):
+                aside.unlink(missing_ok=True)
+        raise
+    aside.unlink(missing_ok=True)
+    fsync_dir(out.parent)
+
+
+# --- temporary names and I/O errors -----------------------------------------------------------
+
+TEMP_NEW = "convert"
+"""The new output being written."""
+TEMP_OLD = "old"
+"""An old output moved aside while the new one takes its place."""
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname()) or "host"
+
+
+def _temp_path(out: Path, kind: str) -> Path:
+    """A hidden name beside ``out``, unique to this host, process and call."""
+    tag = f"{_host()}-{os.getpid()}-{secrets.token_hex(4)}"
+    return out.parent / f".{out.name}.tokentape-{kind}-{tag}"
+
+
+def _temp_pattern(out_name: str) -> re.Pattern[str]:
+    """Names of the new outputs of ``out_name`` that converts on this host were writing: the
+    sibling store directory or prefix files, and the writer's own temporaries inside them.
+    The process id is group 1."""
+    stem = re.escape(f"{out_name}.tokentape-{TEMP_NEW}-{_host()}-")
+    return re.compile(rf"\.{{1,2}}{stem}(\d+)-[0-9a-f]{{8}}(?:\.bin|\.idx)?(?:\.tmp-[\w.-]+)?")
+
+
+def _remove_temps(parent: Path, tmp_name: str) -> None:
+    """Remove what this call wrote under its temporary name (files and a directory)."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(parent):
+            if name.startswith((tmp_name, f".{tmp_name}")):
+                _remove(parent / name)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
         path.unlink(missing_ok=True)
+
+
+def _remove_stale_temps(out: Path) -> None:
+    """Remove the temporaries a convert of the same output on this host left when it was
+    killed (its process no longer runs). A directory is removed only if it holds nothing but
+    store files. Anything else is left alone."""
+    if os.name != "posix":
+        return
+    pattern = _temp_pattern(out.name)
+    with contextlib.suppress(OSError):
+        for name in os.listdir(out.parent):
+            match = pattern.fullmatch(name)
+            if match is None or _running(int(match.group(1))):
+                continue
+            path = out.parent / name
+            if path.is_dir() and not path.is_symlink():
+                with contextlib.suppress(OSError):
+                    if not all(_is_store_name(n) for n in os.listdir(path)):
+                        continue
+            _remove(path)
+
+
+def _running(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # exists, owned by someone else
+    return True
+
+
+@contextlib.contextmanager
+def _output_errors(output: Path) -> Iterator[None]:
+    """Turn an ``OSError`` while writing the output (a full disk, a path through a file, no
+    permission) into one line naming the path: the one the error names, or ``output`` when it
+    names none or one of our temporary names."""
+    try:
+        yield
+    except OSError as exc:
+        path = exc.filename
+        if path is None or ".tokentape-" in os.path.basename(os.fspath(path)):
+            path = output
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        where = "" if os.fspath(path) == os.fspath(output) else f" (writing '{output}')"
+        raise TokentapeError(f"'{path}': {reason}{where}") from None
 
 
 @contextlib.contextmanager
@@ -208,42 +400,52 @@ def from_megatron(config: FromMegatron, show_progress: bool = True) -> ConvertSu
     if config.shard_mb <= 0:
         raise TokentapeError(f"--shard-mb must be positive, got {config.shard_mb}")
     shard_tokens = max(1, int(config.shard_mb * 2**20) // itemsize)
-    out = Path(config.out)
-    created = _prepare_out(out, config.overwrite)
-    writer = ShardWriter(out, dtype, shard_tokens)
-    bin_hash = hashlib.sha256()
+    out = _store_dir(config.out)
     total = src.n_tokens * src.dtype.itemsize
-    try:
-        with _progress(total, "convert", show_progress) as progress:
-            for first, stop in doc_chunks(src, CHUNK_TOKENS):
-                start, end, lengths = _span(src, first, stop)
-                tokens = src.tokens(start, end)
-                bin_hash.update(memoryview(np.ascontiguousarray(tokens)).cast("B"))
-                _check_ids(tokens, vocab, id_limit, start, config.prefix)
-                if config.append_eod:
-                    tokens = np.insert(tokens, np.cumsum(lengths), eod)
-                    lengths = lengths + 1
-                writer.add(tokens, lengths)
-                if progress is not None:
-                    progress((end - start) * src.dtype.itemsize)
-        shards = writer.finish()
-        n_tokens = sum(s.n_tokens for s in shards)
-        if n_tokens == 0:
-            raise TokentapeError(f"Megatron prefix '{config.prefix}': holds no tokens")
-        idx_sha = hashlib.sha256(megatron.idx_path(config.prefix).read_bytes()).hexdigest()
-        stored = src.tokenizer.stored_file()
-        if stored is not None:
-            write_atomic(out / stored[0], stored[1])
-        manifest = _manifest(config, src, dtype, shards, bin_hash.hexdigest(), idx_sha)
-        write_atomic(out / MANIFEST_NAME, manifest.to_json().encode())
-    except BaseException:
-        writer.abort()
-        _discard(out, created)
-        raise
+    with _output_errors(out):
+        _check_store_out(out, config.overwrite)
+        _remove_stale_temps(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = _temp_path(out, TEMP_NEW)
+        writer = None
+        try:
+            tmp.mkdir()
+            writer = ShardWriter(tmp, dtype, shard_tokens)
+            bin_hash = hashlib.sha256()
+            with _progress(total, "convert", show_progress) as progress:
+                for first, stop in doc_chunks(src, CHUNK_TOKENS):
+                    start, end, lengths = _span(src, first, stop)
+                    tokens = src.tokens(start, end)
+                    bin_hash.update(memoryview(np.ascontiguousarray(tokens)).cast("B"))
+                    _check_ids(tokens, vocab, id_limit, start, config.prefix)
+                    if config.append_eod:
+                        tokens = np.insert(tokens, np.cumsum(lengths), eod)
+                        lengths = lengths + 1
+                    writer.add(tokens, lengths)
+                    if progress is not None:
+                        progress((end - start) * src.dtype.itemsize)
+            shards = writer.finish()
+            writer = None
+            n_tokens = sum(s.n_tokens for s in shards)
+            if n_tokens == 0:
+                raise TokentapeError(f"Megatron prefix '{config.prefix}': holds no tokens")
+            idx_sha = _sha256_file(megatron.idx_path(config.prefix))
+            stored = src.tokenizer.stored_file()
+            if stored is not None:
+                write_atomic(tmp / stored[0], stored[1])
+            manifest = _manifest(config, src, dtype, shards, bin_hash.hexdigest(), idx_sha)
+            write_atomic(tmp / MANIFEST_NAME, manifest.to_json().encode())
+            _install_store(tmp, out, config.overwrite)
+        except BaseException:
+            if writer is not None:
+                with contextlib.suppress(OSError):
+                    writer.abort()
+            _remove_temps(out.parent, tmp.name)
+            raise
     return ConvertSummary(
         direction="from megatron",
         source=config.prefix,
-        out=str(out),
+        out=str(Path(config.out)),
         dtype=dtype,
         vocab_size=vocab,
         eod_id=eod,
@@ -253,6 +455,15 @@ def from_megatron(config: FromMegatron, show_progress: bool = True) -> ConvertSu
         seconds=time.monotonic() - started,
         content_hash=manifest.content_hash,
     )
+
+
+def _sha256_file(path: Path, chunk_bytes: int = 8 * 2**20) -> str:
+    """sha256 of a file, read a chunk at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(chunk_bytes):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _tokenizer(config: FromMegatron) -> Tokenizer | None:
@@ -280,34 +491,81 @@ def _check_ids(tokens: np.ndarray, vocab: int, limit: int, start: int, prefix: s
     raise TokentapeError(f"{where} has id {value}, which the store's dtype cannot hold")
 
 
-def _prepare_out(out: Path, overwrite: bool) -> bool:
-    """Check the output directory; clear a store there with ``overwrite``. Whether this
-    conversion creates it."""
-    if out.exists() and not out.is_dir():
-        raise TokentapeError(f"'{out}': exists and is not a directory")
-    if not out.exists():
-        out.mkdir(parents=True)
+_STORE_NAME = re.compile(
+    r"part-\d{5,}\.bin|part-\d{5,}\.idx\.npy|"
+    + "|".join(re.escape(n) for n in (MANIFEST_NAME, HF_STORED_NAME, TIKTOKEN_STORED_NAME))
+)
+"""The files of a tokentape store, by exact name."""
+
+
+def _is_store_name(name: str) -> bool:
+    """Whether ``name`` in a directory is one tokentape writes there: a store file, the
+    temporary name it is written under (``.NAME.tmp-…``), or ``tokentape tokenize``'s work
+    directory. Anything else (a Spark ``part-00000-….parquet``, a ``tokenizer_config.json``)
+    is not ours."""
+    if _STORE_NAME.fullmatch(name) or name == WORK_DIR:
         return True
+    temp = re.fullmatch(r"\.(.+?)\.tmp-[\w.-]+", name)
+    return temp is not None and _STORE_NAME.fullmatch(temp.group(1)) is not None
+
+
+def _store_dir(out: str) -> Path:
+    """The directory to replace for ``out``: absolute (``.`` has a name), a symbolic link's
+    target rather than the link."""
+    path = Path(os.path.abspath(out))
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
+    if not path.name:
+        raise TokentapeError(f"'{out}': a store cannot be written at the file system's root")
+    return path
+
+
+def _check_store_out(out: Path, overwrite: bool) -> None:
+    """Refuse an output that is a file, a directory holding anything not ours (even with
+    ``overwrite``), or one holding a store or part of one without ``overwrite``. Nothing is
+    removed here: an old store is replaced only once the new one is complete."""
+    if not os.path.lexists(out):
+        return
+    if not out.is_dir():
+        raise TokentapeError(f"'{out}': exists and is not a directory")
     names = sorted(os.listdir(out))
-    foreign = [n for n in names if not is_store_file(n)]
+    foreign = [n for n in names if not _is_store_name(n)]
     if foreign:
         raise TokentapeError(
             f"'{out}': not empty and not a tokentape store (found '{foreign[0]}'); choose a new "
             "or empty directory"
         )
-    if MANIFEST_NAME in names and not overwrite:
-        raise TokentapeError(f"'{out}': holds a store; pass --overwrite to replace it")
-    clear_out(out)
-    return False
+    if names and not overwrite:
+        if MANIFEST_NAME in names:
+            raise TokentapeError(f"'{out}': holds a store; pass --overwrite to replace it")
+        raise TokentapeError(
+            f"'{out}': holds an unfinished tokentape store (found '{names[0]}'); pass "
+            "--overwrite to replace it"
+        )
 
 
-def _discard(out: Path, created: bool) -> None:
-    if not out.exists():
+def _install_store(tmp: Path, out: Path, overwrite: bool) -> None:
+    """Put the complete store ``tmp`` at ``out``: an old directory there is renamed aside, the
+    new one renamed in, then the old one removed. An exception in the middle (Ctrl-C) puts the
+    old one back if the new one is not in yet."""
+    _check_store_out(out, overwrite)  # again: the directory may have changed while converting
+    if not os.path.lexists(out):
+        os.rename(tmp, out)
+        fsync_dir(out.parent)
         return
-    if created:
-        shutil.rmtree(out, ignore_errors=True)
-    else:
-        clear_out(out)
+    aside = _temp_path(out, TEMP_OLD)
+    try:
+        os.rename(out, aside)
+        os.rename(tmp, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            if os.path.lexists(tmp) and not os.path.lexists(out) and os.path.lexists(aside):
+                os.rename(aside, out)
+            elif not os.path.lexists(tmp):
+                shutil.rmtree(aside, ignore_errors=True)
+        raise
+    fsync_dir(out.parent)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _manifest(
@@ -395,7 +653,11 @@ examples:
       --vocab-size 50257 --eod-id 50256 --append-eod --json
 
 Both directions stream (a bounded number of tokens in memory), write under temporary names
-and rename when complete, and show a progress bar on a terminal. See docs/megatron.md.
+beside the output and rename when complete, and show a progress bar on a terminal. An existing
+output is replaced only with --overwrite, only once the new one is complete (an interrupted
+run leaves it as it was), and only if it is a tokentape store or a Megatron dataset: a
+directory holding other files, or an OUT_PREFIX.bin that its .idx does not describe, is
+refused. See docs/megatron.md.
 """
 
 

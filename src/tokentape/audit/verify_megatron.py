@@ -1,14 +1,19 @@
 """The checks ``tokentape verify`` runs on a Megatron prefix (``PREFIX.bin`` + ``PREFIX.idx``).
 
 - structure: the ``.idx`` header, sizes, counts, document index and back-to-back sequences;
-- bytes: full mode rehashes both files (sha256, ``.bin`` block hashes, token id range) and
-  compares them with the identity recorded in the prefix's sidecar, if there is one (a full
-  check that finds the bytes as recorded, or finds no record, writes the sidecar for the files
-  as they are now: the identity a plan would compute); ``--quick`` hashes the ``.idx`` and only
-  the chosen blocks of ``.bin`` (full rehash without a sidecar);
+- bytes: full mode rehashes both files (sha256, ``.bin`` block hashes, token id range, the id
+  every document ends with) and compares them with the identity recorded in the prefix's
+  sidecar, if there is one: the sidecar recorded for the files as they are now (their keys)
+  when there is one, else any (a stale one beside the data loses to a current one in the
+  cache). A full check that finds the bytes as recorded, or finds no record, writes the
+  sidecar for the files as they are now: the identity a plan would compute. ``--quick`` hashes
+  the ``.idx`` and only the chosen blocks of ``.bin`` (full rehash without a sidecar);
 - plans: the content hash each plan recorded for the source;
 - ids: no negative id, none at or above the vocabulary size, and every document ends with the
-  end-of-document id (when the vocabulary and EOD id are known: from a plan, or flags).
+  end-of-document id (when the vocabulary and EOD id are known: from a plan, or flags). The
+  end id found while hashing (full mode) or recorded by a current sidecar (``--quick``)
+  answers the last without a second read of ``.bin``; the document ends are read only when it
+  does not (to name the first offending document).
 
 The result is plain data (``MegatronCheck``); ``audit.verify`` turns it into its report.
 """
@@ -24,16 +29,18 @@ import numpy as np
 
 from tokentape.errors import TokentapeError
 from tokentape.store.megatron import (
+    DTYPES,
+    FileKeys,
     IdRange,
     MegatronIdentity,
     MegatronIndex,
+    PrefixFiles,
     bin_path,
     idx_path,
     read_index,
 )
 from tokentape.store.megatron_identity import (
     CHUNK_BYTES,
-    file_keys,
     hash_files,
     read_sidecar,
     write_sidecar,
@@ -58,25 +65,33 @@ class MegatronCheck:
     problems: list[Finding] = field(default_factory=list)
 
 
-def _quick_record(index: MegatronIndex, recorded: MegatronIdentity | None) -> bool:
+def _quick_record(itemsize: int, bin_bytes: int, recorded: MegatronIdentity | None) -> bool:
     """Whether the sidecar's block hashes can be spot-checked against this ``.bin``."""
     if recorded is None or recorded.block_bytes <= 0:
         return False
-    return (
-        recorded.block_bytes % index.dtype.itemsize == 0
-        and recorded.bin_bytes == index.n_tokens * index.dtype.itemsize
-    )
+    return recorded.block_bytes % itemsize == 0 and recorded.bin_bytes == bin_bytes
+
+
+def recorded_identity(prefix: Path, keys: FileKeys) -> tuple[MegatronIdentity | None, bool]:
+    """The identity a sidecar records for files with ``keys``, else any recorded one; and
+    whether it is the former (current)."""
+    current = read_sidecar(prefix, keys)
+    if current is not None:
+        return current, True
+    return read_sidecar(prefix, None), False
 
 
 def planned_bytes(prefix: Path, quick: bool, chooser: Chooser) -> int:
-    """Bytes of ``.bin`` a check reads (0 when the ``.idx`` cannot be read)."""
+    """Bytes of ``.bin`` a check reads (0 when the ``.idx`` header cannot be read)."""
     try:
-        index = read_index(prefix)
+        with PrefixFiles(prefix) as files:
+            _, code, _, _ = files.header()
+            keys = files.keys
     except TokentapeError:
         return 0
-    size = index.n_tokens * index.dtype.itemsize
-    recorded = read_sidecar(prefix, None)
-    if not quick or recorded is None or not _quick_record(index, recorded):
+    size = keys.bin.size
+    recorded, _ = recorded_identity(prefix, keys)
+    if not quick or recorded is None or not _quick_record(DTYPES[code].itemsize, size, recorded):
         return size
     bb = recorded.block_bytes
     return sum(min(bb, size - i * bb) for i in chooser(len(recorded.block_sha256)))
@@ -99,33 +114,54 @@ def check_megatron(
         expected = "a Megatron dataset tokentape can read"
         out.problems.append((str(idx_path(prefix)), "unreadable", expected, str(exc)))
         return out
+    assert index.keys is not None
     out.n_tokens, out.n_docs = index.n_tokens, index.n_docs
-    recorded = read_sidecar(prefix, None)
-    if quick and _quick_record(index, recorded):
+    recorded, current = recorded_identity(prefix, index.keys)
+    bin_bytes = index.n_tokens * index.dtype.itemsize
+    if quick and _quick_record(index.dtype.itemsize, bin_bytes, recorded):
         assert recorded is not None
         ids, content = _spot_check(index, recorded, chooser, progress, out), recorded.content_hash
+        if current:  # the whole range, recorded for these very files, with what was read
+            ids = _union(ids, (recorded.min_id, recorded.max_id))
+        end_id = recorded.end_id if current else None
     else:
-        keys = file_keys(prefix)
-        found = hash_files(index, progress)
+        try:
+            found = hash_files(index, progress)
+        except TokentapeError as exc:  # changed while being read
+            out.problems.append((str(bin_path(prefix)), "changed while verified", "", str(exc)))
+            return out
         out.bytes_hashed += found.bin_bytes
         out.blocks_total = out.blocks_checked = len(found.block_sha256)
+        bytes_differ = False
         if recorded is not None:
-            out.problems += _against_record(index, recorded, found)
-        if not out.problems and file_keys(prefix) == keys:
-            write_sidecar(prefix, found, keys)
-        ids, content = (found.min_id, found.max_id), found.content_hash
+            problems = _against_record(index, recorded, found)
+            bytes_differ = any("sha256" in what for _, what, _, _ in problems)
+            out.problems += problems
+        if not bytes_differ:  # as recorded (derived fields corrected), or first recorded
+            write_sidecar(prefix, found, index.keys, taken_ns=index.taken_ns)
+        ids, content, end_id = (found.min_id, found.max_id), found.content_hash, found.end_id
     for plan, source, expected in plan_hashes:
         if expected != content:
             out.problems.append((plan, f"source '{source}' content_hash", expected, content))
     out.problems += _id_problems(index, ids, vocab_size)
     if eod_id is not None:
-        out.problems += _eod_problems(index, eod_id)
+        out.problems += _eod_problems(index, eod_id, end_id)
     return out
+
+
+def _union(a: tuple[int | None, int | None], b: tuple[int | None, int | None]) -> tuple:
+    """The id range covering both (None: no ids)."""
+    lows = [x for x in (a[0], b[0]) if x is not None]
+    highs = [x for x in (a[1], b[1]) if x is not None]
+    return (min(lows) if lows else None, max(highs) if highs else None)
 
 
 def _against_record(
     index: MegatronIndex, recorded: MegatronIdentity, found: MegatronIdentity
 ) -> list[Finding]:
+    """The recorded identity against the one just computed: both sha256 (and, for ``.bin``, the
+    blocks that differ); with the bytes as recorded, the fields derived from them (id range,
+    end id), which an open trusts."""
     data, meta = str(bin_path(index.prefix)), str(idx_path(index.prefix))
     problems = []
     if found.idx_sha256 != recorded.idx_sha256:
@@ -139,6 +175,12 @@ def _against_record(
                 for i, (want, got) in enumerate(pairs)
                 if want != got
             ]
+    if problems:
+        return problems
+    for name in ("min_id", "max_id", "end_id"):
+        want, got = getattr(recorded, name), getattr(found, name)
+        if want != got and not (name == "end_id" and want is None):  # None: no claim
+            problems.append((data, f"{name} mismatch (sidecar)", str(want), str(got)))
     return problems
 
 
@@ -189,8 +231,10 @@ def _id_problems(
     return problems
 
 
-def _eod_problems(index: MegatronIndex, eod_id: int) -> list[Finding]:
-    if not index.n_docs:
+def _eod_problems(index: MegatronIndex, eod_id: int, end_id: int | None) -> list[Finding]:
+    """Every document ends with ``eod_id``: known when ``end_id`` (the id every document ends
+    with, if one) is it; otherwise the document ends are read to name the first offender."""
+    if not index.n_docs or end_id == eod_id:
         return []
     tokens = (
         np.memmap(bin_path(index.prefix), dtype=index.dtype, mode="r", shape=(index.n_tokens,))

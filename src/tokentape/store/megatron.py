@@ -15,8 +15,10 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -98,8 +100,86 @@ def content_hash(dtype: str, n_tokens: int, n_docs: int, bin_sha256: str, idx_sh
 
 
 @dataclass(frozen=True)
+class FileKey:
+    """What stands for a file's bytes without reading them: its size, ``mtime_ns`` and
+    ``ctime_ns``. Every write changes the ctime, and nothing but the clock sets it (``utime``
+    restores the mtime, not the ctime), so an in-place rewrite with the mtime put back still
+    shows. The inode and device numbers are left out: a file system mounted on many machines
+    (FUSE, some network file systems) may number one file differently on each."""
+
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> FileKey:
+        return cls(st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+@dataclass(frozen=True)
+class FileKeys:
+    """The keys of a prefix's two files."""
+
+    bin: FileKey
+    idx: FileKey
+
+
+class PrefixFiles:
+    """``PREFIX.bin`` and ``PREFIX.idx`` opened for reading, their keys taken from the open
+    descriptors (``fstat``) at ``taken_ns``: what is then read through them is what the keys
+    describe, even if another file is renamed onto the path meanwhile."""
+
+    def __init__(self, prefix: str | os.PathLike[str]) -> None:
+        self.prefix = Path(prefix)
+        self._open: list[BinaryIO] = []
+        try:
+            self.idx = self._file(idx_path(prefix))
+            self.bin = self._file(bin_path(prefix))
+        except BaseException:
+            self.close()
+            raise
+        self.taken_ns = time.time_ns()  # no later than the fstat: see megatron_identity.racy
+        self.keys = FileKeys(FileKey.of(os.fstat(self.bin.fileno())), self.idx_key())
+
+    def _file(self, path: Path) -> BinaryIO:
+        try:
+            f = open(path, "rb")  # noqa: SIM115 - closed in close()
+        except FileNotFoundError:
+            raise TokentapeError(
+                f"{path}: no such file (a Megatron prefix needs .bin and .idx)"
+            ) from None
+        except OSError as exc:
+            raise TokentapeError(f"{path}: cannot read ({exc.strerror})") from None
+        self._open.append(f)
+        return f
+
+    def idx_key(self) -> FileKey:
+        return FileKey.of(os.fstat(self.idx.fileno()))
+
+    def now(self) -> FileKeys:
+        """The keys of the open files as they are now (``fstat`` again)."""
+        return FileKeys(FileKey.of(os.fstat(self.bin.fileno())), self.idx_key())
+
+    def header(self) -> tuple[int, int, int, int]:
+        """(idx file size, dtype code, sequence count, document-index entries), each checked."""
+        head = os.pread(self.idx.fileno(), HEADER.size, 0)
+        return parse_header(idx_path(self.prefix), self.keys.idx.size, head)
+
+    def close(self) -> None:
+        for f in self._open:
+            f.close()
+
+    def __enter__(self) -> PrefixFiles:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass(frozen=True)
 class MegatronIndex:
-    """A validated ``.idx``: its arrays are read-only memory-mapped views of the file."""
+    """A validated ``.idx``: its arrays are read-only memory-mapped views of the file; ``keys``
+    are the two files' keys when they were opened (at ``taken_ns``)."""
 
     prefix: Path
     code: int
@@ -108,6 +188,8 @@ class MegatronIndex:
     document_indices: np.ndarray  # int64: first sequence of each document, then the count
     n_tokens: int
     idx_bytes: int
+    keys: FileKeys | None = None
+    taken_ns: int = 0
 
     @property
     def dtype(self) -> np.dtype:
@@ -137,10 +219,10 @@ class MegatronIndex:
         return np.where(inside, starts, self.n_tokens).astype(np.int64)
 
 
-def _view(path: Path, dtype: str, offset: int, count: int) -> np.ndarray:
+def _view(file: BinaryIO, dtype: str, offset: int, count: int) -> np.ndarray:
     if count == 0:
         return np.zeros(0, dtype=dtype)
-    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(count,))
+    return np.memmap(file, dtype=dtype, mode="r", offset=offset, shape=(count,))
 
 
 def _first(mask: np.ndarray) -> int:
@@ -159,11 +241,16 @@ def read_header(path: Path) -> tuple[int, int, int, int]:
         ) from None
     except OSError as exc:
         raise TokentapeError(f"{path}: cannot read ({exc.strerror})") from None
+    return parse_header(path, size, head)
+
+
+def parse_header(path: Path, size: int, head: bytes) -> tuple[int, int, int, int]:
+    """The checked header of the ``.idx`` at ``path`` (``size`` bytes, starting with ``head``)."""
     if len(head) >= len(MAGIC) and head[: len(MAGIC)] != MAGIC:
         raise TokentapeError(
             f"{path}: not a Megatron index: starts with {head[: len(MAGIC)]!r}, expected {MAGIC!r}"
         )
-    if size < HEADER.size:
+    if size < HEADER.size or len(head) < HEADER.size:
         raise TokentapeError(
             f"{path}: truncated: {size} bytes, shorter than the {HEADER.size}-byte header"
         )
@@ -187,11 +274,22 @@ def read_header(path: Path) -> tuple[int, int, int, int]:
     return size, code, n_seq, n_doc_entries
 
 
-def read_index(prefix: str | os.PathLike[str]) -> MegatronIndex:
+def read_index(
+    prefix: str | os.PathLike[str], files: PrefixFiles | None = None, n_tokens: int | None = None
+) -> MegatronIndex:
     """Parse and validate ``PREFIX.idx`` against ``PREFIX.bin`` (header, sizes, counts, the
-    document index, and that the sequences lie back to back in ``.bin``)."""
+    document index, and that the sequences lie back to back in ``.bin``), read through
+    ``files`` (opened here when None).
+
+    ``n_tokens``: the token count of a current identity, whose sha256 of the ``.idx`` covers
+    an index that was checked in full when it was recorded. The header, the sizes and the ends
+    of the document index are checked as ever, but the O(sequences) scan of the arrays is
+    skipped."""
+    if files is None:
+        with PrefixFiles(prefix) as opened:
+            return read_index(prefix, opened, n_tokens)
     path, data = idx_path(prefix), bin_path(prefix)
-    size, code, n_seq, n_entries = read_header(path)
+    size, code, n_seq, n_entries = files.header()
     expected = HEADER.size + 12 * n_seq + 8 * n_entries
     counts = f"{n_seq} sequences and {n_entries - 1} documents"
     if size < expected:
@@ -209,28 +307,27 @@ def read_index(prefix: str | os.PathLike[str]) -> MegatronIndex:
             f"{path}: {size} bytes, {counts} need {expected}; the counts in the header do not "
             "match the file"
         )
-    lengths = _view(path, "<i4", HEADER.size, n_seq)
-    pointers = _view(path, "<i8", HEADER.size + 4 * n_seq, n_seq)
-    docs = _view(path, "<i8", HEADER.size + 12 * n_seq, n_entries)
+    lengths = _view(files.idx, "<i4", HEADER.size, n_seq)
+    pointers = _view(files.idx, "<i8", HEADER.size + 4 * n_seq, n_seq)
+    docs = _view(files.idx, "<i8", HEADER.size + 12 * n_seq, n_entries)
     itemsize = DTYPES[code].itemsize
-    _check_documents(path, docs, n_seq)
-    n_tokens = _check_sequences(path, lengths, pointers, itemsize)
-    try:
-        found = data.stat().st_size
-    except FileNotFoundError:
-        raise TokentapeError(
-            f"{data}: no such file (a Megatron prefix needs .bin and .idx)"
-        ) from None
+    _check_document_ends(path, docs, n_seq)
+    if n_tokens is None:
+        _check_documents(path, docs)
+        n_tokens = _check_sequences(path, lengths, pointers, itemsize)
+    found = files.keys.bin.size
     if found != n_tokens * itemsize:
         what = "truncated" if found < n_tokens * itemsize else "longer than its index says"
         raise TokentapeError(
             f"{data}: {what}: {found} bytes, the index says {n_tokens} tokens of "
             f"{DTYPE_NAMES[code]} = {n_tokens * itemsize} bytes"
         )
-    return MegatronIndex(Path(prefix), code, lengths, pointers, docs, n_tokens, size)
+    return MegatronIndex(
+        Path(prefix), code, lengths, pointers, docs, n_tokens, size, files.keys, files.taken_ns
+    )
 
 
-def _check_documents(path: Path, docs: np.ndarray, n_seq: int) -> None:
+def _check_document_ends(path: Path, docs: np.ndarray, n_seq: int) -> None:
     if int(docs[0]) != 0:
         raise TokentapeError(f"{path}: the document index starts at {int(docs[0])}, expected 0")
     if int(docs[-1]) != n_seq:
@@ -238,6 +335,9 @@ def _check_documents(path: Path, docs: np.ndarray, n_seq: int) -> None:
             f"{path}: the document index ends at sequence {int(docs[-1])}, but the header "
             f"counts {n_seq} sequences"
         )
+
+
+def _check_documents(path: Path, docs: np.ndarray) -> None:
     for lo in range(0, len(docs) - 1, CHUNK):
         chunk = np.asarray(docs[lo : lo + CHUNK + 1])
         down = np.diff(chunk) < 0

@@ -1,27 +1,39 @@
-"""The identity of a Megatron prefix, computed once and cached beside it.
+"""The identity of a Megatron prefix, computed once and recorded where readers find it.
 
 A Megatron source's content hash covers every byte of ``PREFIX.bin`` and ``PREFIX.idx``.
-Hashing a multi-GB ``.bin`` whenever a plan is resolved or a loader starts would be slow, so the
-identity (``MegatronIdentity``: both sha256, the ``.bin`` block hashes, the smallest and largest
-token id, the content hash, and the id every document ends with) is written once to a sidecar
-file together with the size, ``mtime_ns`` and inode of both files. It is reused only while all
-of those are unchanged; otherwise the files are hashed again (with a progress bar on a
-terminal). The cache saves time and nothing else: the identity is the same function of the
-bytes either way.
+Hashing a multi-TB ``.bin`` whenever a plan is resolved or a loader starts would be slow (and
+a thousand ranks would read it a thousand times), so the identity (``MegatronIdentity``: both
+sha256, the ``.bin`` block hashes, the smallest and largest token id, the content hash, and the
+id every document ends with) is computed once, by ``tokentape plan``, ``tokentape verify`` or
+``tokentape convert``, and recorded with the *keys* of both files (``FileKey``: size,
+``mtime_ns``, ``ctime_ns``):
+
+- in a sidecar file, ``PREFIX.tokentape.json``, or where the data's directory is read-only in
+  ``$TOKENTAPE_CACHE_DIR`` (default ``$XDG_CACHE_HOME/tokentape``, else
+  ``~/.cache/tokentape``), named after a hash of the prefix's resolved path;
+- in the plan (``PLAN.json``, ``MegatronRecord``), so a loader on any node needs no sidecar.
+
+A record is used only while both files' keys are what it recorded; the ctime changes with every
+write and cannot be set back, so an in-place rewrite that restores the mtime (``rsync
+--inplace -t``) is seen (so is a ``chmod`` or a rename: the next identify hashes again). A copy
+has new ctimes: a copied dataset is identified anew. The record saves time and nothing else:
+the identity is the same function of the bytes either way. Readers that must not hash (the
+loader, on every rank) refuse a prefix without a current record instead (``no_identity``).
+
+The keys are taken from the open files (``fstat``) before their bytes are read, and hashing
+reads through descriptors whose keys are checked against them before and after, so bytes
+renamed onto the path meanwhile are never recorded under the old keys.
+
+File timestamps are coarse (a clock tick of a few milliseconds, a second on some file
+systems), so a file written again within the tick its keys were taken in would keep them: an
+identity is not recorded while either file was modified or changed less than
+``RACY_SECONDS`` before its keys were taken (the next identify hashes again), except by the
+writer that has just produced the bytes itself (``tokentape convert``).
 
 The end id lets an open check the end-of-document id without reading a page of ``.bin`` per
 document: it is found while hashing (the last token of each document, as the chunks stream
 past). A sidecar written before it was recorded lacks it; the open then checks the document
 ends itself and adds the id to the sidecar (``record_end_id``).
-
-File timestamps are coarse (a clock tick of a few milliseconds), so a file written again within
-the tick it was hashed in would keep its ``mtime_ns``: an identity is not cached while either
-file was modified less than ``RACY_SECONDS`` ago (the next open hashes again), except by the
-writer that has just produced the bytes itself (``tokentape convert``).
-
-The sidecar is ``PREFIX.tokentape.json``; where the data's directory is read-only it goes to
-``$TOKENTAPE_CACHE_DIR`` (default ``$XDG_CACHE_HOME/tokentape``, else
-``~/.cache/tokentape``), named after a hash of the prefix's absolute path.
 """
 
 from __future__ import annotations
@@ -32,7 +44,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,10 +56,15 @@ from tokentape.store.format import DEFAULT_BLOCK_BYTES
 from tokentape.store.megatron import (
     CHUNK,
     DTYPE_NAMES,
+    DTYPES,
+    INTEGER_CODES,
     EndIds,
+    FileKey,
+    FileKeys,
     IdRange,
     MegatronIdentity,
     MegatronIndex,
+    PrefixFiles,
     bin_path,
     content_hash,
     idx_path,
@@ -57,9 +74,12 @@ from tokentape.tokenize.progress import bytes_progress
 
 SIDECAR_SUFFIX = ".tokentape.json"
 SIDECAR_FORMAT = "tokentape.megatron-identity"
-SIDECAR_VERSION = 1
+SIDECAR_VERSION = 2
+"""2: files keyed by size, mtime_ns and ctime_ns. A version 1 sidecar (size, mtime_ns, inode:
+blind to a rewrite with the mtime restored) is never current; ``verify`` still compares with
+it."""
 RACY_SECONDS = 2.0
-"""Files modified more recently than this are not cached (see the module docstring)."""
+"""Files modified this little before their keys were taken are not recorded (see above)."""
 CHUNK_BYTES = 8 * 2**20
 """Bytes read (and hashed) at a time."""
 
@@ -67,15 +87,102 @@ Progress = Callable[[int], None]
 """Called with the bytes just read."""
 
 
-def file_key(path: Path) -> dict[str, int]:
-    """What must not change for a cached identity to stand: size, mtime_ns and inode (not the
-    device number, which differs between machines mounting one shared file system)."""
-    st = path.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino}
+# --- file keys ------------------------------------------------------------------------------
 
 
-def file_keys(prefix: Path) -> dict[str, dict[str, int]]:
-    return {"bin": file_key(bin_path(prefix)), "idx": file_key(idx_path(prefix))}
+def file_key(path: Path) -> FileKey:
+    return FileKey.of(path.stat())
+
+
+def file_keys(prefix: Path) -> FileKeys:
+    """The keys of both files, by path (``PrefixFiles`` takes them from open files)."""
+    return FileKeys(file_key(bin_path(prefix)), file_key(idx_path(prefix)))
+
+
+def _is_int(value: Any) -> bool:
+    return type(value) is int
+
+
+def keys_from_json(data: Any) -> FileKeys | None:
+    """``FileKeys`` from their JSON form (``asdict``), or None when malformed."""
+    names = {f.name for f in fields(FileKey)}
+    if not isinstance(data, dict) or set(data) != {"bin", "idx"}:
+        return None
+    keys = []
+    for part in (data["bin"], data["idx"]):
+        if not isinstance(part, dict) or set(part) != names:
+            return None
+        if not all(_is_int(v) and v >= 0 for v in part.values()):
+            return None
+        keys.append(FileKey(**part))
+    return FileKeys(*keys)
+
+
+def racy(keys: FileKeys, taken_ns: int) -> bool:
+    """Whether a file was modified or changed too shortly before its keys were taken (at
+    ``taken_ns``) for its timestamps to show a later write."""
+    limit = taken_ns - int(RACY_SECONDS * 1e9)
+    return any(max(k.mtime_ns, k.ctime_ns) > limit for k in (keys.bin, keys.idx))
+
+
+# --- identities as JSON -----------------------------------------------------------------------
+
+_COUNTS = ("n_tokens", "n_docs", "n_sequences", "bin_bytes", "idx_bytes", "block_bytes")
+_DIGESTS = ("bin_sha256", "idx_sha256")
+_IDS = ("min_id", "max_id", "end_id")
+
+
+def _is_digest(value: Any) -> bool:
+    return (
+        isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+    )
+
+
+def identity_to_json(identity: MegatronIdentity) -> dict[str, Any]:
+    return asdict(identity) | {"block_sha256": list(identity.block_sha256)}
+
+
+def identity_from_json(data: Any) -> MegatronIdentity | None:
+    """The identity recorded in a sidecar (or a plan), or None unless every field has its type
+    and they agree with each other (sizes, block count, id range, content hash): a malformed
+    record counts as absent."""
+    names = {f.name for f in fields(MegatronIdentity)}
+    if not isinstance(data, dict) or not names - {"end_id"} <= set(data) <= names:
+        return None
+    if not all(_is_int(data[k]) and data[k] >= 0 for k in _COUNTS):
+        return None
+    if not all(_is_digest(data[k]) for k in _DIGESTS):
+        return None
+    if not all(data.get(k) is None or _is_int(data[k]) for k in _IDS):
+        return None
+    blocks = data["block_sha256"]
+    if not isinstance(blocks, list | tuple) or not all(_is_digest(b) for b in blocks):
+        return None
+    if not isinstance(data["dtype"], str) or not isinstance(data["content_hash"], str):
+        return None
+    identity = MegatronIdentity(**data | {"block_sha256": tuple(blocks)})
+    if not _consistent(identity):
+        return None
+    recomputed = content_hash(
+        identity.dtype, identity.n_tokens, identity.n_docs, identity.bin_sha256, identity.idx_sha256
+    )
+    return identity if recomputed == identity.content_hash else None
+
+
+def _consistent(identity: MegatronIdentity) -> bool:
+    code = next((c for c in INTEGER_CODES if DTYPE_NAMES[c] == identity.dtype), None)
+    if code is None or identity.bin_bytes != identity.n_tokens * DTYPES[code].itemsize:
+        return False
+    bb, n_blocks = identity.block_bytes, len(identity.block_sha256)
+    if (bb == 0 and n_blocks) or (bb and n_blocks != -(-identity.bin_bytes // bb)):
+        return False  # block_bytes 0, no blocks: an identity from a plan
+    lo, hi = identity.min_id, identity.max_id
+    if (lo is None) != (hi is None) or (lo is None) != (identity.n_tokens == 0):
+        return False
+    return lo is None or hi is None or lo <= hi
+
+
+# --- sidecars ---------------------------------------------------------------------------------
 
 
 def cache_dir() -> Path:
@@ -87,71 +194,68 @@ def cache_dir() -> Path:
 
 
 def sidecar_paths(prefix: Path) -> list[Path]:
-    """Where a prefix's sidecar may be, in the order looked at: beside it, then the cache."""
-    absolute = os.path.abspath(prefix)
-    name = "megatron-" + hashlib.sha256(absolute.encode()).hexdigest()[:24] + ".json"
-    return [Path(absolute + SIDECAR_SUFFIX), cache_dir() / name]
+    """Where a prefix's sidecar may be, in the order looked at: beside it, then the cache
+    (named after the resolved path: a plan and a loader reaching the data through different
+    symbolic links find the same file)."""
+    resolved = str(Path(prefix).resolve())
+    name = "megatron-" + hashlib.sha256(resolved.encode()).hexdigest()[:24] + ".json"
+    return [Path(resolved + SIDECAR_SUFFIX), cache_dir() / name]
 
 
-def identity_to_json(identity: MegatronIdentity) -> dict[str, Any]:
-    return asdict(identity) | {"block_sha256": list(identity.block_sha256)}
-
-
-def identity_from_json(data: Any) -> MegatronIdentity | None:
-    """The identity recorded in a sidecar, or None when it is not a well-formed record."""
-    if not isinstance(data, dict):
-        return None
-    try:
-        identity = MegatronIdentity(**data | {"block_sha256": tuple(data["block_sha256"])})
-    except (TypeError, KeyError):
-        return None
-    if identity.end_id is not None and type(identity.end_id) is not int:
-        return None
-    recomputed = content_hash(
-        identity.dtype, identity.n_tokens, identity.n_docs, identity.bin_sha256, identity.idx_sha256
-    )
-    return identity if recomputed == identity.content_hash else None
-
-
-def read_sidecar(prefix: Path, keys: dict[str, dict[str, int]] | None) -> MegatronIdentity | None:
-    """The cached identity of ``prefix`` if a sidecar records it for files with ``keys`` (any
-    recorded identity when ``keys`` is None: what ``verify`` checks the files against)."""
+def read_sidecars(prefix: Path) -> list[tuple[FileKeys | None, MegatronIdentity]]:
+    """Every well-formed sidecar of ``prefix``, in the order looked at: the files' keys it was
+    recorded for (None for a version 1 sidecar: never current) and the identity."""
+    found = []
     for path in sidecar_paths(prefix):
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
             continue
         if not isinstance(data, dict) or data.get("format") != SIDECAR_FORMAT:
             continue
-        if data.get("version") != SIDECAR_VERSION:
-            continue
-        if keys is not None and data.get("files") != keys:
+        version = data.get("version")
+        if not _is_int(version) or version not in (1, SIDECAR_VERSION):
             continue
         identity = identity_from_json(data.get("identity"))
-        if identity is not None:
+        if identity is None:
+            continue
+        keys = None  # version 1: its keys are never current
+        if version == SIDECAR_VERSION:
+            keys = keys_from_json(data.get("files"))
+            if keys is None:
+                continue
+        found.append((keys, identity))
+    return found
+
+
+def read_sidecar(prefix: Path, keys: FileKeys | None) -> MegatronIdentity | None:
+    """The identity a sidecar records for files with ``keys``; with ``keys`` None, the first
+    recorded identity (what ``verify`` checks files without a current record against)."""
+    for recorded, identity in read_sidecars(prefix):
+        if keys is None or recorded == keys:
             return identity
     return None
 
 
-def racy(keys: dict[str, dict[str, int]]) -> bool:
-    """Whether a file was modified too recently for its timestamp to tell a later change."""
-    now = time.time_ns()
-    return any(k["mtime_ns"] > now - RACY_SECONDS * 1e9 for k in keys.values())
-
-
 def write_sidecar(
-    prefix: Path, identity: MegatronIdentity, keys: dict[str, dict[str, int]], writer: bool = False
+    prefix: Path,
+    identity: MegatronIdentity,
+    keys: FileKeys,
+    writer: bool = False,
+    taken_ns: int | None = None,
 ) -> Path | None:
-    """Cache ``identity`` beside the prefix, else in the cache directory; where it went (None
-    when neither place is writable, or when the files are too recent to cache unless
-    ``writer``, who produced the bytes itself: the identity is then recomputed next time)."""
-    if not writer and racy(keys):
+    """Cache ``identity`` for files with ``keys`` (taken at ``taken_ns``; None: now) beside the
+    prefix, else in the cache directory; where it went (None when neither place is writable,
+    or when the files are too recent to record unless ``writer``, who produced the bytes
+    itself: the identity is then recomputed next time)."""
+    taken = time.time_ns() if taken_ns is None else taken_ns
+    if not writer and racy(keys, taken):
         return None
     data = {
         "format": SIDECAR_FORMAT,
         "version": SIDECAR_VERSION,
-        "prefix": os.path.abspath(prefix),
-        "files": keys,
+        "prefix": str(Path(prefix).resolve()),
+        "files": asdict(keys),
         "identity": identity_to_json(identity),
     }
     text = (json.dumps(data, indent=2) + "\n").encode()
@@ -165,18 +269,100 @@ def write_sidecar(
     return None
 
 
+# --- plan records -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MegatronRecord:
+    """What a plan records of a Megatron source (``PLAN.json``, per source): both files' keys
+    when the plan identified it and the parts of its identity an open needs (the dtype, token
+    count and content hash are the plan source's own fields). A loader whose files still have
+    these keys takes the identity from here: no sidecar, no hashing, no scan of the ``.idx``.
+    The block hashes (for ``verify --quick``) stay in the sidecar."""
+
+    files: FileKeys
+    n_docs: int
+    n_sequences: int
+    bin_sha256: str
+    idx_sha256: str
+    min_id: int | None
+    max_id: int | None
+    end_id: int | None
+
+    @classmethod
+    def of(cls, keys: FileKeys, identity: MegatronIdentity) -> MegatronRecord:
+        return cls(
+            files=keys,
+            n_docs=identity.n_docs,
+            n_sequences=identity.n_sequences,
+            bin_sha256=identity.bin_sha256,
+            idx_sha256=identity.idx_sha256,
+            min_id=identity.min_id,
+            max_id=identity.max_id,
+            end_id=identity.end_id,
+        )
+
+    @classmethod
+    def from_json(cls, data: Any) -> MegatronRecord | None:
+        """The record of a ``PLAN.json``, or None when malformed."""
+        names = {f.name for f in fields(cls)}
+        if not isinstance(data, dict) or set(data) != names:
+            return None
+        keys = keys_from_json(data["files"])
+        counts_ok = all(_is_int(data[k]) and data[k] >= 0 for k in ("n_docs", "n_sequences"))
+        ids_ok = all(data[k] is None or _is_int(data[k]) for k in _IDS)
+        if keys is None or not counts_ok or not ids_ok:
+            return None
+        if not all(_is_digest(data[k]) for k in _DIGESTS):
+            return None
+        return cls(**data | {"files": keys})
+
+    def identity(self, dtype: str, n_tokens: int, content: str) -> MegatronIdentity | None:
+        """The identity this record and the plan's fields make (no block hashes), or None when
+        they disagree (the content hash does not follow from them: edited by hand?)."""
+        data = {
+            "dtype": dtype,
+            "n_tokens": n_tokens,
+            "n_docs": self.n_docs,
+            "n_sequences": self.n_sequences,
+            "bin_bytes": self.files.bin.size,
+            "idx_bytes": self.files.idx.size,
+            "bin_sha256": self.bin_sha256,
+            "idx_sha256": self.idx_sha256,
+            "block_bytes": 0,
+            "block_sha256": [],
+            "min_id": self.min_id,
+            "max_id": self.max_id,
+            "content_hash": content,
+            "end_id": self.end_id,
+        }
+        return identity_from_json(data)
+
+
+# --- hashing ----------------------------------------------------------------------------------
+
+
+def _changed(prefix: Path, when: str) -> TokentapeError:
+    return TokentapeError(
+        f"{prefix}: .bin or .idx changed {when}; try again once the files are complete"
+    )
+
+
 def hash_files(
     index: MegatronIndex, progress: Progress | None = None, block_bytes: int = DEFAULT_BLOCK_BYTES
 ) -> MegatronIdentity:
     """Read both files once: sha256 of each, ``.bin`` block hashes, the id range and the id
-    every document ends with."""
+    every document ends with. Read through open files whose keys must be the index's (the
+    files it was read from) before and after: bytes that changed meanwhile are refused."""
     hasher, ids, ends = BlockHasher(block_bytes), IdRange(), _DocumentEnds(index)
     buf = bytearray(CHUNK_BYTES - CHUNK_BYTES % index.dtype.itemsize)
     view = memoryview(buf)
-    path = bin_path(index.prefix)
     first = 0  # token offset of the chunk
-    with open(path, "rb") as f:
-        while n := f.readinto(buf):
+    idx = hashlib.sha256()
+    with PrefixFiles(index.prefix) as files:
+        if index.keys is not None and files.keys != index.keys:
+            raise _changed(index.prefix, "since it was opened")
+        while n := files.bin.readinto(buf):
             hasher.update(view[:n])
             tokens = _as_tokens(view[:n], index)
             ids.update(tokens)
@@ -184,11 +370,11 @@ def hash_files(
             first += len(tokens)
             if progress is not None:
                 progress(n)
-    bin_sha, blocks = hasher.finish()
-    idx = hashlib.sha256()
-    with open(idx_path(index.prefix), "rb") as f:
-        while chunk := f.read(CHUNK_BYTES):
+        while chunk := files.idx.read(CHUNK_BYTES):
             idx.update(chunk)
+        if files.now() != files.keys:
+            raise _changed(index.prefix, "while it was being hashed")
+    bin_sha, blocks = hasher.finish()
     name = DTYPE_NAMES[index.code]
     return MegatronIdentity(
         dtype=name,
@@ -266,43 +452,77 @@ class _DocumentEnds:
         return self.ends.value
 
 
+def fits(identity: MegatronIdentity, header: tuple[int, int, int, int], keys: FileKeys) -> bool:
+    """Whether ``identity`` can be that of files with this ``.idx`` header and these keys."""
+    size, code, n_seq, n_entries = header
+    return (
+        identity.dtype == DTYPE_NAMES[code]
+        and (identity.n_sequences, identity.n_docs) == (n_seq, n_entries - 1)
+        and (identity.idx_bytes, identity.bin_bytes) == (size, keys.bin.size)
+    )
+
+
+PLAN = "plan"
+SIDECAR = "sidecar"
+
+
 def current_identity(
-    index: MegatronIndex,
-) -> tuple[MegatronIdentity | None, dict[str, dict[str, int]]]:
-    """The identity a sidecar records for the files as they are now (``None`` if none does),
-    read without hashing; and the files' keys it was looked up with."""
-    keys = file_keys(index.prefix)
-    cached = read_sidecar(index.prefix, keys)
-    if cached is None or (cached.n_tokens, cached.n_docs) != (index.n_tokens, index.n_docs):
-        return None, keys
-    return cached, keys
+    files: PrefixFiles, planned: tuple[FileKeys, MegatronIdentity] | None = None
+) -> tuple[MegatronIdentity | None, str | None]:
+    """The identity recorded for the open ``files`` as they are (their keys): the plan's
+    (``planned``: the keys and identity a plan recorded) when its keys match, else a current
+    sidecar's; and where it came from (``PLAN``, ``SIDECAR``). (None, None) when neither is
+    current. Reads no ``.bin`` and hashes nothing."""
+    header = files.header()
+    if planned is not None and planned[0] == files.keys and fits(planned[1], header, files.keys):
+        return planned[1], PLAN
+    cached = read_sidecar(files.prefix, files.keys)
+    if cached is not None and fits(cached, header, files.keys):
+        return cached, SIDECAR
+    return None, None
 
 
-def record_end_id(
-    index: MegatronIndex, identity: MegatronIdentity, keys: dict[str, dict[str, int]], end_id: int
-) -> None:
-    """Add ``end_id`` (every document ends with it: checked by the caller on the files with
-    ``keys``) to the cached ``identity`` if it lacks it (a sidecar written before the end id was
-    recorded) and the files are still unchanged."""
-    if identity.end_id != end_id and file_keys(index.prefix) == keys:
-        write_sidecar(index.prefix, replace(identity, end_id=end_id), keys)
+def no_identity(prefix: Path, planned: bool) -> TokentapeError:
+    """Why a reader that must not hash (a training rank) cannot open ``prefix``, and what to
+    run once instead."""
+    why = (
+        "its .bin or .idx changed (written, copied, touched or chmod-ed) since the plan "
+        "recorded them, and no sidecar matches them"
+        if planned
+        else "the plan recorded none, and no sidecar matches its files"
+    )
+    return TokentapeError(
+        f"Megatron prefix '{prefix}' has no current identity: {why}; hashing it here would "
+        f"read all of it on every rank: run `tokentape verify {prefix}` (or `tokentape plan`) "
+        "once where it can record one, or set TOKENTAPE_CACHE_DIR to a directory shared by "
+        "all nodes"
+    )
+
+
+def record_end_id(index: MegatronIndex, identity: MegatronIdentity, end_id: int) -> None:
+    """Add ``end_id`` (every document ends with it: checked by the caller on the files of
+    ``index``) to the cached ``identity`` if it lacks it (a sidecar written before the end id
+    was recorded) and the files are still unchanged."""
+    if (
+        identity.end_id != end_id
+        and index.keys is not None
+        and file_keys(index.prefix) == index.keys
+    ):
+        write_sidecar(
+            index.prefix, replace(identity, end_id=end_id), index.keys, taken_ns=index.taken_ns
+        )
 
 
 def megatron_identity(index: MegatronIndex, show_progress: bool = True) -> MegatronIdentity:
-    """The identity of ``index.prefix``: from its sidecar when the files are unchanged, else
-    hashed (a progress bar on a terminal when ``show_progress``) and cached."""
+    """The identity of ``index.prefix``: from a current sidecar, else hashed (a progress bar on
+    a terminal when ``show_progress``) and cached."""
     prefix = index.prefix
-    cached, keys = current_identity(index)
-    if cached is not None:
+    keys = index.keys if index.keys is not None else file_keys(prefix)
+    cached = read_sidecar(prefix, keys)
+    if cached is not None and (cached.n_tokens, cached.n_docs) == (index.n_tokens, index.n_docs):
         return cached
-    total = keys["bin"]["size"]
     stream = sys.stderr if show_progress else None
-    with bytes_progress(total, f"hashing {prefix.name}", stream) as progress:
+    with bytes_progress(keys.bin.size, f"hashing {prefix.name}", stream) as progress:
         identity = hash_files(index, progress)
-    if file_keys(prefix) != keys:
-        raise TokentapeError(
-            f"{prefix}: .bin or .idx changed while it was being hashed; try again once the "
-            "files are complete"
-        )
-    write_sidecar(prefix, identity, keys)
+    write_sidecar(prefix, identity, keys, taken_ns=index.taken_ns or None)
     return identity

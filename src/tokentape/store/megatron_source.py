@@ -1,28 +1,42 @@
 """A Megatron prefix (``PREFIX.bin`` + ``PREFIX.idx``) read in place as a tokentape source.
 
 The tokens are a read-only memory map of ``.bin``; the document starts come from the ``.idx``
-(itself memory-mapped). A tokentape document is a Megatron *document* (a run of sequences
-delimited by the document index), so a document made of several sequences (sentences) is one
-document here. tokentape's contract needs every document to end with the end-of-document id;
-the ``.idx`` records no vocabulary, so the caller gives ``vocab_size`` and ``eod_id`` (or a
-tokenizer that has them). Opening checks, cheaply:
+(itself memory-mapped), computed only when documents or segments are asked for. A tokentape
+document is a Megatron *document* (a run of sequences delimited by the document index), so a
+document made of several sequences (sentences) is one document here. tokentape's contract needs
+every document to end with the end-of-document id; the ``.idx`` records no vocabulary, so the
+caller gives ``vocab_size`` and ``eod_id`` (or a tokenizer that has them).
 
-- the ``.idx`` header, sizes, counts, document index and back-to-back sequences
-  (``store.megatron.read_index``);
+Both files are opened once and their keys taken (``megatron.PrefixFiles``); an identity
+recorded for those keys (by the plan, or in a sidecar: ``store.megatron_identity``) is
+*current*. Opening checks, cheaply:
+
+- the ``.idx`` header, sizes and counts, always; the document index and back-to-back sequences
+  (an O(sequences) scan, ``store.megatron.read_index``) only without a current identity, whose
+  sha256 of the ``.idx`` covers an index checked when it was recorded;
 - that no document is empty and every document's last token is the EOD id. The identity
-  (``store.megatron_identity``) records the id every document ends with, found while the data
-  was hashed: while its sidecar is current, that id is compared and no token is read.
-  Otherwise (the first open, changed files, an older sidecar, ``identify=False`` without a
-  current sidecar) one vectorised gather reads every document's last token (a page of ``.bin``
-  per short document) and refuses the first offending document;
+  records the id every document ends with, found while the data was hashed: while it is
+  current, that id is compared and no token is read. Otherwise (the first open, changed files,
+  an older sidecar, ``identify=False`` without a current identity) one vectorised gather reads
+  every document's last token (a page of ``.bin`` per short document) and refuses the first
+  offending document;
 - the smallest and largest token id, recorded with the identity when the data is first hashed:
   no negative id, none at or above ``vocab_size``.
+
+Without a current identity the data is hashed, unless ``hash_missing=False`` (the loader, on
+every rank), which refuses the prefix naming the command to run once instead.
+
+A tokenizer given as a spec is loaded only when something needs it (decoding, a preview, the
+manifest's tokenizer fields) if the vocabulary size and EOD id are given too: a training rank
+reads tokens without it. When it is loaded it must agree with them and, when the caller gives
+one (a plan), with the recorded fingerprint.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -32,12 +46,22 @@ import numpy as np
 from tokentape.errors import TokentapeError
 from tokentape.store.megatron import (
     CHUNK,
+    FileKeys,
     MegatronIdentity,
     MegatronIndex,
+    PrefixFiles,
     bin_path,
     read_index,
 )
-from tokentape.store.megatron_identity import current_identity, megatron_identity, record_end_id
+from tokentape.store.megatron_identity import (
+    SIDECAR,
+    MegatronRecord,
+    current_identity,
+    megatron_identity,
+    no_identity,
+    racy,
+    record_end_id,
+)
 from tokentape.store.reader import TokenStream
 from tokentape.tokenize.tokenizers import NoTokenizer, Tokenizer, load_tokenizer, tokenizer_manifest
 
@@ -52,7 +76,8 @@ APPEND_EOD_HINT = (
 @dataclass(frozen=True)
 class MegatronManifest:
     """A Megatron source's counterpart of a store's ``manifest.json``: its identity and the
-    vocabulary it is read with."""
+    vocabulary it is read with. ``tokenizer`` (the tokenizer's manifest fields) loads the
+    tokenizer on first use."""
 
     prefix: str
     dtype: str
@@ -62,9 +87,15 @@ class MegatronManifest:
     n_docs: int
     n_sequences: int
     content_hash: str
-    tokenizer: dict[str, Any]
     identity: MegatronIdentity
     format: str = MEGATRON
+    tokenizer_of: Callable[[], Tokenizer] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def tokenizer(self) -> dict[str, Any]:
+        if self.tokenizer_of is None:
+            return tokenizer_manifest(NoTokenizer(self.vocab_size, self.eod_id))
+        return tokenizer_manifest(self.tokenizer_of())
 
 
 def resolve_vocabulary(
@@ -132,6 +163,9 @@ class MegatronSource(TokenStream):
         check_eod: bool = True,
         identify: bool = True,
         show_progress: bool = True,
+        planned: tuple[FileKeys, MegatronIdentity] | None = None,
+        hash_missing: bool = True,
+        fingerprint: str | None = None,
     ) -> None:
         """Open ``prefix``; ``tokenizer`` is a tokenizer or its spec (as for ``tokentape
         tokenize``).
@@ -139,36 +173,63 @@ class MegatronSource(TokenStream):
         ``check_eod=False`` skips the end-of-document check (conversion appending the EOD);
         ``identify=False`` defers the identity (hash and id range) to the first use of
         ``manifest``; ``show_progress`` draws a bar on a terminal while hashing.
+        ``planned``: the files' keys and identity a plan recorded (used while the keys match);
+        ``hash_missing=False`` refuses a prefix without a current identity instead of hashing
+        it; ``fingerprint``: the tokenizer's fingerprint a plan recorded.
         """
         self.directory = Path(prefix)  # where the source lives, as for a store
         where = f"Megatron prefix '{prefix}'"
-        self._tokenizer = load_tokenizer(tokenizer) if isinstance(tokenizer, str) else tokenizer
+        self._where, self._fingerprint = where, fingerprint
+        self._spec = tokenizer if isinstance(tokenizer, str) else None
+        self._tokenizer = None if isinstance(tokenizer, str) else tokenizer
+        if self._spec is not None and (vocab_size is None or eod_id is None):
+            self._tokenizer = self._load_tokenizer(self._spec)  # it gives the vocabulary
         self._vocab_size, self._eod_id = resolve_vocabulary(
             vocab_size, eod_id, self._tokenizer, where
         )
-        self.index: MegatronIndex = read_index(prefix)
-        if self.index.n_tokens:
-            shape = (self.index.n_tokens,)
-            data = np.memmap(bin_path(prefix), dtype=self.index.dtype, mode="r", shape=shape)
-        else:
-            data = np.zeros(0, dtype=self.index.dtype)
-        super().__init__(self.index.dtype, [data], self.index.doc_starts, self.index.n_docs)
         self._show_progress = show_progress
+        with PrefixFiles(prefix) as files:
+            known, origin = current_identity(files, planned)
+            if known is None and not hash_missing:
+                raise no_identity(self.directory, planned is not None)
+            self.index: MegatronIndex = read_index(
+                prefix, files, None if known is None else known.n_tokens
+            )
+            if self.index.n_tokens:
+                shape = (self.index.n_tokens,)
+                data = np.memmap(files.bin, dtype=self.index.dtype, mode="r", shape=shape)
+            else:
+                data = np.zeros(0, dtype=self.index.dtype)
+        self._known, self._origin = known, origin
+        super().__init__(self.index.dtype, [data], self.index.doc_starts, self.index.n_docs)
         if check_eod:
-            self._check_ends(data, where)
+            self._check_ends(data, where, update_sidecar=hash_missing)
         if identify:
             _ = self.manifest
 
-    def _check_ends(self, data: np.ndarray, where: str) -> None:
-        """Every document ends with the EOD id: known from a current sidecar's end id without
+    def _check_ends(self, data: np.ndarray, where: str, update_sidecar: bool) -> None:
+        """Every document ends with the EOD id: known from a current identity's end id without
         reading ``.bin``, else checked at every document end (before any hashing, so bad data
-        is refused at once) and, for a sidecar that lacks the end id, recorded."""
-        cached, keys = current_identity(self.index)
-        if cached is not None and cached.end_id == self._eod_id:
+        is refused at once) and, for a sidecar that lacks the end id, recorded (when
+        ``update_sidecar``)."""
+        known = self._known
+        if known is not None and known.end_id == self._eod_id:
             return
         check_documents(data, self.doc_starts, self._eod_id, where)
-        if cached is not None and self.n_docs:
-            record_end_id(self.index, cached, keys, self._eod_id)
+        if known is not None and self.n_docs:
+            self._known = replace(known, end_id=self._eod_id)
+            if update_sidecar and self._origin == SIDECAR:
+                record_end_id(self.index, known, self._eod_id)
+
+    def _load_tokenizer(self, spec: str) -> Tokenizer:
+        """Load the tokenizer ``spec``; it must have the recorded fingerprint (when known)."""
+        tok = load_tokenizer(spec)
+        if self._fingerprint is not None and tok.fingerprint != self._fingerprint:
+            raise TokentapeError(
+                f"{self._where}: tokenizer '{spec}' has fingerprint {tok.fingerprint}, the plan "
+                f"recorded {self._fingerprint}: the tokenizer changed since the plan was made"
+            )
+        return tok
 
     @property
     def eod_id(self) -> int:
@@ -184,9 +245,11 @@ class MegatronSource(TokenStream):
 
     @cached_property
     def manifest(self) -> MegatronManifest:
-        """The identity (from the sidecar cache, or hashed now) and the vocabulary; refuses
-        data with a negative id or one at or above ``vocab_size``."""
-        identity = megatron_identity(self.index, self._show_progress)
+        """The identity (current, or hashed now) and the vocabulary; refuses data with a
+        negative id or one at or above ``vocab_size``."""
+        identity = self._known
+        if identity is None:
+            identity = self._known = megatron_identity(self.index, self._show_progress)
         where = bin_path(self.directory)
         if identity.min_id is not None and identity.min_id < 0:
             raise TokentapeError(f"{where}: holds the negative token id {identity.min_id}")
@@ -204,13 +267,27 @@ class MegatronSource(TokenStream):
             n_docs=identity.n_docs,
             n_sequences=identity.n_sequences,
             content_hash=identity.content_hash,
-            tokenizer=tokenizer_manifest(self.tokenizer),
             identity=identity,
+            tokenizer_of=lambda: self.tokenizer,
         )
+
+    def plan_record(self) -> MegatronRecord | None:
+        """What a plan records of this source (its identity, hashed now if need be, and the
+        files' keys); None while the files are too recent for their keys to vouch for them."""
+        identity = self.manifest.identity
+        keys = self.index.keys
+        if keys is None or racy(keys, self.index.taken_ns):
+            return None
+        return MegatronRecord.of(keys, identity)
 
     @cached_property
     def tokenizer(self) -> Tokenizer:
-        """The tokenizer given, or a stand-in that shows ids (no tokenizer known)."""
+        """The tokenizer given (a spec is loaded now, and checked), or a stand-in that shows ids
+        (no tokenizer known)."""
+        if self._tokenizer is None and self._spec is not None:
+            tok = self._load_tokenizer(self._spec)
+            resolve_vocabulary(self._vocab_size, self._eod_id, tok, self._where)
+            self._tokenizer = tok
         if self._tokenizer is not None:
             return self._tokenizer
         return NoTokenizer(self._vocab_size, self._eod_id)

@@ -24,6 +24,7 @@ from typing import Any
 
 from tokentape.errors import TokentapeError
 from tokentape.store.format import Manifest, read_manifest
+from tokentape.store.megatron_identity import MegatronRecord
 from tokentape.store.megatron_source import MegatronManifest, MegatronSource
 from tokentape.store.open import FORMATS, MEGATRON, TOKENTAPE, detect_format, open_store
 from tokentape.store.reader import Source
@@ -106,6 +107,10 @@ class PlanSource:
     passes: float  # draws / n_samples
     format: str = TOKENTAPE  # "tokentape" (store directory) or "megatron" (prefix)
     tokenizer: str | None = None  # Megatron source: the tokenizer spec, paths made absolute
+    megatron: MegatronRecord | None = None
+    """Megatron source: both files' keys when the plan identified it, with the identity the
+    loader then uses without hashing (None: the files were too recent, or a plan made before
+    it was recorded; absent from PLAN.json for a tokentape store)."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +135,9 @@ class Plan:
 
     def to_json(self) -> str:
         data = {"format": PLAN_FORMAT, **asdict(self)}
+        for source in data["sources"]:
+            if source["megatron"] is None:
+                del source["megatron"]
         return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -312,12 +320,15 @@ def resolve_tokenizer_spec(spec: str, base_dir: str) -> str:
     return prefix + str(Path(base_dir, spec.removeprefix(prefix)).resolve())
 
 
-def _open_source(s: SourceSpec, path: Path) -> tuple[str, Manifest | MegatronManifest]:
-    """The source's format and manifest (a Megatron prefix is opened: validated, identified)."""
+def _open_source(
+    s: SourceSpec, path: Path
+) -> tuple[str, Manifest | MegatronManifest, MegatronRecord | None]:
+    """The source's format and manifest (a Megatron prefix is opened: validated, identified,
+    hashed if no identity is current) and, for a Megatron prefix, what the plan records of it."""
     kind = s.format or detect_format(path)
     if kind == MEGATRON:
         source = MegatronSource(path, s.vocab_size, s.eod_id, s.tokenizer)
-        return kind, source.manifest
+        return kind, source.manifest, source.plan_record()
     if s.tokenizer is not None:
         raise TokentapeError(
             "'tokenizer' applies to a Megatron source; a tokentape store records its own"
@@ -328,7 +339,7 @@ def _open_source(s: SourceSpec, path: Path) -> tuple[str, Manifest | MegatronMan
             raise TokentapeError(
                 f"'{key}' is {given} but the store's manifest says {getattr(m, key)}"
             )
-    return kind, m
+    return kind, m, None
 
 
 def resolve_plan(spec: PlanSpec, where: str = "plan") -> Plan:
@@ -337,17 +348,21 @@ def resolve_plan(spec: PlanSpec, where: str = "plan") -> Plan:
     paths: list[str] = []
     kinds: list[str] = []
     tokenizers: list[str | None] = []
+    records: list[MegatronRecord | None] = []
     for s in spec.sources:
         path = Path(spec.base_dir, s.path)
         tok = s.tokenizer and resolve_tokenizer_spec(s.tokenizer, spec.base_dir)
         try:
-            kind, manifest = _open_source(SourceSpec(**{**asdict(s), "tokenizer": tok}), path)
+            kind, manifest, record = _open_source(
+                SourceSpec(**{**asdict(s), "tokenizer": tok}), path
+            )
         except TokentapeError as exc:
             raise TokentapeError(f"{where}: source '{s.name}': {exc}") from None
         manifests.append((s.name, manifest))
         paths.append(str(path.resolve()))
         kinds.append(kind)
         tokenizers.append(tok)
+        records.append(record)
     known = [(n, m) for n, m in manifests if m.tokenizer.get("fingerprint") != _NO_FINGERPRINT]
     for name, m in known[1:]:
         first_name, first = known[0]
@@ -395,6 +410,7 @@ def resolve_plan(spec: PlanSpec, where: str = "plan") -> Plan:
                 passes=draws / n_samples[i],
                 format=kinds[i],
                 tokenizer=tokenizers[i],
+                megatron=records[i],
             )
         )
     return Plan(
@@ -410,13 +426,29 @@ def resolve_plan(spec: PlanSpec, where: str = "plan") -> Plan:
 
 def open_plan_store(source: PlanSource) -> Source | MegatronSource:
     """Open a resolved plan's source where the plan found it, as the plan read it (a Megatron
-    prefix with the plan's vocabulary, EOD id and tokenizer)."""
-    return open_store(
+    prefix with the plan's vocabulary, EOD id and tokenizer, loaded only when needed and
+    checked against the plan's fingerprint).
+
+    A Megatron prefix is never hashed here (every rank of a training run opens it): its
+    identity comes from the plan's record while the files' keys match it, else from a current
+    sidecar, else the open is refused with the command that records one."""
+    if source.format != MEGATRON:
+        return open_store(
+            source.path, source.format, vocab_size=source.vocab_size, eod_id=source.eod_id
+        )
+    record = source.megatron
+    planned = None
+    if record is not None:
+        identity = record.identity(source.dtype, source.n_tokens, source.content_hash)
+        planned = None if identity is None else (record.files, identity)
+    return MegatronSource(
         source.path,
-        source.format,
-        vocab_size=source.vocab_size,
-        eod_id=source.eod_id,
-        tokenizer=source.tokenizer,
+        source.vocab_size,
+        source.eod_id,
+        source.tokenizer,
+        planned=planned,
+        hash_missing=False,
+        fingerprint=source.tokenizer_fingerprint if source.tokenizer is not None else None,
     )
 
 
@@ -438,6 +470,13 @@ def check_budgets(plan: Plan, where: str) -> None:
 def _plan_source(data: Any, where: str) -> PlanSource:
     if not isinstance(data, dict):
         raise TokentapeError(f"{where}: expected an object")
+    if data.get("megatron") is not None:
+        record = MegatronRecord.from_json(data["megatron"])
+        if record is None:
+            raise TokentapeError(
+                f"{where}: field 'megatron' is malformed (edited by hand?); re-run `tokentape plan`"
+            )
+        data = data | {"megatron": record}
     try:
         return PlanSource(**data)
     except TypeError as exc:

@@ -45,11 +45,9 @@ from tokentape.store.megatron_identity import file_keys, sidecar_paths, write_si
 from tokentape.store.megatron_source import MEGATRON, MegatronSource
 from tokentape.store.reader import Source, TokenStream
 from tokentape.store.writer import ShardWriter
-from tokentape.tokenize.job import WORK_DIR, canonical_hash
+from tokentape.tokenize.job import canonical_hash, is_store_file
 from tokentape.tokenize.progress import bytes_progress
 from tokentape.tokenize.tokenizers import (
-    HF_STORED_NAME,
-    TIKTOKEN_STORED_NAME,
     Tokenizer,
     load_tokenizer,
     tokenizer_manifest,
@@ -312,7 +310,7 @@ def _remove_stale_temps(out: Path) -> None:
             path = out.parent / name
             if path.is_dir() and not path.is_symlink():
                 with contextlib.suppress(OSError):
-                    if not all(_is_store_name(n) for n in os.listdir(path)):
+                    if not all(is_store_file(n) for n in os.listdir(path)):
                         continue
             _remove(path)
 
@@ -491,24 +489,6 @@ def _check_ids(tokens: np.ndarray, vocab: int, limit: int, start: int, prefix: s
     raise TokentapeError(f"{where} has id {value}, which the store's dtype cannot hold")
 
 
-_STORE_NAME = re.compile(
-    r"part-\d{5,}\.bin|part-\d{5,}\.idx\.npy|"
-    + "|".join(re.escape(n) for n in (MANIFEST_NAME, HF_STORED_NAME, TIKTOKEN_STORED_NAME))
-)
-"""The files of a tokentape store, by exact name."""
-
-
-def _is_store_name(name: str) -> bool:
-    """Whether ``name`` in a directory is one tokentape writes there: a store file, the
-    temporary name it is written under (``.NAME.tmp-…``), or ``tokentape tokenize``'s work
-    directory. Anything else (a Spark ``part-00000-….parquet``, a ``tokenizer_config.json``)
-    is not ours."""
-    if _STORE_NAME.fullmatch(name) or name == WORK_DIR:
-        return True
-    temp = re.fullmatch(r"\.(.+?)\.tmp-[\w.-]+", name)
-    return temp is not None and _STORE_NAME.fullmatch(temp.group(1)) is not None
-
-
 def _store_dir(out: str) -> Path:
     """The directory to replace for ``out``: absolute (``.`` has a name), a symbolic link's
     target rather than the link."""
@@ -529,7 +509,7 @@ def _check_store_out(out: Path, overwrite: bool) -> None:
     if not out.is_dir():
         raise TokentapeError(f"'{out}': exists and is not a directory")
     names = sorted(os.listdir(out))
-    foreign = [n for n in names if not _is_store_name(n)]
+    foreign = [n for n in names if not is_store_file(n)]
     if foreign:
         raise TokentapeError(
             f"'{out}': not empty and not a tokentape store (found '{foreign[0]}'); choose a new "

@@ -142,14 +142,7 @@ class PrefixFiles:
         self.keys = FileKeys(FileKey.of(os.fstat(self.bin.fileno())), self.idx_key())
 
     def _file(self, path: Path) -> BinaryIO:
-        try:
-            f = open(path, "rb")  # noqa: SIM115 - closed in close()
-        except FileNotFoundError:
-            raise TokentapeError(
-                f"{path}: no such file (a Megatron prefix needs .bin and .idx)"
-            ) from None
-        except OSError as exc:
-            raise TokentapeError(f"{path}: cannot read ({exc.strerror})") from None
+        f = open_for_reading(path)
         self._open.append(f)
         return f
 
@@ -231,17 +224,25 @@ def _first(mask: np.ndarray) -> int:
 
 def read_header(path: Path) -> tuple[int, int, int, int]:
     """(idx file size, dtype code, sequence count, document-index entries), each checked."""
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
+    with open_for_reading(path) as f:
+        try:
+            size = os.fstat(f.fileno()).st_size
             head = f.read(HEADER.size)
+        except OSError as exc:
+            raise TokentapeError(f"{path}: cannot read ({exc.strerror})") from None
+    return parse_header(path, size, head)
+
+
+def open_for_reading(path: Path) -> BinaryIO:
+    """One of a prefix's two files, opened; a missing or unreadable one is one clear line."""
+    try:
+        return open(path, "rb")  # the caller closes it
     except FileNotFoundError:
         raise TokentapeError(
             f"{path}: no such file (a Megatron prefix needs .bin and .idx)"
         ) from None
     except OSError as exc:
         raise TokentapeError(f"{path}: cannot read ({exc.strerror})") from None
-    return parse_header(path, size, head)
 
 
 def parse_header(path: Path, size: int, head: bytes) -> tuple[int, int, int, int]:

@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint format bench clean
+.PHONY: demo test lint format bench fuzz soak clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,14 @@ test: lint
 format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
+
+# Longer runs than CI's: every fuzz test with TOKENTAPE_FUZZ_EXAMPLES examples (default 5000).
+fuzz: $(STAMP)
+	TOKENTAPE_HYPOTHESIS_PROFILE=fuzz $(BIN)/pytest -q -m fuzz
+
+# The kill campaign (not in CI's time budget): see docs/reliability.md.
+soak: $(STAMP)
+	$(BIN)/python tests/tools/soak.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py

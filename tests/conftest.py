@@ -23,7 +23,11 @@ def pydoc_texts() -> list[str]:
 
 # Shared, noisy machines: no per-example deadline (a slow example is not a failure).
 settings.register_profile("tokentape", deadline=None)
-settings.load_profile("tokentape")
+# `make fuzz`: the same property and fuzz tests with many more examples each.
+settings.register_profile(
+    "fuzz", deadline=None, max_examples=int(os.environ.get("TOKENTAPE_FUZZ_EXAMPLES", "5000"))
+)
+settings.load_profile(os.environ.get("TOKENTAPE_HYPOTHESIS_PROFILE", "tokentape"))
 
 
 @pytest.fixture(scope="session")

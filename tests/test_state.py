@@ -14,7 +14,7 @@ from test_plan import PLAN, SIZES, make_store, plan_of
 
 from tokentape.errors import TokentapeError
 from tokentape.train.partition import BatchConfig
-from tokentape.train.state import DataState
+from tokentape.train.state import DataState, identity_hash
 
 configs = st.builds(
     BatchConfig, dp_size=st.integers(1, 8), micro=st.integers(1, 4), accum=st.integers(1, 4)
@@ -29,8 +29,21 @@ def plan_dir(tmp_path_factory):
     return root
 
 
+BARE_IDENTITY = {
+    "algorithm_version": 1,
+    "seq_len": 8,
+    "seed": 0,
+    "denominator": 1,
+    "sources": [
+        {"name": "a", "weight_units": 1, "n_tokens": 99, "dtype": "uint16", "content_hash": "c"}
+    ],
+}
+
+
 def bare_state() -> DataState:
-    return DataState(index_hash="sha256:x", identity={})
+    """A state of a one-source plan identity (no stores needed), its index hash its own."""
+    identity = json.loads(json.dumps(BARE_IDENTITY))
+    return DataState(index_hash=identity_hash(identity), identity=identity)
 
 
 @given(steps=st.lists(configs, min_size=1, max_size=30))

@@ -11,7 +11,7 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import fields
-from typing import Any
+from typing import Any, NoReturn
 
 from tokentape import __version__, convert
 from tokentape.audit import locate, replay, verify
@@ -222,12 +222,15 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
 def cmd_plan(args: argparse.Namespace) -> int:
     plan = resolve_plan(load_plan_spec(args.plan), args.plan)
     check_budgets(plan, args.plan)
-    if args.plot:
-        from tokentape.plot import plot_plan  # matplotlib: imported only when drawing
+    drawing = None
+    if args.plot:  # drawn before anything is written: a bad --plot writes nothing
+        from tokentape.plot import draw_plan  # matplotlib: imported only when drawing
 
-        plot_plan(plan, args.plot)
+        drawing = draw_plan(plan, args.plot)
     if args.out:
         write_atomic(args.out, plan.to_json().encode())
+    if drawing is not None:
+        write_atomic(args.plot, drawing)
     print(plan.to_json() if args.json else plan_text(plan), end="" if args.json else "\n")
     return 0
 
@@ -305,13 +308,24 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    if args.workers < 1:
+        raise TokentapeError(f"--workers must be at least 1, got {args.workers}")
     from tokentape.demo import run_demo  # the demo pulls in matplotlib and the BPE trainer
 
     return run_demo(args.out, args.workers)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its usage errors in the program's one-line form (exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        command = self.prog.removeprefix("tokentape").strip()
+        where = f"{command}: " if command else ""
+        self.exit(EXIT_USAGE, f"tokentape: error: {where}{message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="tokentape",
         description="A deterministic, replayable data pipeline for LLM pretraining.",
     )

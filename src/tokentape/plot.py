@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
 
 from tokentape.errors import TokentapeError
+from tokentape.store.atomic import write_atomic
 from tokentape.tape.plan import Plan
 
 try:
@@ -19,9 +21,23 @@ except ImportError:  # the optional extra is not installed
 
 
 def plot_plan(plan: Plan, path: str | Path) -> None:
-    """Cumulative share of each source against its target (log positions), and passes."""
+    """Draw the plan (see ``draw_plan``) into ``path``, replaced atomically."""
+    write_atomic(path, draw_plan(plan, path))
+
+
+def draw_plan(plan: Plan, path: str | Path) -> bytes:
+    """Cumulative share of each source against its target (log positions), and passes: the
+    image file's bytes, in the format ``path``'s suffix names (.png, .svg, .pdf ...)."""
     if plt is None:
         raise TokentapeError("--plot needs matplotlib: pip install 'tokentape[plot]'")
+    kind = Path(path).suffix.lower().removeprefix(".")
+    formats = plt.figure().canvas.get_supported_filetypes()
+    plt.close("all")
+    if kind not in formats:
+        raise TokentapeError(
+            f"--plot {path}: unknown image format '{kind}'; name a file ending in one of "
+            + ", ".join(f".{k}" for k in sorted(formats))
+        )
     tape = plan.tape()
     horizon = plan.horizon_samples
     grid = np.unique(np.geomspace(1, horizon, num=400).astype(np.int64))
@@ -44,5 +60,7 @@ def plot_plan(plan: Plan, path: str | Path) -> None:
     ax_pass.legend(fontsize="small")
     fig.suptitle(f"plan {plan.index_hash[:19]}…  seq_len {plan.seq_len}, seed {plan.seed}")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    out = io.BytesIO()
+    fig.savefig(out, dpi=110, format=kind)
     plt.close(fig)
+    return out.getvalue()

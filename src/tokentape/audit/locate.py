@@ -24,6 +24,7 @@ import numpy as np
 from tokentape.audit.runs import (
     SCHEDULE_HELP,
     add_schedule_args,
+    check_fits,
     check_store,
     open_plan_source,
     schedule_from_args,
@@ -40,6 +41,8 @@ from tokentape.tape.resolve import Tape
 from tokentape.train.schedule import Placement, Schedule
 
 DEFAULT_LIMIT = 50
+_BYTES_PER_ROW = 120
+"""Memory per position found: position, pass, sample, placement (int64 each) and sorting."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,8 @@ def positions_of_samples(
     n = tape.n_samples[source]
     draws = int(tape.blend.count(source, limit))  # draws of the source at positions < limit
     full, partial = divmod(draws, n)
+    rows = (full + (partial > 0)) * len(samples)
+    check_fits(rows * _BYTES_PER_ROW, f"the {fmt_int(rows)} positions of {len(samples)} samples")
     ks = np.arange(samples.start, samples.stop, dtype=np.int64)
     epochs = np.repeat(np.arange(full, dtype=np.int64), ks.size)
     picked = np.tile(ks, full)

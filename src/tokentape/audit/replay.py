@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tokentape.audit.runs import SCHEDULE_HELP, add_schedule_args, schedule_from_args
+from tokentape.audit.runs import SCHEDULE_HELP, add_schedule_args, check_fits, schedule_from_args
 from tokentape.errors import TokentapeError
 from tokentape.report import fmt_int, key_values, table
 from tokentape.tape.blend import MAX_POSITION
@@ -32,6 +32,9 @@ from tokentape.train.schedule import Placement, Schedule
 from tokentape.train.steplog import StepRecord
 
 DEFAULT_TOP = 10
+_BYTES_PER_WINDOW = 160
+"""Memory per window besides its tokens: position, source, pass, sample, placement, documents
+(int64 each) and the temporaries of ranking them."""
 DEFAULT_PREVIEW = 80
 
 
@@ -89,6 +92,13 @@ def replay(plan: Plan, step: int, schedule: Schedule, batcher: Batcher | None = 
         )
     if consumed + config.global_batch > MAX_POSITION:
         raise TokentapeError(f"step {step}: the step ends beyond position 2**62")
+    itemsize = batcher.dtype.itemsize if batcher is not None else hash_dtype(plan).itemsize
+    per_window = (plan.seq_len + 1) * itemsize + _BYTES_PER_WINDOW
+    check_fits(
+        config.global_batch * per_window,
+        f"step {step} ({fmt_int(config.global_batch)} windows of {fmt_int(plan.seq_len + 1)} "
+        "tokens)",
+    )
     batcher = batcher if batcher is not None else Batcher(plan, hash_dtype(plan))
     positions = np.arange(consumed, consumed + config.global_batch, dtype=np.int64)
     batch = batcher.batch(positions)

@@ -4,11 +4,13 @@ from its step log or from flags (``--global-batch``, ``--dp/--micro/--accum``, `
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
 from tokentape.errors import TokentapeError
+from tokentape.report import fmt_bytes
 from tokentape.store.reader import TokenStream
 from tokentape.tape.plan import Plan, open_plan_store
 from tokentape.tape.resolve import Tape
@@ -22,6 +24,25 @@ batch configuration:
   --dp D --micro M [--accum A]  steps, data-parallel ranks and micro-steps
   --log steps.jsonl             the run's step log (needed when the batch shape changed)
 """
+
+
+def memory_bytes() -> int:
+    """This machine's physical memory (2**40 where the system does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 2**40
+
+
+def check_fits(n_bytes: int, what: str) -> None:
+    """Refuse work whose arrays cannot fit in memory, in one line (rather than a numpy
+    allocation error of hundreds of GiB)."""
+    limit = memory_bytes()
+    if n_bytes > limit:
+        raise TokentapeError(
+            f"{what} needs about {fmt_bytes(n_bytes)} of memory, more than this machine's "
+            f"{fmt_bytes(limit)}"
+        )
 
 
 @lru_cache(maxsize=8)

@@ -42,7 +42,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from tokentape.errors import TokentapeError
+from tokentape.errors import OutOfRangeError, TokentapeError
 
 MAX_POSITION = 2**62
 """Positions (and the values of ``n`` in :meth:`Blend.count`) lie in [0, MAX_POSITION)."""
@@ -185,15 +185,15 @@ class Blend:
         d = self._sources(source)
         j = np.asarray(draw, dtype=np.int64)
         if j.size and int(j.min()) < 0:
-            raise TokentapeError(f"blend: draw {int(j.min())}: expected a draw index >= 0")
+            raise OutOfRangeError(f"blend: draw {int(j.min())}: expected a draw index >= 0")
         d, j = np.broadcast_arrays(d, j)
         w = np.asarray(self.weights, dtype=np.int64)[d]
         q, r = np.divmod(j, w)
         if q.size and int(q.max()) > MAX_POSITION // self.denominator:
-            raise TokentapeError(f"blend: draw {int(j.max())} lies beyond position 2**62")
+            raise OutOfRangeError(f"blend: draw {int(j.max())} lies beyond position 2**62")
         p = q * self.denominator + self.occurrences[self.offsets[d] + r]
         if p.size and int(p.max()) >= MAX_POSITION:
-            raise TokentapeError(f"blend: draw {int(j.max())} lies beyond position 2**62")
+            raise OutOfRangeError(f"blend: draw {int(j.max())} lies beyond position 2**62")
         return p
 
     def count(self, source: np.ndarray | int, n: np.ndarray | int) -> np.ndarray | int:
@@ -206,7 +206,7 @@ class Blend:
         nn = np.asarray(n, dtype=np.int64)
         if nn.size and (int(nn.min()) < 0 or int(nn.max()) > MAX_POSITION):
             bad = int(nn.min()) if int(nn.min()) < 0 else int(nn.max())
-            raise TokentapeError(f"blend: prefix length {bad}: expected an integer in [0, 2**62]")
+            raise OutOfRangeError(f"blend: prefix length {bad}: expected an integer in [0, 2**62]")
         d, nn = np.broadcast_arrays(d, nn)
         w = np.asarray(self.weights, dtype=np.int64)[d]
         q, m = np.divmod(nn, self.denominator)
@@ -218,7 +218,7 @@ class Blend:
         d = np.asarray(source, dtype=np.int64)
         if d.size and (int(d.min()) < 0 or int(d.max()) >= self.n_sources):
             bad = int(d.min()) if int(d.min()) < 0 else int(d.max())
-            raise TokentapeError(
+            raise OutOfRangeError(
                 f"blend: source index {bad}: expected 0 <= index < {self.n_sources}"
             )
         return d
@@ -227,7 +227,7 @@ class Blend:
 def _positions(positions: np.ndarray | int) -> np.ndarray:
     p = np.asarray(positions, dtype=np.int64)
     if p.size and (int(p.min()) < 0 or int(p.max()) >= MAX_POSITION):
-        raise TokentapeError(
+        raise OutOfRangeError(
             f"blend: positions in [{int(p.min())}, {int(p.max())}]: expected [0, 2**62)"
         )
     return p

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tokentape.errors import ArgumentError, OutOfRangeError
+
 ALGORITHM = "tokentape-perm-v1"
 """Domain-separation tag hashed into the keys; part of the tape's algorithm version."""
 
@@ -40,6 +42,14 @@ NARROW_HALF_BITS = 16
 """Up to this half width (n <= 2**32) the network runs on 32-bit words, twice as fast."""
 
 _MASK64 = (1 << 64) - 1
+
+
+class ArgumentTypeError(ArgumentError, TypeError):
+    """An argument of the wrong type (also a ``TypeError``, as a caller would expect)."""
+
+
+class IndexOutOfRange(OutOfRangeError, ValueError):
+    """An index outside [0, n): also the ``ValueError`` this module raised before."""
 
 
 @dataclass(frozen=True)
@@ -78,11 +88,11 @@ def _field(data: bytes) -> bytes:
 def round_keys(seed: int, name: str, epoch: int, rounds: int = ROUNDS) -> tuple[int, ...]:
     """The 64-bit round keys for (seed, source name, epoch), from BLAKE2b."""
     if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {seed!r}")
+        raise ArgumentTypeError(f"permutation: seed must be an int, got {seed!r}")
     if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
-        raise ValueError(f"epoch must be an int >= 0, got {epoch!r}")
+        raise ArgumentError(f"permutation: epoch must be an int >= 0, got {epoch!r}")
     if not isinstance(name, str):
-        raise TypeError(f"name must be a str, got {name!r}")
+        raise ArgumentTypeError(f"permutation: name must be a str, got {name!r}")
     message = b"".join(
         _field(part)
         for part in (
@@ -154,13 +164,15 @@ class Permutation:
 
     def __post_init__(self) -> None:
         if isinstance(self.n, bool) or not isinstance(self.n, int) or not 1 <= self.n <= MAX_N:
-            raise ValueError(f"n must be an int in [1, 2**63], got {self.n!r}")
+            raise ArgumentError(f"permutation: n must be an int in [1, 2**63], got {self.n!r}")
         if len(self.keys) < 4 or not all(
             isinstance(k, int) and 0 <= k <= _MASK64 for k in self.keys
         ):
-            raise ValueError("keys must be at least 4 ints in [0, 2**64)")
+            raise ArgumentError("permutation: keys must be at least 4 ints in [0, 2**64)")
         if self.half_bits != half_bits_for(self.n):
-            raise ValueError(f"half_bits must be {half_bits_for(self.n)} for n={self.n}")
+            raise ArgumentError(
+                f"permutation: half_bits must be {half_bits_for(self.n)} for n={self.n}"
+            )
 
     @classmethod
     def for_epoch(cls, n: int, seed: int, name: str, epoch: int) -> Permutation:
@@ -177,20 +189,24 @@ class Permutation:
 
     def _apply(self, x: np.ndarray | int, forward: bool) -> np.ndarray | int:
         if isinstance(x, bool | np.bool_):
-            raise TypeError("indices must be integers, not booleans")
+            raise ArgumentTypeError("permutation: indices must be integers, not booleans")
         if isinstance(x, int | np.integer):
             value = int(x)
             if not 0 <= value < self.n:
-                raise ValueError(f"index {value} is outside [0, {self.n})")
+                raise IndexOutOfRange(f"permutation: index {value} is outside [0, {self.n})")
             return int(self._walk(np.array([value], dtype=self._word.dtype), forward)[0])
         a = np.asarray(x)
         if a.size == 0:
             return np.zeros(a.shape, dtype=np.int64)
         if a.dtype.kind not in "iu":
-            raise TypeError(f"indices must be an integer array, got dtype {a.dtype}")
+            raise ArgumentTypeError(
+                f"permutation: indices must be an integer array, got dtype {a.dtype}"
+            )
         lo, hi = int(a.min()), int(a.max())
         if lo < 0 or hi >= self.n:
-            raise ValueError(f"indices must be in [0, {self.n}), got [{lo}, {hi}]")
+            raise IndexOutOfRange(
+                f"permutation: indices must be in [0, {self.n}), got [{lo}, {hi}]"
+            )
         v = a.astype(self._word.dtype).reshape(-1)
         return self._walk(v, forward).astype(np.int64).reshape(a.shape)
 
@@ -279,7 +295,7 @@ def permute_epochs(
             out[mask] = perm(x[mask]) if forward else perm.inverse(x[mask])
         return out
     if int(x.min()) < 0 or int(x.max()) >= n:
-        raise ValueError(f"indices must be in [0, {n})")
+        raise IndexOutOfRange(f"permutation: indices must be in [0, {n})")
     h = half_bits_for(n)
     word = _NARROW if h <= NARROW_HALF_BITS else _WIDE
     table = np.array([round_keys(seed, name, e) for e in uniq.tolist()], dtype=np.uint64)

@@ -24,11 +24,17 @@ from typing import Any
 
 from tokentape.errors import TokentapeError
 from tokentape.store.format import Manifest, read_manifest
+from tokentape.store.megatron import DTYPE_NAMES
 from tokentape.store.megatron_identity import MegatronRecord
 from tokentape.store.megatron_source import MegatronManifest, MegatronSource
 from tokentape.store.open import FORMATS, MEGATRON, TOKENTAPE, detect_format, open_store
 from tokentape.store.reader import Source
-from tokentape.tape.blend import DEFAULT_DENOMINATOR, MAX_POSITION, rational_weights
+from tokentape.tape.blend import (
+    DEFAULT_DENOMINATOR,
+    MAX_DENOMINATOR,
+    MAX_POSITION,
+    rational_weights,
+)
 from tokentape.tape.resolve import Tape
 
 ALGORITHM_VERSION = 1
@@ -467,47 +473,158 @@ def check_budgets(plan: Plan, where: str) -> None:
         )
 
 
+# --- reading PLAN.json: every field checked for its type and range ------------------------
+
+_INT, _NUMBER, _TEXT = "an integer", "a number", "a string"
+_TOKEN_DTYPES = {"uint16", "uint32", *DTYPE_NAMES.values()}
+
+
+def _field_value(data: dict[str, Any], key: str, kind: str, where: str, low: int = 0) -> Any:
+    """``data[key]`` checked to be ``kind`` (integers and numbers at least ``low``)."""
+    if key not in data:
+        raise TokentapeError(f"{where}: field '{key}' is missing")
+    value = data[key]
+    if kind == _TEXT:
+        ok = isinstance(value, str) and bool(value)
+        expected = "a non-empty string"
+    elif kind == _INT:
+        ok = type(value) is int and value >= low
+        expected = f"an integer >= {low}"
+    else:
+        ok = type(value) in (int, float) and math.isfinite(value) and value >= low
+        expected = f"a finite number >= {low}"
+    if not ok:
+        shown = json.dumps(value)[:40] if _jsonable(value) else type(value).__name__
+        raise TokentapeError(f"{where}: field '{key}': expected {expected}, found {shown}")
+    return value
+
+
+def _jsonable(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return True
+
+
+def _exact_keys(data: dict[str, Any], required: set[str], optional: set[str], where: str) -> None:
+    extra = sorted(set(data) - required - optional)
+    if extra:
+        raise TokentapeError(
+            f"{where}: unknown field '{extra[0]}' (edited by hand, or a newer tokentape?); "
+            "re-run `tokentape plan`"
+        )
+    missing = sorted(required - set(data))
+    if missing:
+        raise TokentapeError(f"{where}: field '{missing[0]}' is missing; re-run `tokentape plan`")
+
+
+_SOURCE_REQUIRED = {
+    "name", "path", "weight", "max_repeats", "weight_units", "n_tokens", "n_samples", "dtype",
+    "content_hash", "vocab_size", "eod_id", "tokenizer_fingerprint", "draws", "passes",
+}  # fmt: skip
+_SOURCE_OPTIONAL = {"format", "tokenizer", "megatron"}
+
+
 def _plan_source(data: Any, where: str) -> PlanSource:
     if not isinstance(data, dict):
         raise TokentapeError(f"{where}: expected an object")
+    _exact_keys(data, _SOURCE_REQUIRED, _SOURCE_OPTIONAL, where)
+    fields_ = {key: _field_value(data, key, _TEXT, where) for key in ("name", "path")}
+    for key in ("content_hash", "tokenizer_fingerprint"):
+        fields_[key] = _field_value(data, key, _TEXT, where)
+    for key, low in (("weight_units", 1), ("n_tokens", 2), ("n_samples", 1), ("vocab_size", 1)):
+        fields_[key] = _field_value(data, key, _INT, where, low)
+    fields_["eod_id"] = _field_value(data, "eod_id", _INT, where)
+    fields_["draws"] = _field_value(data, "draws", _INT, where)
+    for key in ("weight", "max_repeats", "passes"):
+        fields_[key] = _field_value(data, key, _NUMBER, where)
+    if fields_["weight"] <= 0 or fields_["max_repeats"] <= 0:
+        raise TokentapeError(f"{where}: fields 'weight' and 'max_repeats' must be positive")
+    if fields_["eod_id"] >= fields_["vocab_size"]:
+        raise TokentapeError(
+            f"{where}: field 'eod_id': {fields_['eod_id']} is not below vocab_size "
+            f"{fields_['vocab_size']}"
+        )
+    dtype = _field_value(data, "dtype", _TEXT, where)
+    if dtype not in _TOKEN_DTYPES:
+        raise TokentapeError(
+            f"{where}: field 'dtype': {dtype[:40]!r} is not one of "
+            + ", ".join(sorted(_TOKEN_DTYPES))
+        )
+    kind = data.get("format", TOKENTAPE)
+    if kind not in FORMATS:
+        raise TokentapeError(f"{where}: field 'format': expected one of {', '.join(FORMATS)}")
+    tokenizer = data.get("tokenizer")
+    if tokenizer is not None and (not isinstance(tokenizer, str) or not tokenizer):
+        raise TokentapeError(f"{where}: field 'tokenizer': expected a tokenizer spec or null")
+    record = None
     if data.get("megatron") is not None:
         record = MegatronRecord.from_json(data["megatron"])
         if record is None:
             raise TokentapeError(
                 f"{where}: field 'megatron' is malformed (edited by hand?); re-run `tokentape plan`"
             )
-        data = data | {"megatron": record}
-    try:
-        return PlanSource(**data)
-    except TypeError as exc:
-        raise TokentapeError(f"{where}: {exc}") from None
+    return PlanSource(**fields_, dtype=dtype, format=kind, tokenizer=tokenizer, megatron=record)
+
+
+_PLAN_KEYS = {
+    "algorithm_version", "seq_len", "seed", "denominator", "horizon_samples", "sources",
+    "index_hash",
+}  # fmt: skip
+
+
+def _plan_fields(data: dict[str, Any], where: str) -> Plan:
+    _exact_keys(data, _PLAN_KEYS, set(), where)
+    seq_len = _field_value(data, "seq_len", _INT, where, 1)
+    seed = _field_value(data, "seed", _INT, where)
+    denominator = _field_value(data, "denominator", _INT, where, 1)
+    horizon = _field_value(data, "horizon_samples", _INT, where, 1)
+    index = _field_value(data, "index_hash", _TEXT, where)
+    if seed >= 2**63:
+        raise TokentapeError(f"{where}: field 'seed': {seed} is not below 2**63")
+    if denominator > MAX_DENOMINATOR:
+        raise TokentapeError(
+            f"{where}: field 'denominator': {denominator} exceeds {MAX_DENOMINATOR}"
+        )
+    if horizon >= MAX_POSITION:
+        raise TokentapeError(f"{where}: field 'horizon_samples': {horizon} is not below 2**62")
+    raw_sources = data["sources"]
+    if not isinstance(raw_sources, list) or not raw_sources:
+        raise TokentapeError(f"{where}: field 'sources' must be a non-empty list")
+    sources = tuple(_plan_source(s, f"{where}: sources[{i}]") for i, s in enumerate(raw_sources))
+    names = [s.name for s in sources]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise TokentapeError(f"{where}: source name '{dup}' appears twice")
+    if sum(s.weight_units for s in sources) != denominator:
+        raise TokentapeError(
+            f"{where}: the sources' weight_units sum to {sum(s.weight_units for s in sources)}, "
+            f"not the denominator {denominator} (edited by hand?); re-run `tokentape plan`"
+        )
+    return Plan(ALGORITHM_VERSION, seq_len, seed, denominator, horizon, sources, index)
 
 
 def load_plan(path: str | Path) -> Plan:
-    """Read a resolved plan (``tokentape plan --out``), checking that its index hash holds."""
+    """Read a resolved plan (``tokentape plan --out``): every field of the expected type and
+    range, consistent with the others, and its index hash holding."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise TokentapeError(f"plan '{path}': no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TokentapeError(f"plan '{path}': not a readable JSON plan ({exc})") from None
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: also bad UTF-8, JSON
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise TokentapeError(f"plan '{path}': not a readable JSON plan ({why})") from None
     if not isinstance(data, dict) or data.pop("format", None) != PLAN_FORMAT:
         raise TokentapeError(f"plan '{path}': not a resolved tokentape plan (field 'format')")
     if data.get("algorithm_version") != ALGORITHM_VERSION:
+        shown = data.get("algorithm_version")
+        shown = shown if type(shown) is int else json.dumps(shown)[:40]
         raise TokentapeError(
-            f"plan '{path}': algorithm_version {data.get('algorithm_version')} is not "
-            f"{ALGORITHM_VERSION}; re-run `tokentape plan`"
+            f"plan '{path}': algorithm_version {shown} is not {ALGORITHM_VERSION}; "
+            "re-run `tokentape plan`"
         )
-    raw_sources = data.get("sources")
-    if not isinstance(raw_sources, list):
-        raise TokentapeError(f"plan '{path}': field 'sources' must be a list")
-    data["sources"] = tuple(
-        _plan_source(s, f"plan '{path}': sources[{i}]") for i, s in enumerate(raw_sources)
-    )
-    try:
-        plan = Plan(**data)
-    except TypeError as exc:
-        raise TokentapeError(f"plan '{path}': {exc}") from None
+    plan = _plan_fields(data, f"plan '{path}'")
     for s in plan.sources:  # the tape reads n_samples; the hash covers n_tokens and seq_len
         if s.n_samples != max(0, (s.n_tokens - 1) // plan.seq_len):
             raise TokentapeError(

@@ -15,7 +15,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from tokentape.tape.blend import Blend
+from tokentape.errors import ArgumentError, OutOfRangeError
+from tokentape.tape.blend import MAX_POSITION, Blend
 from tokentape.tape.permutation import Permutation, permute_epochs
 
 
@@ -48,9 +49,9 @@ class Tape:
     ) -> Tape:
         """``weights`` are the exact integers W_d of the blend (summing to its denominator)."""
         if len(names) != len(n_samples) or len(names) != len(weights):
-            raise ValueError("names, n_samples and weights must have the same length")
-        if any(n < 1 for n in n_samples):
-            raise ValueError("every source needs at least one sample")
+            raise ArgumentError("tape: names, n_samples and weights must have the same length")
+        if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in n_samples):
+            raise ArgumentError(f"tape: n_samples {list(n_samples)}: expected integers >= 1")
         return cls(tuple(names), tuple(int(n) for n in n_samples), int(seed), Blend.build(weights))
 
     def resolve(self, positions: np.ndarray | Sequence[int]) -> Resolved:
@@ -83,9 +84,14 @@ class Tape:
         ``blend.count(d, start)``.
         """
         blend = self.blend
+        start, count = int(start), int(count)
         if count <= 0:
             empty = np.zeros(0, dtype=np.int64)
             return Resolved(empty, empty, empty)
+        if start < 0 or start + count > MAX_POSITION:
+            raise OutOfRangeError(
+                f"tape: positions [{start}, {start + count}): expected positions in [0, 2**62)"
+            )
         period = blend.denominator
         first, last = start // period, (start + count - 1) // period
         base = (np.arange(first, last + 1, dtype=np.int64) * period - start)[:, None]
@@ -118,9 +124,18 @@ class Tape:
         self, source: int, sample: np.ndarray | int, epoch: np.ndarray | int
     ) -> np.ndarray:
         """The inverse: the position at which ``sample`` of ``source`` is drawn in ``epoch``."""
+        if not 0 <= source < len(self.names):
+            raise OutOfRangeError(
+                f"tape: source index {source}: expected 0 <= index < {len(self.names)}"
+            )
         samples = np.atleast_1d(np.asarray(sample, dtype=np.int64))
         epochs = np.broadcast_to(np.asarray(epoch, dtype=np.int64), samples.shape)
         n, name = self.n_samples[source], self.names[source]
+        if samples.size and (int(samples.min()) < 0 or int(samples.max()) >= n):
+            bad = int(samples.min()) if int(samples.min()) < 0 else int(samples.max())
+            raise OutOfRangeError(f"tape: sample {bad}: expected samples in [0, {n})")
+        if epochs.size and int(epochs.min()) < 0:
+            raise OutOfRangeError(f"tape: epoch {epochs.min()}: expected epochs >= 0")
         offsets = permute_epochs(n, self.seed, name, epochs, samples, forward=False)
         draws = epochs * self.n_samples[source] + offsets
         return np.asarray(self.blend.position(source, draws), dtype=np.int64)

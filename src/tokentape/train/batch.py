@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tokentape.errors import TokentapeError
+from tokentape.errors import ArgumentError, TokentapeError
 from tokentape.store.reader import TokenStream
 from tokentape.tape.plan import Plan, load_plan, open_plan_store
 from tokentape.tape.resolve import Tape
@@ -33,7 +33,7 @@ class Batch:
     def cu_seqlens(self, row: int) -> np.ndarray:
         """Cumulative document lengths of one row's inputs (for varlen attention kernels)."""
         if self.segment_ids is None:
-            raise ValueError("segment ids were not requested (Batcher(..., segments=True))")
+            raise ArgumentError("segment ids were not requested (Batcher(..., segments=True))")
         counts = np.bincount(self.segment_ids[row, :-1])
         return np.concatenate([[0], np.cumsum(counts[counts > 0])]).astype(np.int32)
 
@@ -48,6 +48,12 @@ def _open_checked(plan: Plan) -> list[TokenStream]:
     for s in plan.sources:
         src = open_plan_store(s)
         found = src.manifest.content_hash
+        m = src.manifest
+        if found == s.content_hash and (m.n_tokens, m.dtype) != (s.n_tokens, s.dtype):
+            raise TokentapeError(
+                f"store '{s.path}' (source '{s.name}') has {m.n_tokens} {m.dtype} tokens, the "
+                f"plan says {s.n_tokens} {s.dtype} (edited by hand?); re-run `tokentape plan`"
+            )
         if found != s.content_hash:
             raise TokentapeError(
                 f"store '{s.path}' (source '{s.name}') changed since the plan was made: content "

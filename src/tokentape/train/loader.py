@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from tokentape.errors import TokentapeError
+from tokentape.errors import ArgumentError, TokentapeError
 from tokentape.tape.plan import Plan
 from tokentape.train.batch import Batch, Batcher
 from tokentape.train.logwriter import StepLogWriter
@@ -98,7 +98,12 @@ class Loader:
         segments: bool = False,
     ) -> None:
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-            raise ValueError(f"prefetch must be an integer >= 0, got {prefetch!r}")
+            raise ArgumentError(f"prefetch must be an integer >= 0, got {prefetch!r}")
+        if state is not None and not isinstance(state, DataState):
+            raise ArgumentError(
+                "state must be a DataState (DataState.from_dict(saved)), got "
+                + type(state).__name__
+            )
         positions_for(0, dp_rank, config)  # validates dp_rank against the config
         self.batcher = Batcher(plan, dtype, segments)
         # The step log hashes the whole step in the stores' own width (cheaper); same stores.

@@ -12,7 +12,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tokentape.errors import TokentapeError
-from tokentape.tape.plan import Plan
+from tokentape.tape.blend import MAX_POSITION
+from tokentape.tape.plan import ALGORITHM_VERSION, Plan, index_hash
 from tokentape.train.partition import BatchConfig
 
 STATE_VERSION = 1
@@ -57,11 +58,48 @@ def identity_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return sorted(diffs)
 
 
+def _shown(value: Any) -> str:
+    """``value`` for an error message: at most 40 characters (huge integers by their size)."""
+    if type(value) is int and value.bit_length() > 128:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
 def _count(data: dict[str, Any], key: str, where: str, least: int) -> int:
     value = data.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise TokentapeError(f"{where}: '{key}' must be an integer >= {least}, got {value!r}")
+        raise TokentapeError(f"{where}: '{key}' must be an integer >= {least}, got {_shown(value)}")
+    if value >= MAX_POSITION:
+        raise TokentapeError(f"{where}: '{key}' must be below 2**62, got {_shown(value)}")
     return value
+
+
+def identity_hash(identity: Any) -> str | None:
+    """The index hash a plan identity (``plan_identity``) stands for; None when it is not one."""
+    if not isinstance(identity, dict) or set(identity) != {
+        "algorithm_version", "seq_len", "seed", "denominator", "sources"
+    }:  # fmt: skip
+        return None
+    ints = [identity[k] for k in ("algorithm_version", "seq_len", "seed", "denominator")]
+    sources = identity["sources"]
+    if any(type(v) is not int or v.bit_length() > 64 for v in ints):
+        return None
+    if not isinstance(sources, list):
+        return None
+    if identity["algorithm_version"] != ALGORITHM_VERSION:
+        return None
+    rows = []
+    for s in sources:
+        if not isinstance(s, dict) or set(s) != {"name", *_IDENTITY_FIELDS}:
+            return None
+        row = (s["name"], s["weight_units"], s["n_tokens"], s["dtype"], s["content_hash"])
+        if not all(type(v) is t for v, t in zip(row, (str, int, int, str, str), strict=True)):
+            return None
+        if row[1].bit_length() > 64 or row[2].bit_length() > 64:
+            return None
+        rows.append(row)
+    return index_hash(identity["seq_len"], identity["seed"], identity["denominator"], rows)
 
 
 def _change(data: Any, where: str) -> BatchChange:
@@ -151,6 +189,17 @@ class DataState:
             data.get("identity"), dict
         ):
             raise TokentapeError("data state: 'index_hash' (a string) and 'identity' are required")
+        expected = identity_hash(data["identity"])
+        if expected is None:
+            raise TokentapeError(
+                "data state: 'identity' is not a plan identity (algorithm_version, seq_len, seed, "
+                "denominator, sources)"
+            )
+        if expected != data["index_hash"]:
+            raise TokentapeError(
+                f"data state: 'index_hash' {data['index_hash'][:19]}… does not match its "
+                f"'identity' (which hashes to {expected[:19]}…): edited or mixed up"
+            )
         state = cls(
             index_hash=data["index_hash"],
             identity=dict(data["identity"]),

@@ -291,11 +291,30 @@ def test_gpt2_roundtrip_and_batch(gpt2: Tokenizer, texts: list[str]) -> None:
         assert all(0 <= i < 50256 for i in ids)
 
 
-def test_tiktoken_custom_eod_name(gpt2_tiktoken: Path, gpt2: Tokenizer) -> None:
-    tok = load_tokenizer(f"tiktoken:{gpt2_tiktoken}", eod_token="<|eot|>")
-    assert (tok.eod_token, tok.eod_id) == ("<|eot|>", 50256)
-    assert tok.encode(f"a {EOD} <|eot|>") == gpt2.encode(f"a {EOD} <|eot|>")
-    assert tok.decode([50256]) == "<|eot|>"
+def test_tiktoken_eod_name_must_be_its_token(gpt2_tiktoken: Path, gpt2: Tokenizer) -> None:
+    """A ranks file has no special tokens: the only EOD a tiktoken tokenizer can have is the
+    one tokentape adds (``<|endoftext|>`` at max rank + 1); any other name would be used for
+    that id without being that token, so it is refused, naming it and what is accepted."""
+    spec = f"tiktoken:{gpt2_tiktoken}"
+    for name in ("<|eot|>", "<|im_end|>", "", "hello", " <|endoftext|>"):
+        with pytest.raises(TokentapeError) as info:
+            load_tokenizer(spec, eod_token=name)
+        assert str(info.value) == (
+            f"tokenizer {spec!r}: --eod-token {name!r} is not a token of this tiktoken ranks "
+            "file; accepted: '<|endoftext|>' (the special token tokentape adds at max rank + 1), "
+            "or leave --eod-token out"
+        )
+    tok = load_tokenizer(spec, eod_token=EOD)
+    assert (tok.eod_token, tok.eod_id) == (EOD, 50256) == (gpt2.eod_token, gpt2.eod_id)
+    assert tok.fingerprint == gpt2.fingerprint
+    assert tok.decode([50256]) == EOD
+
+
+def test_tiktoken_manifest_eod_name_checked(tmp_path: Path, gpt2: Tokenizer) -> None:
+    info = store_copy(gpt2, tmp_path)
+    for name in ("<|eot|>", None):
+        with pytest.raises(TokentapeError, match=r"field tokenizer\.eod_token is"):
+            tokenizer_from_manifest(info | {"eod_token": name}, tmp_path)
 
 
 def small_ranks(extra: int = 0) -> bytes:
@@ -460,7 +479,7 @@ def test_manifest_roundtrip(
         ("bytes", None),
         (str(hf_tokenizer_json), None),
         (f"hf:{big_vocab_tokenizer_json}", None),
-        (f"tiktoken:{gpt2_tiktoken}", "<|eot|>"),
+        (f"tiktoken:{gpt2_tiktoken}", EOD),
     ]
     sample = f"Hello {EOD} wörld 😀 w1 w70000"
     for i, (spec, eod) in enumerate(specs):

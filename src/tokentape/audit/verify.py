@@ -30,6 +30,7 @@ import numpy as np
 from tokentape.audit.verify_megatron import check_megatron, planned_bytes
 from tokentape.errors import TokentapeError
 from tokentape.report import fmt_bytes, fmt_int
+from tokentape.store.confine import inside_problem
 from tokentape.store.format import (
     MANIFEST_NAME,
     Manifest,
@@ -44,6 +45,7 @@ from tokentape.store.megatron import is_prefix
 from tokentape.store.megatron_source import MEGATRON
 from tokentape.tape.plan import load_plan
 from tokentape.tokenize.progress import INPUT_BYTES, TOKENS, Counters, ProgressBar
+from tokentape.tokenize.tokenizers import STORED_NAMES
 
 DEFAULT_QUICK_BLOCKS = 4
 """Blocks hashed per shard by ``--quick``: the first, the last and two picked by a seeded hash."""
@@ -161,7 +163,7 @@ def load_manifest(store: str | Path) -> tuple[Manifest, list[Problem]]:
         problems = _fix_totals(data, str(path))
         if problems:
             text = json.dumps(data)
-    return parse_manifest(text, str(path)), problems
+    return parse_manifest(text, str(path), check_names=False), problems
 
 
 def _is_int(value: Any) -> bool:
@@ -301,7 +303,12 @@ def check_store(
     problems += _manifest_problems(ctx)
     problems += _plan_problems(manifest, plans)
     work = _Work()
-    for shard in manifest.shards:
+    problems += _tokenizer_copy_problems(ctx)
+    for i, shard in enumerate(manifest.shards):
+        outside = _confinement_problems(ctx, i, shard)
+        if outside:  # never read a file that is not the store's own
+            problems += outside
+            continue
         try:
             problems += _check_shard(ctx, shard, quick, blocks, work)
         except OSError as exc:  # permissions, I/O errors: name the file, keep going
@@ -375,11 +382,48 @@ def _manifest_problems(ctx: _Store) -> list[Problem]:
         problems.append(Problem(where, "content_hash mismatch", m.content_hash, recomputed))
     if not 0 <= m.eod_id < m.vocab_size:
         problems.append(Problem(where, "eod_id out of range", f"< {m.vocab_size}", str(m.eod_id)))
-    for i, shard in enumerate(m.shards):
-        if shard.name != shard_name(i):
-            problems.append(Problem(where, f"shards[{i}] name", shard_name(i), shard.name))
+    for shard in m.shards:
         problems += _block_record_problems(ctx, shard, where)
     return problems
+
+
+def _confinement_problems(ctx: _Store, i: int, shard: ShardInfo) -> list[Problem]:
+    """A shard name that is not ``part-NNNNN`` after its place, or a shard file that is not a
+    regular file in the store (a symbolic link, anywhere; a directory, a FIFO): the shard is
+    then not read."""
+    if shard.name != shard_name(i):
+        where = ctx.file(MANIFEST_NAME)
+        return [Problem(where, f"shards[{i}] name (shard not read)", shard_name(i), shard.name)]
+    return [
+        problem
+        for name in (shard.bin_file, shard.idx_file)
+        if (problem := _outside(ctx, name)) is not None
+    ]
+
+
+def _outside(ctx: _Store, name: str) -> Problem | None:
+    found = inside_problem(ctx.directory, name)
+    if found is None:
+        return None
+    found = found.removeprefix("is ")
+    if found.startswith("a symbolic link"):
+        return Problem(ctx.file(name), "not a file of the store (not read)", _INSIDE, found)
+    return Problem(ctx.file(name), "unreadable", "a regular file", found)
+
+
+_INSIDE = "a regular file inside the store"
+
+
+def _tokenizer_copy_problems(ctx: _Store) -> list[Problem]:
+    """The tokenizer copy the manifest names, when there is one: the store's own file."""
+    name = ctx.manifest.tokenizer.get("file")
+    if not isinstance(name, str):
+        return []
+    if name not in STORED_NAMES:
+        where = ctx.file(MANIFEST_NAME)
+        return [Problem(where, "tokenizer.file", " or ".join(STORED_NAMES), repr(name))]
+    problem = _outside(ctx, name)
+    return [] if problem is None else [problem]
 
 
 def _block_record_problems(ctx: _Store, shard: ShardInfo, where: str) -> list[Problem]:

@@ -2,7 +2,8 @@
 
 A source is a directory holding ``manifest.json`` and shards ``part-NNNNN.bin`` (raw
 little-endian token ids) with ``part-NNNNN.idx.npy`` (int64 ascending document starts, local to
-the shard). ``docs/format.md`` describes every field.
+the shard). ``docs/format.md`` describes every field. Every file a manifest names lies in the
+store's own directory under its exact name (``store.confine``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from typing import Any
 import numpy as np
 
 from tokentape.errors import TokentapeError
+from tokentape.store.confine import check_inside, check_shard_names, open_inside
+from tokentape.store.confine import shard_name as shard_name  # re-exported: the writer names shards
 
 FORMAT_NAME = "tokentape.store"
 FORMAT_VERSION = 1
@@ -44,10 +47,6 @@ def numpy_dtype(name: str) -> np.dtype:
         return _DTYPES[name]
     except KeyError:
         raise TokentapeError(f"unknown dtype '{name}'; expected uint16 or uint32") from None
-
-
-def shard_name(index: int) -> str:
-    return f"part-{index:05d}"
 
 
 @dataclass(frozen=True)
@@ -120,27 +119,42 @@ def _field(data: dict[str, Any], key: str, kind: type | tuple[type, ...], where:
     return value
 
 
+def _count(data: dict[str, Any], key: str, where: str) -> int:
+    value = _field(data, key, int, where)
+    if value < 0:
+        raise TokentapeError(f"{where}: field '{key}' is {value}, expected a count (>= 0)")
+    return value
+
+
 def _parse_shard(data: Any, where: str) -> ShardInfo:
     if not isinstance(data, dict):
         raise TokentapeError(f"{where}: expected an object")
+    blocks = _field(data, "block_sha256", list, where)
+    if not all(isinstance(b, str) for b in blocks):
+        raise TokentapeError(f"{where}: field 'block_sha256' must be a list of strings")
     return ShardInfo(
         name=_field(data, "name", str, where),
-        n_tokens=_field(data, "n_tokens", int, where),
-        n_docs=_field(data, "n_docs", int, where),
+        n_tokens=_count(data, "n_tokens", where),
+        n_docs=_count(data, "n_docs", where),
         bin_sha256=_field(data, "bin_sha256", str, where),
         idx_sha256=_field(data, "idx_sha256", str, where),
-        idx_bytes=_field(data, "idx_bytes", int, where),
-        block_bytes=_field(data, "block_bytes", int, where),
-        block_sha256=tuple(_field(data, "block_sha256", list, where)),
+        idx_bytes=_count(data, "idx_bytes", where),
+        block_bytes=_count(data, "block_bytes", where),
+        block_sha256=tuple(blocks),
     )
 
 
-def parse_manifest(text: str, where: str) -> Manifest:
-    """Validate and parse manifest JSON; ``where`` names the file in error messages."""
+def parse_manifest(text: str, where: str, *, check_names: bool = True) -> Manifest:
+    """Validate and parse manifest JSON; ``where`` names the file in error messages.
+
+    ``check_names``: refuse shards not named ``part-NNNNN`` after their place (``tokentape
+    verify`` reports them as problems instead)."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise TokentapeError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except (ValueError, RecursionError) as exc:  # nested too deep, an integer of 5,000 digits
+        raise TokentapeError(f"{where}: not valid JSON ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
         raise TokentapeError(f"{where}: not a tokentape store manifest (field 'format')")
     version = _field(data, "format_version", int, where)
@@ -152,20 +166,25 @@ def parse_manifest(text: str, where: str) -> Manifest:
     numpy_dtype(dtype)
     shards_raw = _field(data, "shards", list, where)
     shards = tuple(_parse_shard(s, f"{where}: shards[{i}]") for i, s in enumerate(shards_raw))
+    if check_names:
+        check_shard_names([s.name for s in shards], where)
+    extra = data.get("extra", {})
+    if not isinstance(extra, dict):
+        raise TokentapeError(f"{where}: field 'extra' is {type(extra).__name__}, expected dict")
     manifest = Manifest(
         dtype=dtype,
-        vocab_size=_field(data, "vocab_size", int, where),
-        eod_id=_field(data, "eod_id", int, where),
+        vocab_size=_count(data, "vocab_size", where),
+        eod_id=_count(data, "eod_id", where),
         tokenizer=_field(data, "tokenizer", dict, where),
         shards=shards,
-        n_tokens=_field(data, "n_tokens", int, where),
-        n_docs=_field(data, "n_docs", int, where),
+        n_tokens=_count(data, "n_tokens", where),
+        n_docs=_count(data, "n_docs", where),
         content_hash=_field(data, "content_hash", str, where),
         filters=_field(data, "filters", dict, where),
         inputs=_field(data, "inputs", dict, where),
         job=_field(data, "job", str, where),
         created_by=_field(data, "created_by", str, where),
-        extra=data.get("extra", {}),
+        extra=extra,
     )
     if manifest.n_tokens != sum(s.n_tokens for s in shards):
         raise TokentapeError(f"{where}: n_tokens does not equal the sum over shards")
@@ -176,21 +195,39 @@ def parse_manifest(text: str, where: str) -> Manifest:
 
 def read_manifest_text(directory: str | os.PathLike[str]) -> tuple[str, Path]:
     """The text of ``DIR/manifest.json`` and its path; a directory without one is not a
-    complete store."""
+    complete store, and a manifest that is a symbolic link is refused."""
     path = Path(directory) / MANIFEST_NAME
     if not Path(directory).is_dir():
         raise TokentapeError(f"store '{directory}': no such directory")
-    try:
-        return path.read_text(encoding="utf-8"), path
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         raise TokentapeError(
             f"store '{directory}': no {MANIFEST_NAME}; not a complete tokentape store"
-        ) from None
+        )
+    fd = open_inside(Path(directory), MANIFEST_NAME, "the manifest")
+    try:
+        with open(fd, "rb") as f:
+            return f.read().decode("utf-8"), path
     except (OSError, UnicodeDecodeError) as exc:
         raise TokentapeError(f"{path}: cannot read ({exc})") from None
 
 
+def store_files(manifest: Manifest) -> list[tuple[str, str]]:
+    """(name, what it is) of every file the manifest names in its store: each shard's two
+    files and the tokenizer copy (when its kind has one)."""
+    files = []
+    for shard in manifest.shards:
+        files += [(shard.bin_file, "shard file"), (shard.idx_file, "document index")]
+    name = manifest.tokenizer.get("file")
+    if isinstance(name, str):
+        files.append((name, "tokenizer copy"))
+    return files
+
+
 def read_manifest(directory: str | os.PathLike[str]) -> Manifest:
-    """Read and validate ``DIR/manifest.json``."""
+    """Read and validate ``DIR/manifest.json``, and check that every file it names is a regular
+    file inside ``DIR`` (or missing: opening the store says so), without reading them."""
     text, path = read_manifest_text(directory)
-    return parse_manifest(text, str(path))
+    manifest = parse_manifest(text, str(path))
+    for name, what in store_files(manifest):
+        check_inside(Path(directory), name, what)
+    return manifest

@@ -41,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -82,6 +83,9 @@ RACY_SECONDS = 2.0
 """Files modified this little before their keys were taken are not recorded (see above)."""
 CHUNK_BYTES = 8 * 2**20
 """Bytes read (and hashed) at a time."""
+SIDECAR_MAX_BYTES = 256 * 2**20
+"""A larger sidecar is not one of ours: the block hashes of a 1 TiB ``.bin`` take about 1.1 MB,
+so this holds those of more than 200 TiB."""
 
 Progress = Callable[[int], None]
 """Called with the bytes just read."""
@@ -207,9 +211,10 @@ def read_sidecars(prefix: Path) -> list[tuple[FileKeys | None, MegatronIdentity]
     recorded for (None for a version 1 sidecar: never current) and the identity."""
     found = []
     for path in sidecar_paths(prefix):
+        text = _sidecar_text(path)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            data = json.loads(text) if text is not None else None
+        except (ValueError, RecursionError):
             continue
         if not isinstance(data, dict) or data.get("format") != SIDECAR_FORMAT:
             continue
@@ -226,6 +231,24 @@ def read_sidecars(prefix: Path) -> list[tuple[FileKeys | None, MegatronIdentity]
                 continue
         found.append((keys, identity))
     return found
+
+
+def _sidecar_text(path: Path) -> str | None:
+    """The text of the sidecar at ``path``; None unless it is a regular file (a symbolic link,
+    a FIFO or a directory counts as absent, and is never followed) of at most
+    ``SIDECAR_MAX_BYTES`` in UTF-8."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with open(fd, "rb") as f:
+        try:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_size > SIDECAR_MAX_BYTES:
+                return None
+            return f.read(SIDECAR_MAX_BYTES + 1).decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
 
 
 def read_sidecar(prefix: Path, keys: FileKeys | None) -> MegatronIdentity | None:

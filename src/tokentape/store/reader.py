@@ -2,8 +2,11 @@
 
 A source is the concatenation of its shards in manifest order. Sample ``k`` at sequence length
 ``L`` is the window of ``L + 1`` tokens starting at token ``k * L``; a window may span shards.
-Opening is cheap (the shards are memory-mapped, the document starts loaded) and any number of
-processes may open one store at once.
+Opening is cheap and any number of processes may open one store at once. An open store holds
+everything it reads: each shard's ``.bin`` and ``.idx.npy`` and the tokenizer copy are opened at
+open time (only regular files inside the store: ``store.confine``) and memory-mapped, with only
+the ``.npy`` headers read. Replacing or deleting the store afterwards (``tokenize --overwrite``
+swaps in a new directory) does not change what an open ``Source`` reads.
 
 ``TokenStream`` holds what every kind of source shares (windows, documents, segments over
 memory-mapped pieces); ``Source`` is a tokentape store, ``store.megatron_source.MegatronSource``
@@ -20,27 +23,95 @@ from pathlib import Path
 
 import numpy as np
 
-from tokentape.errors import TokentapeError
-from tokentape.store.format import Manifest, numpy_dtype, read_manifest
-from tokentape.tokenize.tokenizers import Tokenizer, tokenizer_from_manifest
+from tokentape.errors import ArgumentError, OutOfRangeError, TokentapeError
+from tokentape.store.confine import open_inside
+from tokentape.store.format import Manifest, ShardInfo, numpy_dtype, read_manifest
+from tokentape.tokenize.tokenizers import STORED_NAMES, Tokenizer, tokenizer_from_manifest
+
+_NPY_ERRORS = (ValueError, TypeError, KeyError, SyntaxError, OverflowError, RecursionError)
+"""What numpy's ``.npy`` header parser raises on a malformed header."""
+INDEX_DTYPE = np.dtype("<i8")
 
 
-def _check_size(path: Path, expected: int) -> None:
-    try:
-        found = path.stat().st_size
-    except FileNotFoundError:
-        raise TokentapeError(f"{path}: shard file is missing") from None
+def _damaged(path: Path, what: str) -> TokentapeError:
+    return TokentapeError(f"{path}: {what}; the store is damaged (run `tokentape verify`)")
+
+
+def _check_size(path: Path, fd: int, expected: int) -> None:
+    found = os.fstat(fd).st_size
     if found != expected:
-        raise TokentapeError(
-            f"{path}: size is {found} bytes, the manifest says {expected}; "
-            "the store is damaged (run `tokentape verify`)"
+        raise _damaged(path, f"size is {found} bytes, the manifest says {expected}")
+
+
+def _map_tokens(directory: Path, shard: ShardInfo, dtype: np.dtype) -> np.ndarray:
+    """The shard's ``.bin``, memory-mapped (read-only), after checking its size."""
+    path = directory / shard.bin_file
+    with open(open_inside(directory, shard.bin_file, "shard file"), "rb") as f:
+        _check_size(path, f.fileno(), shard.n_tokens * dtype.itemsize)
+        if shard.n_tokens == 0:
+            return np.zeros(0, dtype=dtype)
+        return np.memmap(f, dtype=dtype, mode="r", shape=(shard.n_tokens,))
+
+
+def _map_index(directory: Path, shard: ShardInfo) -> np.ndarray:
+    """The shard's ``.idx.npy`` memory-mapped: its header read and checked (a 1-D int64 array
+    of ``n_docs`` entries filling the file), no entry read; never unpickled."""
+    path = directory / shard.idx_file
+    with open(open_inside(directory, shard.idx_file, "document index"), "rb") as f:
+        _check_size(path, f.fileno(), shard.idx_bytes)
+        try:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+            else:
+                raise ValueError(f"unsupported .npy version {version[0]}.{version[1]}")
+        except _NPY_ERRORS as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise _damaged(path, f"not a readable .npy array ({reason})") from None
+        if dtype != INDEX_DTYPE or shape != (shard.n_docs,):
+            raise _damaged(
+                path,
+                f"expected {shard.n_docs} int64 document starts, found shape {shape} dtype {dtype}",
+            )
+        offset = f.tell()
+        if offset + INDEX_DTYPE.itemsize * shard.n_docs != shard.idx_bytes:
+            raise _damaged(path, f"{shard.idx_bytes} bytes do not hold its {shape} array")
+        if shard.n_docs == 0:
+            return np.zeros(0, dtype=INDEX_DTYPE)
+        return np.memmap(f, dtype=INDEX_DTYPE, mode="r", offset=offset, shape=(shard.n_docs,))
+
+
+def _check_starts(local: np.ndarray, shard: ShardInfo, path: Path) -> None:
+    """A shard's document starts: 0 first, strictly ascending, below its token count (so every
+    token lies in a document and none is empty)."""
+    if not len(local):
+        if shard.n_tokens:
+            raise _damaged(path, f"no document starts for {shard.n_tokens} tokens")
+        return
+    if int(local[0]) != 0:
+        raise _damaged(path, f"the first document starts at {int(local[0])}, expected 0")
+    down = np.flatnonzero(np.diff(local) <= 0)
+    if down.size:
+        i = int(down[0]) + 1
+        raise _damaged(
+            path,
+            f"document {i} starts at {int(local[i])}, not after document {i - 1} "
+            f"({int(local[i - 1])}); starts must ascend",
+        )
+    if int(local[-1]) >= shard.n_tokens:
+        raise _damaged(
+            path,
+            f"document {len(local) - 1} starts at {int(local[-1])}, not inside the shard's "
+            f"{shard.n_tokens} tokens",
         )
 
 
-def _map_tokens(path: Path, dtype: np.dtype, n_tokens: int) -> np.ndarray:
-    if n_tokens == 0:
-        return np.zeros(0, dtype=dtype)
-    return np.memmap(path, dtype=dtype, mode="r", shape=(n_tokens,))
+def _index_arg(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ArgumentError(f"{name} must be an integer, got {value!r}")
+    return int(value)
 
 
 class TokenStream:
@@ -106,8 +177,12 @@ class TokenStream:
 
     def tokens(self, start: int, stop: int) -> np.ndarray:
         """Tokens ``[start, stop)`` of the source, copied out of the shards they lie in."""
+        start, stop = _index_arg("start", start), _index_arg("stop", stop)
         if not 0 <= start <= stop <= self.n_tokens:
-            raise IndexError(f"token range [{start}, {stop}) outside [0, {self.n_tokens})")
+            raise OutOfRangeError(
+                f"token range [start, stop) = [{start}, {stop}) is not inside [0, "
+                f"{self.n_tokens}) with start <= stop"
+            )
         first = int(np.searchsorted(self._shard_offsets, start, side="right")) - 1
         pieces, pos = [], start
         shard = max(first, 0)
@@ -124,7 +199,7 @@ class TokenStream:
 
     def window(self, k: int, seq_len: int) -> np.ndarray:
         """Sample ``k``: tokens ``[k*L, k*L + L + 1)``."""
-        self._check_sample(k, seq_len)
+        k = self._check_sample(k, seq_len)
         return self.tokens(k * seq_len, k * seq_len + seq_len + 1)
 
     def windows_into(
@@ -136,13 +211,14 @@ class TokenStream:
         One slice copy per row from the memory map (rows that cross a shard boundary are
         stitched); ``out`` may have any integer dtype wide enough for the ids.
         """
-        k = np.asarray(samples, dtype=np.int64)
-        n = self.n_samples(seq_len)
-        if k.size and (int(k.min()) < 0 or int(k.max()) >= n):
-            raise IndexError(f"samples outside [0, {n}) at seq_len {seq_len}")
+        k = self._check_samples(samples, seq_len)
         targets = np.arange(k.size) if rows is None else np.asarray(rows)
-        if out.ndim != 2 or out.shape[1] != seq_len + 1 or targets.shape != k.shape:
-            raise ValueError(f"out must have rows of {seq_len + 1} tokens, one per sample")
+        if out.ndim != 2 or out.shape[1] != seq_len + 1:
+            raise ArgumentError(f"out must have rows of seq_len + 1 = {seq_len + 1} tokens")
+        if targets.shape != k.shape:
+            raise ArgumentError(
+                f"rows must have one entry per sample ({k.shape}), got {targets.shape}"
+            )
         starts = k * seq_len
         shard_of = np.searchsorted(self._shard_offsets, starts, side="right") - 1
         triples = zip(targets.tolist(), starts.tolist(), shard_of.tolist(), strict=True)
@@ -164,8 +240,11 @@ class TokenStream:
         and restarts position embeddings where ``position`` is 0; a window's first segment
         usually starts before the window, so its positions need not start at 0.
         """
-        k = np.asarray(samples, dtype=np.int64)
+        k = self._check_samples(samples, seq_len)
         width = seq_len + 1
+        for name, array in (("segment", segment), ("position", position)):
+            if array.shape != (k.size, width):
+                raise ArgumentError(f"{name} must have shape {(k.size, width)}, got {array.shape}")
         columns = np.arange(width, dtype=np.int64)
         for row, start in enumerate((k * seq_len).tolist()):
             first = int(np.searchsorted(self.doc_starts, start, side="right")) - 1
@@ -179,21 +258,37 @@ class TokenStream:
 
     def docs_in(self, k: int, seq_len: int) -> list[int]:
         """Ids of the documents that overlap sample ``k``."""
-        self._check_sample(k, seq_len)
+        k = self._check_sample(k, seq_len)
         start, last = k * seq_len, k * seq_len + seq_len
         first_doc = int(np.searchsorted(self.doc_starts, start, side="right")) - 1
         last_doc = int(np.searchsorted(self.doc_starts, last, side="right")) - 1
         return list(range(first_doc, last_doc + 1))
 
-    def _check_sample(self, k: int, seq_len: int) -> None:
+    def _check_sample(self, k: int, seq_len: int) -> int:
         n = self.n_samples(seq_len)
+        k = _index_arg("k", k)
         if not 0 <= k < n:
-            raise IndexError(f"sample {k} outside [0, {n}) at seq_len {seq_len}")
+            raise OutOfRangeError(f"sample k = {k} is not in [0, {n}) at seq_len {seq_len}")
+        return k
+
+    def _check_samples(self, samples: np.ndarray, seq_len: int) -> np.ndarray:
+        n = self.n_samples(seq_len)
+        raw = np.asarray(samples)
+        if raw.size and raw.dtype.kind not in "iu":
+            raise ArgumentError(f"samples must be integers, got an array of {raw.dtype}")
+        k = raw.astype(np.int64).reshape(-1) if raw.size else np.zeros(0, dtype=np.int64)
+        if raw.ndim > 1:
+            raise ArgumentError(f"samples must be one-dimensional, got shape {raw.shape}")
+        if k.size and (int(k.min()) < 0 or int(k.max()) >= n):
+            bad = int(k[(k < 0) | (k >= n)][0])
+            raise OutOfRangeError(f"samples: {bad} is not in [0, {n}) at seq_len {seq_len}")
+        return k
 
     def doc_span(self, i: int) -> tuple[int, int]:
         """Token range of document ``i``, its end-of-document token included."""
+        i = _index_arg("i", i)
         if not 0 <= i < self.n_docs:
-            raise IndexError(f"document {i} outside [0, {self.n_docs})")
+            raise OutOfRangeError(f"document i = {i} is not in [0, {self.n_docs})")
         end = int(self.doc_starts[i + 1]) if i + 1 < self.n_docs else self.n_tokens
         return int(self.doc_starts[i]), end
 
@@ -213,25 +308,19 @@ class Source(TokenStream):
         self.directory = Path(directory)
         self.manifest: Manifest = read_manifest(self.directory)
         dtype = numpy_dtype(self.manifest.dtype)
-        shards = []
+        shards, self._indexes = [], []
         for shard in self.manifest.shards:
-            bin_path = self.directory / shard.bin_file
-            _check_size(bin_path, shard.n_tokens * dtype.itemsize)
-            _check_size(self.directory / shard.idx_file, shard.idx_bytes)
-            shards.append(_map_tokens(bin_path, dtype, shard.n_tokens))
+            shards.append(_map_tokens(self.directory, shard, dtype))
+            self._indexes.append(_map_index(self.directory, shard))
+        self._tokenizer_copy = _map_tokenizer_copy(self.directory, self.manifest)
         super().__init__(dtype, shards, self._load_doc_starts, self.manifest.n_docs)
 
     def _load_doc_starts(self) -> np.ndarray:
-        """Every shard's ``.idx.npy``, offset into the stream and concatenated."""
+        """Every shard's document starts (mapped at open), checked, offset into the stream and
+        concatenated."""
         starts, offset = [], 0
-        for shard in self.manifest.shards:
-            idx_path = self.directory / shard.idx_file
-            local = np.load(idx_path, allow_pickle=False)
-            if local.shape != (shard.n_docs,) or local.dtype != np.int64:
-                raise TokentapeError(
-                    f"{idx_path}: expected {shard.n_docs} int64 document starts, "
-                    f"found shape {local.shape} dtype {local.dtype}"
-                )
+        for shard, local in zip(self.manifest.shards, self._indexes, strict=True):
+            _check_starts(local, shard, self.directory / shard.idx_file)
             starts.append(local + offset)
             offset += shard.n_tokens
         return np.concatenate(starts or [np.zeros(0, dtype=np.int64)]).astype(np.int64)
@@ -242,8 +331,11 @@ class Source(TokenStream):
 
     @cached_property
     def tokenizer(self) -> Tokenizer:
-        """The tokenizer recorded in the manifest (loaded from the copy inside the store)."""
-        return tokenizer_from_manifest(self.manifest.tokenizer, self.directory)
+        """The tokenizer recorded in the manifest (loaded from the copy inside the store, as it
+        was when the store was opened)."""
+        copy = self._tokenizer_copy
+        data = None if copy is None else bytes(copy)
+        return tokenizer_from_manifest(self.manifest.tokenizer, self.directory, data)
 
     def __repr__(self) -> str:
         return (
@@ -252,9 +344,28 @@ class Source(TokenStream):
         )
 
 
+def _map_tokenizer_copy(directory: Path, manifest: Manifest) -> mmap.mmap | bytes | None:
+    """The tokenizer copy the manifest names, mapped (not read) at open; None when the
+    manifest names none or the file is missing (the tokenizer is then refused when asked
+    for, as the store reads fine without it)."""
+    name = manifest.tokenizer.get("file")
+    if name not in STORED_NAMES:
+        return None
+    try:
+        fd = open_inside(directory, name, "tokenizer copy")
+    except TokentapeError:
+        if not os.path.lexists(directory / name):
+            return None
+        raise
+    with open(fd, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return b""
+        return mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+
+
 def _check_seq_len(seq_len: int) -> None:
-    if not isinstance(seq_len, int | np.integer) or seq_len <= 0:
-        raise ValueError(f"seq_len must be a positive integer, got {seq_len!r}")
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int | np.integer) or seq_len <= 0:
+        raise ArgumentError(f"seq_len must be a positive integer, got {seq_len!r}")
 
 
 def open_source(path: str | os.PathLike[str]) -> Source:

@@ -52,6 +52,8 @@ BYTE_EOD_ID = 256
 
 HF_STORED_NAME = "tokenizer.json"
 TIKTOKEN_STORED_NAME = "tokenizer.tiktoken"
+STORED_NAMES = (HF_STORED_NAME, TIKTOKEN_STORED_NAME)
+"""The only names a tokenizer copy in a store may have."""
 
 _FINGERPRINT_DOMAIN = b"tokentape-tokenizer-v1"
 
@@ -266,9 +268,16 @@ class TiktokenTokenizer:
     def from_bytes(
         cls, data: bytes, path: Path, spec: str, eod_token: str = DEFAULT_TIKTOKEN_EOD
     ) -> TiktokenTokenizer:
-        """Build from the ranks file's content; EOD id = max rank + 1."""
-        if not eod_token:
-            raise TokentapeError(f"tokenizer {spec!r}: --eod-token must not be empty")
+        """Build from the ranks file's content; EOD id = max rank + 1.
+
+        A ranks file names no special token: the one tokentape adds, ``<|endoftext|>`` at max
+        rank + 1, is the only EOD token it can have (another name would not be that token)."""
+        if eod_token != DEFAULT_TIKTOKEN_EOD:
+            raise TokentapeError(
+                f"tokenizer {spec!r}: --eod-token {eod_token!r} is not a token of this tiktoken "
+                f"ranks file; accepted: {DEFAULT_TIKTOKEN_EOD!r} (the special token tokentape "
+                "adds at max rank + 1), or leave --eod-token out"
+            )
         ranks = parse_tiktoken_ranks(data, path)
         eod_id = max(ranks.values()) + 1
         encoding = tiktoken.Encoding(
@@ -523,7 +532,8 @@ def load_tokenizer(spec: str, eod_token: str | None = None) -> Tokenizer:
     if spec.startswith("tiktoken:"):
         path = Path(spec.removeprefix("tiktoken:"))
         data = _read_file(path, f"from tokenizer spec {spec!r}")
-        return TiktokenTokenizer.from_bytes(data, path, spec, eod_token or DEFAULT_TIKTOKEN_EOD)
+        eod = DEFAULT_TIKTOKEN_EOD if eod_token is None else eod_token
+        return TiktokenTokenizer.from_bytes(data, path, spec, eod)
     path = Path(spec.removeprefix("hf:"))
     if spec.startswith("hf:") or path.is_file():
         return HFTokenizer.from_bytes(
@@ -568,8 +578,11 @@ def _check_manifest_fields(info: dict[str, Any], where: str) -> None:
             raise TokentapeError(f"{where}: field tokenizer.{name} missing or not {expected}")
 
 
-def tokenizer_from_manifest(info: dict[str, Any], store_dir: Path) -> Tokenizer:
-    """Reload the tokenizer a store was written with, from the copy stored in ``store_dir``.
+def tokenizer_from_manifest(
+    info: dict[str, Any], store_dir: Path, data: bytes | None = None
+) -> Tokenizer:
+    """Reload the tokenizer a store was written with, from the copy stored in ``store_dir``
+    (or from ``data``, that copy's bytes as the caller read them).
 
     The reloaded tokenizer must have the recorded fingerprint, EOD id and vocabulary size.
     """
@@ -577,6 +590,8 @@ def tokenizer_from_manifest(info: dict[str, Any], store_dir: Path) -> Tokenizer:
     _check_manifest_fields(info, where)
     kind, spec, name = info["kind"], info["spec"], info["file"]
     tok: Tokenizer
+    if kind in ("bytes", "none") and name is not None:
+        raise TokentapeError(f"{where}: field tokenizer.file is {name!r}; expected null")
     if kind == "bytes":
         tok = ByteTokenizer(spec=spec)
     elif kind == "none":
@@ -588,11 +603,17 @@ def tokenizer_from_manifest(info: dict[str, Any], store_dir: Path) -> Tokenizer:
                 f"{where}: field tokenizer.file is {name!r}; expected {expected_name!r}"
             )
         path = store_dir / name
-        data = _read_file(path, f"the tokenizer copy named in {where}")
+        if data is None:
+            data = _read_file(path, f"the tokenizer copy named in {where}")
         if kind == "hf":
             tok = HFTokenizer.from_bytes(data, path, spec, info["eod_token"])
         else:
-            tok = TiktokenTokenizer.from_bytes(data, path, spec, info["eod_token"] or "")
+            if info["eod_token"] != DEFAULT_TIKTOKEN_EOD:
+                raise TokentapeError(
+                    f"{where}: field tokenizer.eod_token is {info['eod_token']!r}; a tiktoken "
+                    f"store's end-of-document token is {DEFAULT_TIKTOKEN_EOD!r}"
+                )
+            tok = TiktokenTokenizer.from_bytes(data, path, spec)
     else:
         raise TokentapeError(
             f"{where}: field tokenizer.kind is {kind!r}; expected 'hf', 'tiktoken', 'bytes' or "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import multiprocessing
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokentape import TokentapeError, open_source
+from tokentape.errors import ArgumentError, OutOfRangeError
 from tokentape.store.atomic import write_atomic
 from tokentape.store.format import (
     MANIFEST_NAME,
@@ -179,3 +181,144 @@ def test_many_processes_read_one_store_at_once(tmp_path):
     with multiprocessing.get_context("spawn").Pool(4) as pool:
         results = pool.map(_window_sums, [(str(tmp_path / "s"), 64)] * 8)
     assert all(r == expected for r in results) and len(expected) > 100
+
+
+# --- an open store keeps reading what it opened --------------------------------------------
+
+
+def _views(src, seq_len: int = 7) -> dict:
+    """Everything an open store serves: windows, documents, segments, decoded text."""
+    n = src.n_samples(seq_len)
+    samples = np.arange(n)
+    out = np.zeros((n, seq_len + 1), dtype=np.int64)
+    src.windows_into(samples, seq_len, out)
+    segment, position = np.zeros_like(out), np.zeros_like(out)
+    src.segments_into(samples, seq_len, segment, position)
+    return {
+        "windows": [src.window(k, seq_len).tolist() for k in range(n)],
+        "into": out.tolist(),
+        "segments": (segment.tolist(), position.tolist()),
+        "docs": [src.doc(i).tolist() for i in range(src.n_docs)],
+        "docs_in": [src.docs_in(k, seq_len) for k in range(n)],
+        "text": src.decode(src.tokens(0, min(40, src.n_tokens))),
+    }
+
+
+@pytest.mark.parametrize("then", ["deleted", "swapped"])
+def test_an_open_store_survives_replacement(tmp_path, hf_tokenizer_json, then):
+    """`tokenize --overwrite` swaps a new directory in and deletes the old one: a reader that
+    opened the old store (its document starts and tokenizer copy not yet read) keeps reading
+    the old store's bytes, documents and tokenizer."""
+    from test_confine import build_store
+
+    hf = load_tokenizer(str(hf_tokenizer_json))
+    old_docs = [hf.encode(f"old document {i} " * (1 + i % 4)) for i in range(30)]
+    new_docs = [hf.encode(f"a new text {i}") for i in range(11)]
+    path = tmp_path / "store"
+    build_store(path, old_docs, shard_tokens=50, tok=hf)
+    expected = _views(open_source(path))
+    src = open_source(path)  # nothing beyond the headers read yet
+    path.rename(tmp_path / "old")
+    if then == "swapped":  # a new store at the path: other documents, other shard layout
+        build_store(path, new_docs, shard_tokens=13, tok=hf)
+        assert _views(open_source(path)) != expected
+    shutil.rmtree(tmp_path / "old")
+    assert _views(src) == expected
+    assert src.tokenizer.fingerprint == hf.fingerprint
+
+
+# --- damaged document indexes ----------------------------------------------------------------
+
+
+def _replace_index(store: Path, shard: int, array: np.ndarray, **save) -> Path:
+    """Write ``array`` as shard ``shard``'s .idx.npy and record its size in the manifest (so
+    only its content is wrong)."""
+    data = json.loads((store / MANIFEST_NAME).read_text())
+    path = store / f"{data['shards'][shard]['name']}.idx.npy"
+    path.unlink()
+    np.save(path, array, **save)
+    data["shards"][shard]["idx_bytes"] = path.stat().st_size
+    (store / MANIFEST_NAME).write_text(json.dumps(data))
+    return path
+
+
+def _index_cases(n_docs: int, n_tokens: int) -> list[tuple[str, np.ndarray, dict, str]]:
+    starts = np.arange(n_docs, dtype=np.int64) * 2
+    negative, down, beyond, first = starts.copy(), starts.copy(), starts.copy(), starts.copy()
+    negative[1] = -5
+    down[2], down[3] = down[3], down[2]
+    beyond[-1] = n_tokens
+    first[0] = 1
+    pickled = np.array([{"x": 1}] * n_docs, dtype=object)
+    return [
+        ("negative", negative, {}, "document 1 starts at -5, not after document 0 (0)"),
+        ("not ascending", down, {}, "document 3 starts at 4, not after document 2 (6)"),
+        ("beyond", beyond, {}, f"document {n_docs - 1} starts at {n_tokens}, not inside"),
+        ("first", first, {}, "the first document starts at 1, expected 0"),
+        ("int32", starts.astype(np.int32), {}, f"found shape ({n_docs},) dtype int32"),
+        ("2-D", starts.reshape(1, -1), {}, f"found shape (1, {n_docs}) dtype int64"),
+        ("big-endian", starts.astype(">i8"), {}, "dtype >i8"),
+        ("pickled", pickled, {"allow_pickle": True}, "dtype object"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(8))
+def test_damaged_document_index_is_one_error_naming_the_file(tmp_path, case):
+    docs = [[1, 2, 3]] * 12
+    manifest = write_store(tmp_path / "s", docs, shard_tokens=1000)
+    shard = manifest.shards[0]
+    name, array, save, message = _index_cases(shard.n_docs, shard.n_tokens)[case]
+    path = _replace_index(tmp_path / "s", 0, array, **save)
+    with pytest.raises(TokentapeError) as info:
+        src = open_source(tmp_path / "s")
+        src.doc(0)  # the starts are checked when first needed
+    text = str(info.value)
+    assert text.startswith(f"{path}: ") and message in text and "\n" not in text, name
+    assert text.endswith("the store is damaged (run `tokentape verify`)")
+
+
+def test_index_that_is_not_npy_is_one_error(tmp_path):
+    manifest = write_store(tmp_path / "s", [[1, 2]] * 3, shard_tokens=1000)
+    path = tmp_path / "s" / manifest.shards[0].idx_file
+    path.write_bytes(
+        b"\x93NUMPY\x01\x00" + b"{'descr': <bad" + b" " * (manifest.shards[0].idx_bytes - 22)
+    )
+    with pytest.raises(TokentapeError, match=r"not a readable \.npy array"):
+        open_source(tmp_path / "s")
+
+
+# --- API misuse names the argument -----------------------------------------------------------
+
+
+def test_misuse_raises_errors_naming_the_argument(tmp_path):
+    write_store(tmp_path / "s", [[1, 2, 3]] * 10, shard_tokens=7)
+    src = open_source(tmp_path / "s")
+    n = src.n_samples(4)
+    out, seg, pos = (np.zeros((1, 5), dtype=np.int64) for _ in range(3))
+    cases = [
+        (lambda: src.window(-1, 4), OutOfRangeError, f"sample k = -1 is not in [0, {n})"),
+        (lambda: src.window(n, 4), OutOfRangeError, f"sample k = {n} is not in [0, {n})"),
+        (lambda: src.window(1.5, 4), ArgumentError, "k must be an integer, got 1.5"),
+        (lambda: src.window(0, 0), ArgumentError, "seq_len must be a positive integer, got 0"),
+        (lambda: src.window(0, True), ArgumentError, "seq_len must be a positive integer"),
+        (lambda: src.doc(-1), OutOfRangeError, "document i = -1 is not in [0, 10)"),
+        (lambda: src.doc(10), OutOfRangeError, "document i = 10 is not in [0, 10)"),
+        (lambda: src.doc_span("0"), ArgumentError, "i must be an integer, got '0'"),
+        (lambda: src.docs_in(-1, 4), OutOfRangeError, "sample k = -1"),
+        (lambda: src.tokens(5, 3), OutOfRangeError, "[start, stop) = [5, 3) is not inside"),
+        (lambda: src.tokens(-1, 3), OutOfRangeError, "[start, stop) = [-1, 3)"),
+        (lambda: src.tokens(0, 41), OutOfRangeError, "[start, stop) = [0, 41)"),
+        (lambda: src.windows_into([n], 4, out), OutOfRangeError, f"samples: {n} is not in"),
+        (lambda: src.windows_into([-2], 4, out), OutOfRangeError, "samples: -2 is not in"),
+        (lambda: src.windows_into([0.5], 4, out), ArgumentError, "samples must be integers"),
+        (lambda: src.windows_into([0], 3, out), ArgumentError, "out must have rows of"),
+        (lambda: src.windows_into([0], 4, out, [0, 1]), ArgumentError, "rows must have one"),
+        (lambda: src.segments_into([-1], 4, seg, pos), OutOfRangeError, "samples: -1 is not"),
+        (lambda: src.segments_into([n], 4, seg, pos), OutOfRangeError, f"samples: {n} is not"),
+        (lambda: src.segments_into([0, 1], 4, seg, pos), ArgumentError, "segment must have"),
+    ]
+    for call, kind, message in cases:
+        with pytest.raises(kind) as info:
+            call()
+        assert message in str(info.value), message
+        assert isinstance(info.value, ValueError | IndexError)  # what callers caught before

@@ -14,6 +14,8 @@ import json
 import os
 import shutil
 import struct
+import subprocess
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -1043,3 +1045,47 @@ def test_the_tokenizer_is_loaded_only_when_needed_and_checked_against_the_plan(t
         _ = Batcher(plan).sources[0].tokenizer
     tiktoken_file(tmp_path / "tok.tiktoken")
     assert Batcher(plan).sources[0].decode(np.array([104, 105])) == "hi"
+
+
+# --- sidecars are read only as regular files -------------------------------------------------
+
+
+def test_a_symlinked_sidecar_is_ignored_and_never_written_through(tmp_path):
+    """A sidecar that is a symbolic link (here to a sidecar that would be current) is not
+    read: the identity is computed again, and recording it replaces the link by a regular
+    file without touching what it pointed to."""
+    prefix = tmp_path / "d"
+    build(prefix, random_docs(45, 20, 257, 256), np.uint16)
+    age(prefix)
+    content = MegatronSource(prefix, 257, 256).manifest.content_hash
+    sidecar = Path(f"{prefix}.tokentape.json")
+    elsewhere = tmp_path / "elsewhere.json"
+    shutil.move(sidecar, elsewhere)
+    sidecar.symlink_to(elsewhere)
+    before = elsewhere.read_bytes()
+    assert megatron_identity.read_sidecar(prefix, None) is None
+    assert MegatronSource(prefix, 257, 256).manifest.content_hash == content  # hashed again
+    assert not sidecar.is_symlink() and json.loads(sidecar.read_text())["format"]
+    assert elsewhere.read_bytes() == before
+
+
+def test_a_fifo_sidecar_counts_as_absent_without_blocking(tmp_path):
+    """Reading a FIFO waits for a writer forever: a sidecar (or cache entry) that is not a
+    regular file is not opened for reading at all. Checked in a child process, with a limit."""
+    prefix = tmp_path / "d"
+    build(prefix, random_docs(46, 10, 257, 256), np.uint16)
+    age(prefix)
+    os.mkfifo(f"{prefix}.tokentape.json")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    os.mkfifo(cache / megatron_identity.sidecar_paths(prefix)[1].name)  # the cache entry
+    code = (
+        "import sys; from tokentape.store.megatron_source import MegatronSource; "
+        f"print(MegatronSource({str(prefix)!r}, 257, 256).manifest.content_hash)"
+    )
+    env = os.environ | {"TOKENTAPE_CACHE_DIR": str(cache)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == MegatronSource(prefix, 257, 256).manifest.content_hash

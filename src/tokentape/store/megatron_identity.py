@@ -241,14 +241,16 @@ def _sidecar_text(path: Path) -> str | None:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
-    with open(fd, "rb") as f:
-        try:
-            st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode) or st.st_size > SIDECAR_MAX_BYTES:
-                return None
-            return f.read(SIDECAR_MAX_BYTES + 1).decode("utf-8")
-        except (OSError, UnicodeDecodeError):
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > SIDECAR_MAX_BYTES:
             return None
+        with open(fd, "rb", closefd=False) as f:
+            return f.read(SIDECAR_MAX_BYTES + 1).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    finally:
+        os.close(fd)
 
 
 def read_sidecar(prefix: Path, keys: FileKeys | None) -> MegatronIdentity | None:

@@ -33,6 +33,8 @@ from tokentape.tokenize.job import TokenizeConfig
 from tokentape.train.partition import BatchConfig
 
 EXIT_USAGE = 2
+MAX_SMOKE_PROCESSES = 64
+"""Most processes ``smoke`` starts (``tokentape.train.smoke.MAX_PROCESSES``, without torch)."""
 
 TOKENIZE_EPILOG = """\
 inputs:
@@ -259,6 +261,11 @@ def cmd_smoke(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value < 1:
             raise TokentapeError(f"--{name} must be at least 1, got {value}")
+    if args.dp * args.tp > MAX_SMOKE_PROCESSES:  # before importing torch: fast, one line
+        raise TokentapeError(
+            f"--dp {args.dp} x --tp {args.tp} = {args.dp * args.tp} processes: smoke runs every "
+            f"rank on this machine, at most {MAX_SMOKE_PROCESSES}"
+        )
     try:  # torch is an optional extra: imported only by the command that needs it
         smoke = importlib.import_module("tokentape.train.smoke")
     except ImportError as exc:

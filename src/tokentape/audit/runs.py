@@ -72,6 +72,13 @@ def check_store(plan: Plan, index: int, store: TokenStream) -> TokenStream:
             f"store '{store.directory}' is not the store of source '{spec.name}' the plan was "
             "made with (content hash differs); re-run `tokentape plan`"
         )
+    m = store.manifest
+    if (m.n_tokens, m.dtype) != (spec.n_tokens, spec.dtype):
+        raise TokentapeError(
+            f"store '{store.directory}' has {m.n_tokens} {m.dtype} tokens, the plan says "
+            f"{spec.n_tokens} {spec.dtype} for source '{spec.name}' (edited by hand?); re-run "
+            "`tokentape plan`"
+        )
     return store
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from tokentape.errors import TokentapeError
 from tokentape.store.format import Manifest, read_manifest
-from tokentape.store.megatron import DTYPE_NAMES
+from tokentape.store.megatron import DTYPE_NAMES, INTEGER_CODES
 from tokentape.store.megatron_identity import MegatronRecord
 from tokentape.store.megatron_source import MegatronManifest, MegatronSource
 from tokentape.store.open import FORMATS, MEGATRON, TOKENTAPE, detect_format, open_store
@@ -476,7 +476,7 @@ def check_budgets(plan: Plan, where: str) -> None:
 # --- reading PLAN.json: every field checked for its type and range ------------------------
 
 _INT, _NUMBER, _TEXT = "an integer", "a number", "a string"
-_TOKEN_DTYPES = {"uint16", "uint32", *DTYPE_NAMES.values()}
+_TOKEN_DTYPES = {"uint16", "uint32", *(DTYPE_NAMES[code] for code in INTEGER_CODES)}
 
 
 def _field_value(data: dict[str, Any], key: str, kind: str, where: str, low: int = 0) -> Any:

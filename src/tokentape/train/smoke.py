@@ -28,6 +28,7 @@ import torch.multiprocessing as mp
 from torch.multiprocessing.spawn import ProcessException, ProcessExitedException
 
 from tokentape.errors import TokentapeError
+from tokentape.tape.blend import MAX_POSITION
 from tokentape.tape.plan import load_plan
 from tokentape.train.batch import Batcher
 from tokentape.train.loader import Loader, Step
@@ -341,6 +342,23 @@ def _render(rows: list, tp: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+MAX_PROCESSES = 64
+"""Most gloo processes one smoke check starts: every rank runs on this machine."""
+
+
+def check_smoke_args(dp: int, tp: int, global_batch: int, steps: int) -> None:
+    """Refuse a check this machine cannot run, before anything starts (one line)."""
+    if dp * tp > MAX_PROCESSES:
+        raise TokentapeError(
+            f"dp {dp} x tp {tp} = {dp * tp} processes: smoke runs every rank on this machine, "
+            f"at most {MAX_PROCESSES}"
+        )
+    if steps * global_batch > MAX_POSITION:
+        raise TokentapeError(
+            f"{steps} steps of {global_batch} samples go beyond position 2**62; check fewer steps"
+        )
+
+
 def _positive(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise TokentapeError(f"{name} must be a positive integer, got {value!r}")
@@ -355,6 +373,7 @@ def run_smoke(plan_path: str, dp: int, tp: int, config: BatchConfig, steps: int)
         _positive(name, value)
     if config.dp_size != dp:
         raise TokentapeError(f"dp {dp} does not match the batch config's dp_size {config.dp_size}")
+    check_smoke_args(dp, tp, config.global_batch, steps)
     Batcher(load_plan(plan_path))  # here, with one line: a bad plan, a moved or changed store
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "init")

@@ -11,12 +11,13 @@ import pytest
 from test_batch import small_shard_stores
 from test_plan import PLAN
 
-from tokentape.errors import TokentapeError
+from tokentape.errors import ArgumentError, OutOfRangeError, TokentapeError
 from tokentape.store.reader import open_source
 from tokentape.tape.plan import load_plan_spec, parse_plan, resolve_plan
 from tokentape.train.batch import Batcher
 from tokentape.train.loader import Loader, step_tokens_hash
 from tokentape.train.partition import BatchConfig, positions_for
+from tokentape.train.state import DataState
 from tokentape.train.steplog import read_step_log
 
 
@@ -272,3 +273,31 @@ def test_a_failed_hash_job_is_redone_at_commit(plan, tmp_path, monkeypatch):
         assert not failures
     [record] = read_step_log(log)
     assert record.tokens_hash == step_tokens_hash(Batcher(plan).batch(np.arange(0, 2)), plan)
+
+
+def test_a_loader_at_2_62_refuses_the_step_that_would_pass_it(plan):
+    """A state whose next step reaches position 2**62 is neither served nor committed."""
+    start = DataState.start(plan)
+    history = [{"step": 0, "consumed": 0, "dp_size": 1, "micro": 2, "accum": 1}]
+    near = DataState.from_dict(
+        start.to_dict() | {"consumed": 2**62 - 4, "step": 2**61 - 2, "history": history}
+    )
+    with Loader(plan, 0, BatchConfig(1, 4), state=near, prefetch=1) as loader:
+        step = loader.step()  # the last four positions below 2**62
+        assert step.micro_batches[0].positions.tolist() == list(range(2**62 - 4, 2**62))
+        loader.commit()
+        assert loader.state.consumed == 2**62
+        with pytest.raises(OutOfRangeError, match=r"2\*\*62"):
+            loader.step()
+        with pytest.raises(TokentapeError, match="without an outstanding step"):
+            loader.commit()
+        assert loader.state.consumed == 2**62
+
+
+def test_loader_misuse_names_the_argument(plan):
+    with pytest.raises(ArgumentError, match="prefetch"):
+        Loader(plan, 0, BatchConfig(1, 2), prefetch=-1)
+    with pytest.raises(ArgumentError, match="dp_rank"):
+        Loader(plan, 3, BatchConfig(2, 2))
+    with pytest.raises(ArgumentError, match="state must be a DataState"):
+        Loader(plan, 0, BatchConfig(1, 2), state={"consumed": 0})

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tokentape.errors import ArgumentError, OutOfRangeError
 from tokentape.train.partition import BatchConfig, positions_for
 
 configs = st.builds(
@@ -67,3 +68,16 @@ def test_bad_rank_or_consumed():
 def test_dp_rank_must_be_an_integer(rank) -> None:
     with pytest.raises(ValueError, match="dp_rank must be an integer"):
         positions_for(0, rank, BatchConfig(4, 2))
+
+
+def test_misuse_is_a_tokentape_error_naming_the_argument():
+    for args, name in (((0, 1), "dp_size"), ((1, 0), "micro"), ((1, 1, -2), "accum")):
+        with pytest.raises(ArgumentError, match=f"BatchConfig: {name} must be"):
+            BatchConfig(*args)
+    with pytest.raises(ArgumentError, match="global batch"):
+        BatchConfig(2**31, 2**31, 2)
+    with pytest.raises(ArgumentError, match=r"dp_rank must be in \[0, 2\), got 2"):
+        positions_for(0, 2, BatchConfig(2, 1))
+    with pytest.raises(OutOfRangeError, match=r"beyond position 2\*\*62"):
+        positions_for(2**62 - 2, 0, BatchConfig(1, 4))
+    assert positions_for(2**62 - 4, 0, BatchConfig(1, 4)).max() == 2**62 - 1

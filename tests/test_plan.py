@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,66 @@ def test_plot_draws_a_png(stores, tmp_path):
     (tmp_path / "mix.toml").write_text(PLAN)
     assert main(["plan", str(tmp_path / "mix.toml"), "--plot", str(tmp_path / "p.png")]) == 0
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda d: d.update(colour="red"), "unknown field 'colour'"),
+        (lambda d: d["sources"][0].update(colour="red"), "sources[0]: unknown field 'colour'"),
+        (
+            lambda d: d.update(horizon_samples=2000.5),
+            "field 'horizon_samples': expected an integer",
+        ),
+        (
+            lambda d: d.update(horizon_samples="2000"),
+            "field 'horizon_samples': expected an integer",
+        ),
+        (
+            lambda d: d.update(horizon_samples=2**62),
+            "'horizon_samples': 4611686018427387904 is not",
+        ),
+        (lambda d: d.pop("seed"), "field 'seed' is missing"),
+        (lambda d: d["sources"][1].update(n_tokens="8044"), "sources[1]: field 'n_tokens'"),
+        (lambda d: d["sources"][0].update(eod_id=999), "field 'eod_id': 999 is not below"),
+        (lambda d: d.update(sources=[]), "field 'sources' must be a non-empty list"),
+    ],
+)
+def test_a_malformed_plan_json_names_the_field(stores, tmp_path, edit, message):
+    """Every field is checked for its type and range, and no Python error text leaks out."""
+    path = tmp_path / "p.json"
+    data = json.loads(plan_of(stores).to_json())
+    edit(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(TokentapeError) as info:
+        load_plan(path)
+    text = str(info.value)
+    assert message in text and "\n" not in text and "__init__" not in text, text
+    assert text.startswith(f"plan '{path}'"), text
+
+
+def test_a_forged_plan_json_with_a_matching_hash_is_refused(stores, tmp_path):
+    """Weight units that do not sum to the denominator change the tape's period: refused even
+    when the index hash was recomputed to match."""
+    from tokentape.tape.plan import plan_index_hash
+
+    plan = plan_of(stores)
+    data = json.loads(plan.to_json())
+    data["sources"][0]["weight_units"] = 1
+    forged = [replace(s, weight_units=1) if i == 0 else s for i, s in enumerate(plan.sources)]
+    data["index_hash"] = plan_index_hash(tuple(forged), plan.seq_len, plan.seed, plan.denominator)
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(TokentapeError, match="weight_units sum to"):
+        load_plan(path)
+
+
+def test_plot_in_an_unknown_format_writes_nothing(stores, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    shutil.copytree(stores / "stores", tmp_path / "stores")
+    (tmp_path / "mix.toml").write_text(PLAN)
+    out, plot = tmp_path / "p.json", tmp_path / "p.xyz"
+    assert main(["plan", str(tmp_path / "mix.toml"), "--out", str(out), "--plot", str(plot)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown image format 'xyz'" in err, err
+    assert not out.exists() and not plot.exists()

@@ -183,6 +183,9 @@ def _other_plan_log(run, tmp_path):
         (["--step", "1", "--global-batch", "8", "--top", "-1"], "--top must be >= 0"),
         (["--step", str(10**18), "--global-batch", "1024"], "beyond position 2**62"),
         (["--step", str(2**62 // 8), "--dp", "2", "--micro", "4"], "beyond position 2**62"),
+        (["--step", "0", "--global-batch", str(10**11)], "of memory, more than this machine's"),
+        (["--step", "0", "--dp", str(10**6), "--micro", str(10**6)], "of memory"),
+        (["--step", "zero", "--global-batch", "8"], "replay: argument --step: invalid int value"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(run, tmp_path, capsys, extra, message):

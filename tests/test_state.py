@@ -137,3 +137,26 @@ def test_resume_on_a_retokenized_store_or_reordered_sources(plan_dir, tmp_path):
     reordered = "[[source]]".join([blocks[0], blocks[2], blocks[1], blocks[3]])
     with pytest.raises(TokentapeError, match="source order"):
         state.check_plan(plan_of(plan_dir, reordered))
+
+
+def test_a_state_whose_identity_disagrees_with_its_index_hash_is_refused(plan_dir):
+    """The identity is what a refusal names as changed: it must be the one the hash covers."""
+    saved = DataState.start(plan_of(plan_dir)).commit(BatchConfig(2, 4)).to_dict()
+    DataState.from_dict(saved)
+    edited = json.loads(json.dumps(saved))
+    edited["identity"]["seed"] = 99
+    with pytest.raises(TokentapeError, match=r"'index_hash' sha256:[0-9a-f]+… does not match"):
+        DataState.from_dict(edited)
+    edited = json.loads(json.dumps(saved))
+    edited["identity"]["sources"][0]["n_tokens"] = "many"
+    with pytest.raises(TokentapeError, match="'identity' is not a plan identity"):
+        DataState.from_dict(edited)
+
+
+@pytest.mark.parametrize("consumed", [2**62, 2**62 + 8, 10**30])
+def test_a_state_at_or_past_2_62_is_refused(consumed):
+    saved = bare_state().to_dict()
+    saved.update(consumed=consumed, step=consumed // 8)
+    saved["history"] = [{"step": 0, "consumed": 0, "dp_size": 2, "micro": 4, "accum": 1}]
+    with pytest.raises(TokentapeError, match=r"'consumed' must be below 2\*\*62"):
+        DataState.from_dict(saved)

@@ -6,9 +6,11 @@ import hashlib
 from collections import Counter
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tokentape.errors import OutOfRangeError
 from tokentape.tape.blend import rational_weights
 from tokentape.tape.resolve import Tape
 
@@ -103,3 +105,30 @@ def test_consecutive_fast_path_equals_the_general_path(start, count):
     general = tape.resolve(positions[order])  # shuffled: the sort-by-source path
     for field in ("source", "epoch", "sample"):
         assert np.array_equal(getattr(fast, field)[order], getattr(general, field))
+
+
+@pytest.mark.parametrize("start", [2**62 - 3, 2**62, 2**62 + 5, -2])
+def test_a_consecutive_run_reaching_2_62_is_refused_like_a_single_position(start):
+    """The fast path for consecutive positions checks the range the general path checks."""
+    tape = golden_tape()
+    with pytest.raises(OutOfRangeError, match=r"2\*\*62"):
+        tape.resolve(np.arange(start, start + 4, dtype=np.int64))
+    with pytest.raises(OutOfRangeError):
+        tape.resolve_range(start, 4)
+    with pytest.raises(OutOfRangeError):
+        tape.resolve(np.array([start + 3], dtype=np.int64) if start >= 0 else [start])
+    last = np.arange(2**62 - 4, 2**62, dtype=np.int64)  # the last four positions are served
+    fast, general = tape.resolve(last), tape.resolve(last[::-1])
+    for field in ("source", "epoch", "sample"):
+        assert np.array_equal(getattr(fast, field), getattr(general, field)[::-1])
+
+
+def test_position_of_checks_its_arguments():
+    tape = golden_tape()
+    for source in (-1, len(tape.names)):
+        with pytest.raises(OutOfRangeError, match="source index"):
+            tape.position_of(source, 0, 0)
+    with pytest.raises(OutOfRangeError, match="sample"):
+        tape.position_of(0, tape.n_samples[0], 0)
+    with pytest.raises(OutOfRangeError, match="epoch -1"):
+        tape.position_of(0, 0, -1)

@@ -352,7 +352,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args: Any = build_parser().parse_args(argv)
+    try:
+        args: Any = build_parser().parse_args(argv)
+    except SystemExit as exc:  # a usage error (one line, above), --help or --version
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE if exc.code else 0
     try:
         return args.func(args)
     except TokentapeError as exc:

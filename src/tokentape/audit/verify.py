@@ -43,6 +43,7 @@ from tokentape.store.format import (
 )
 from tokentape.store.megatron import is_prefix
 from tokentape.store.megatron_source import MEGATRON
+from tokentape.store.reader import NPY_ERRORS
 from tokentape.tape.plan import load_plan
 from tokentape.tokenize.progress import INPUT_BYTES, TOKENS, Counters, ProgressBar
 from tokentape.tokenize.tokenizers import STORED_NAMES
@@ -491,7 +492,7 @@ def _check_index(ctx: _Store, shard: ShardInfo) -> tuple[np.ndarray | None, list
         problems.append(Problem(where, "sha256 mismatch", shard.idx_sha256, digest))
     try:
         idx = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
+    except (OSError, *NPY_ERRORS) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return None, [*problems, Problem(where, "unreadable", "a .npy array", reason)]
     structure = _index_problems(idx, shard, where)

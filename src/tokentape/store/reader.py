@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import tokenize
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
@@ -28,7 +29,17 @@ from tokentape.store.confine import open_inside
 from tokentape.store.format import Manifest, ShardInfo, numpy_dtype, read_manifest
 from tokentape.tokenize.tokenizers import STORED_NAMES, Tokenizer, tokenizer_from_manifest
 
-_NPY_ERRORS = (ValueError, TypeError, KeyError, SyntaxError, OverflowError, RecursionError)
+NPY_ERRORS = (
+    ValueError,
+    TypeError,
+    KeyError,
+    SyntaxError,
+    OverflowError,
+    RecursionError,
+    MemoryError,
+    tokenize.TokenError,
+    EOFError,
+)
 """What numpy's ``.npy`` header parser raises on a malformed header."""
 INDEX_DTYPE = np.dtype("<i8")
 
@@ -67,7 +78,7 @@ def _map_index(directory: Path, shard: ShardInfo) -> np.ndarray:
                 shape, _, dtype = np.lib.format.read_array_header_2_0(f)
             else:
                 raise ValueError(f"unsupported .npy version {version[0]}.{version[1]}")
-        except _NPY_ERRORS as exc:
+        except NPY_ERRORS as exc:
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise _damaged(path, f"not a readable .npy array ({reason})") from None
         if dtype != INDEX_DTYPE or shape != (shard.n_docs,):

@@ -578,6 +578,18 @@ def _check_manifest_fields(info: dict[str, Any], where: str) -> None:
             raise TokentapeError(f"{where}: field tokenizer.{name} missing or not {expected}")
 
 
+def _check_copy(data: bytes, kind: str, info: dict[str, Any], where: str) -> None:
+    """Refuse a tokenizer copy whose bytes are not the ones fingerprinted (with the recorded
+    EOD id) before parsing them: a changed copy is never parsed."""
+    parts = (data, GPT2_SPLIT_PATTERN.encode()) if kind == "tiktoken" else (data,)
+    found = _fingerprint(kind, info["eod_id"], *parts)
+    if found != info["fingerprint"]:
+        raise TokentapeError(
+            f"{where}: tokenizer fingerprint {info['fingerprint']} does not match the stored "
+            f"tokenizer ({found}); the store's tokenizer file was changed"
+        )
+
+
 def tokenizer_from_manifest(
     info: dict[str, Any], store_dir: Path, data: bytes | None = None
 ) -> Tokenizer:
@@ -605,6 +617,7 @@ def tokenizer_from_manifest(
         path = store_dir / name
         if data is None:
             data = _read_file(path, f"the tokenizer copy named in {where}")
+        _check_copy(data, kind, info, where)
         if kind == "hf":
             tok = HFTokenizer.from_bytes(data, path, spec, info["eod_token"])
         else:

@@ -36,16 +36,24 @@ from typing import Any
 import numpy as np
 
 from tokentape import __version__
-from tokentape.errors import TokentapeError
+from tokentape.errors import ArgumentError, TokentapeError
 from tokentape.report import fmt_bytes, fmt_int, key_values
 from tokentape.store import megatron
-from tokentape.store.atomic import fsync_dir, write_atomic
+from tokentape.store.atomic import fsync_dir, replace_directory, write_atomic
 from tokentape.store.format import MANIFEST_NAME, Manifest, choose_dtype, content_hash, numpy_dtype
+from tokentape.store.lock import output_lock
 from tokentape.store.megatron_identity import file_keys, sidecar_paths, write_sidecar
 from tokentape.store.megatron_source import MEGATRON, MegatronSource
 from tokentape.store.reader import Source, TokenStream
 from tokentape.store.writer import ShardWriter
-from tokentape.tokenize.job import canonical_hash, is_store_file
+from tokentape.tokenize.job import (
+    canonical_hash,
+    check_count,
+    check_mb,
+    check_path,
+    check_text,
+    is_store_file,
+)
 from tokentape.tokenize.progress import bytes_progress
 from tokentape.tokenize.tokenizers import (
     Tokenizer,
@@ -116,6 +124,12 @@ def to_megatron(
 ) -> ConvertSummary:
     """Write the store's documents as ``PREFIX.bin``/``PREFIX.idx``, one sequence each."""
     started = time.monotonic()
+    check_path("STORE", store)
+    check_path("OUT_PREFIX", prefix)
+    if not isinstance(dtype, str):
+        raise ArgumentError(f"--dtype must be a string, got {dtype!r}")
+    if not isinstance(overwrite, bool):
+        raise ArgumentError(f"overwrite: expected True or False, got {overwrite!r}")
     src = Source(store)
     m = src.manifest
     name = megatron.choose_dtype(m.vocab_size) if dtype == "auto" else dtype
@@ -126,7 +140,7 @@ def to_megatron(
             f"use {megatron.choose_dtype(m.vocab_size)}"
         )
     out = Path(prefix)
-    with _output_errors(megatron.bin_path(out)):
+    with _output_errors(megatron.bin_path(out)), output_lock(out, "convert"):
         _check_prefix_out(out, overwrite)
         _remove_stale_temps(out)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -376,6 +390,29 @@ class FromMegatron:
     """Target shard size in MiB of tokens."""
     overwrite: bool = False
 
+    def __post_init__(self) -> None:
+        check_path("PREFIX", self.prefix)
+        check_path("OUT_STORE", self.out)
+        if self.vocab_size is not None:
+            check_count("--vocab-size", self.vocab_size, 1, 2**32)
+        if self.eod_id is not None:
+            check_count("--eod-id", self.eod_id, 0, 2**32 - 1)
+            if self.vocab_size is not None and self.eod_id >= self.vocab_size:
+                raise ArgumentError(
+                    f"--eod-id {self.eod_id} is not below --vocab-size {self.vocab_size}"
+                )
+        for flag, value in (("--tokenizer", self.tokenizer), ("--eod-token", self.eod_token)):
+            if value is not None:
+                check_text(flag, value)
+        if self.dtype not in ("auto", "uint16", "uint32"):
+            raise ArgumentError(
+                f"--dtype {self.dtype!r}: a tokentape store is uint16 or uint32 (or auto)"
+            )
+        check_mb("--shard-mb", self.shard_mb)
+        for name in ("append_eod", "overwrite"):
+            if not isinstance(getattr(self, name), bool):
+                raise ArgumentError(f"{name}: expected True or False, got {getattr(self, name)!r}")
+
 
 def from_megatron(config: FromMegatron, show_progress: bool = True) -> ConvertSummary:
     """Write a tokentape store with the documents and tokens of a Megatron prefix."""
@@ -395,12 +432,10 @@ def from_megatron(config: FromMegatron, show_progress: bool = True) -> ConvertSu
     id_limit = min(vocab, 2 ** (8 * itemsize))
     if eod >= id_limit:
         raise TokentapeError(f"--dtype {dtype} cannot hold the end-of-document id {eod}")
-    if config.shard_mb <= 0:
-        raise TokentapeError(f"--shard-mb must be positive, got {config.shard_mb}")
     shard_tokens = max(1, int(config.shard_mb * 2**20) // itemsize)
     out = _store_dir(config.out)
     total = src.n_tokens * src.dtype.itemsize
-    with _output_errors(out):
+    with _output_errors(out), output_lock(out, "convert"):
         _check_store_out(out, config.overwrite)
         _remove_stale_temps(out)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -525,27 +560,11 @@ def _check_store_out(out: Path, overwrite: bool) -> None:
 
 
 def _install_store(tmp: Path, out: Path, overwrite: bool) -> None:
-    """Put the complete store ``tmp`` at ``out``: an old directory there is renamed aside, the
-    new one renamed in, then the old one removed. An exception in the middle (Ctrl-C) puts the
-    old one back if the new one is not in yet."""
+    """Put the complete store ``tmp`` at ``out``: in one atomic exchange of the two names where
+    the file system supports it (a reader opening ``out`` finds the old store or the new one),
+    then the old one is removed; elsewhere, see ``store.atomic.replace_directory``."""
     _check_store_out(out, overwrite)  # again: the directory may have changed while converting
-    if not os.path.lexists(out):
-        os.rename(tmp, out)
-        fsync_dir(out.parent)
-        return
-    aside = _temp_path(out, TEMP_OLD)
-    try:
-        os.rename(out, aside)
-        os.rename(tmp, out)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            if os.path.lexists(tmp) and not os.path.lexists(out) and os.path.lexists(aside):
-                os.rename(aside, out)
-            elif not os.path.lexists(tmp):
-                shutil.rmtree(aside, ignore_errors=True)
-        raise
-    fsync_dir(out.parent)
-    shutil.rmtree(aside, ignore_errors=True)
+    replace_directory(tmp, out)
 
 
 def _manifest(
@@ -693,10 +712,6 @@ def cmd(args: argparse.Namespace) -> int:
             raise TokentapeError(f"{flag} applies to --from megatron only")
         summary = to_megatron(args.source, args.out, args.dtype, args.overwrite, show)
     else:
-        if args.dtype not in ("auto", "uint16", "uint32"):
-            raise TokentapeError(
-                f"--dtype {args.dtype}: a tokentape store is uint16 or uint32 (or auto)"
-            )
         config = FromMegatron(
             prefix=args.source,
             out=args.out,

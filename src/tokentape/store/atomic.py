@@ -1,14 +1,47 @@
-"""Atomic file writes: temporary file in the same directory, fsync, rename, fsync the directory."""
+"""Atomic file writes (temporary file in the same directory, fsync, rename, fsync the
+directory) and atomic replacement of a whole directory (``replace_directory``)."""
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
 import secrets
+import shutil
 import socket
+import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import BinaryIO
+
+from tokentape.errors import TokentapeError
+
+RENAME_EXCHANGE = 2
+"""``renameat2`` flag (Linux >= 3.15, glibc >= 2.28): swap two names in one step."""
+AT_FDCWD = -100
+UNSUPPORTED = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP}
+"""What ``renameat2`` answers where the kernel or the file system cannot exchange names."""
+
+
+class WriteFailed(TokentapeError, OSError):
+    """Writing a file failed (no space, no permission, the destination is a directory, ...).
+
+    The message names the destination, never a temporary name. It is an ``OSError`` too (with
+    ``filename`` the destination), so callers that fall back on ``OSError`` keep working."""
+
+    def __str__(self) -> str:
+        return f"'{self.filename}': {self.strerror}"
+
+
+def _failed(exc: OSError, final: Path) -> WriteFailed:
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return WriteFailed(exc.errno or errno.EIO, reason, str(final))
+
+
+def _names(exc: OSError, tmp: Path) -> bool:
+    """Whether ``exc`` is about ``tmp`` (or names no file: a write to it)."""
+    return exc.filename is None or os.fspath(exc.filename) == os.fspath(tmp)
 
 
 def fsync_dir(directory: str | os.PathLike[str]) -> None:
@@ -31,11 +64,16 @@ def temp_name(path: Path) -> Path:
 def atomic_writer(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     """Yield a binary file that appears at ``path`` only once it is complete and durable.
 
-    On an exception the temporary file is removed and ``path`` is left as it was.
+    On an exception the temporary file is removed and ``path`` is left as it was. A file
+    system error of the write itself (an ``OSError`` that names no file, or the temporary
+    name) is raised as ``WriteFailed`` naming ``path``.
     """
     final = Path(path)
     tmp = temp_name(final)
-    f = open(tmp, "xb")  # noqa: SIM115 - closed below on every path; "x": never someone else's
+    try:
+        f = open(tmp, "xb")  # noqa: SIM115 - closed below on every path; "x": never someone else's
+    except OSError as exc:
+        raise _failed(exc, final) from None
     try:
         yield f
         f.flush()
@@ -43,12 +81,78 @@ def atomic_writer(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
         f.close()
         os.replace(tmp, final)
         fsync_dir(final.parent)
-    except BaseException:
-        f.close()
+    except BaseException as exc:
+        with suppress(OSError):  # a close flushes what a failed write left: it fails again
+            f.close()
         tmp.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and not isinstance(exc, WriteFailed) and _names(exc, tmp):
+            raise _failed(exc, final) from None
         raise
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically; errors are ``WriteFailed`` naming ``path``."""
     with atomic_writer(path) as f:
         f.write(data)
+
+
+# --- replacing a directory ---------------------------------------------------------------------
+
+
+def _renameat2() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    return getattr(libc, "renameat2", None)  # glibc >= 2.28; Python's os has no renameat2
+
+
+def exchange(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Swap the names ``a`` and ``b`` (both must exist) in one atomic step.
+
+    Returns False, having changed nothing, where that is not possible: not Linux, a C library
+    without ``renameat2``, or a kernel or file system that refuses ``RENAME_EXCHANGE``.
+    Raises ``OSError`` on any other failure.
+    """
+    func = _renameat2()
+    if func is None:
+        return False
+    result = func(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE)
+    if result == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in UNSUPPORTED:
+        return False
+    raise OSError(code, os.strerror(code), os.fspath(b))
+
+
+def replace_directory(new: Path, out: Path) -> bool:
+    """Put the complete directory ``new`` at ``out`` (same parent directory) and remove what
+    was at ``out`` before.
+
+    Where ``exchange`` works, a process opening ``out`` at any moment finds the old directory
+    or the new one, never neither. Elsewhere (see ``exchange``) the old one is renamed aside
+    and the new one renamed in: for that instant ``out`` does not exist. Returns whether the
+    replacement was atomic. The old tree is removed last; if this process dies before, it is
+    left under ``new``'s (hidden) name.
+    """
+    if not os.path.lexists(out):
+        os.rename(new, out)
+        fsync_dir(out.parent)
+        return True
+    if exchange(new, out):
+        fsync_dir(out.parent)
+        shutil.rmtree(new, ignore_errors=True)  # now the old directory
+        return True
+    aside = out.with_name(f".{out.name}.old-{socket.gethostname()}-{os.getpid()}")
+    os.rename(out, aside)
+    try:
+        os.rename(new, out)
+    except BaseException:
+        os.rename(aside, out)
+        raise
+    fsync_dir(out.parent)
+    shutil.rmtree(aside, ignore_errors=True)
+    return False

@@ -14,6 +14,7 @@ and the result is byte-identical to an uninterrupted run. Bad input removes what
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
@@ -25,7 +26,7 @@ from typing import Any
 
 from tokentape import __version__
 from tokentape.errors import TokentapeError
-from tokentape.store.atomic import write_atomic
+from tokentape.store.atomic import replace_directory, write_atomic
 from tokentape.store.format import (
     MANIFEST_NAME,
     Manifest,
@@ -33,9 +34,10 @@ from tokentape.store.format import (
     content_hash,
     numpy_dtype,
 )
+from tokentape.store.lock import output_lock
 from tokentape.store.writer import ShardWriter
 from tokentape.tokenize.filters import FilterSet, parse_filters
-from tokentape.tokenize.inputs import expand_inputs, plan_units
+from tokentape.tokenize.inputs import Unit, expand_inputs, plan_units
 from tokentape.tokenize.job import (
     JOB_FILE,
     WORK_DIR,
@@ -51,6 +53,7 @@ from tokentape.tokenize.pool import PoolJob, WorkerDied, run_units
 from tokentape.tokenize.progress import Counters, ProgressBar
 from tokentape.tokenize.ray_executor import ray_session, run_ray_tasks
 from tokentape.tokenize.tokenizers import (
+    Tokenizer,
     load_tokenizer,
     tokenizer_manifest,
 )
@@ -147,7 +150,10 @@ def _filter_stats(results: list[UnitResult], filters: FilterSet) -> dict[str, An
 
 
 def tokenize(config: TokenizeConfig, show_progress: bool = True) -> TokenizeSummary:
-    """Run (or resume) a tokenization job and return its summary."""
+    """Run (or resume) a tokenization job and return its summary.
+
+    The job holds the writer lock of ``config.out`` (``store.lock``) from before it looks at
+    the directory until it is done; another writer on the same output is refused at once."""
     started = time.monotonic()
     tokenizer = load_tokenizer(config.tokenizer, config.eod_token)
     filters = parse_filters(config.filters)
@@ -160,31 +166,72 @@ def tokenize(config: TokenizeConfig, show_progress: bool = True) -> TokenizeSumm
     identity = job_identity(
         config, files, tokenizer.fingerprint, filters.to_json(), dtype, shard_tokens, unit_bytes
     )
-    job_hash = canonical_hash(identity)
-    resume_key = {"job": job_hash, "mtime_ns": [f.mtime_ns for f in files]}
-
+    job = _Job(
+        config=config,
+        tokenizer=tokenizer,
+        filters=filters,
+        units=units,
+        dtype=dtype,
+        shard_tokens=shard_tokens,
+        unit_bytes=unit_bytes,
+        identity=identity,
+        job_hash=canonical_hash(identity),
+        resume_key={"job": canonical_hash(identity), "mtime_ns": [f.mtime_ns for f in files]},
+        started=started,
+    )
     out = Path(config.out)
-    state, manifest = inspect_out(out, job_hash, resume_key, config.overwrite)
-    work_dir = out / WORK_DIR
-    if state is OutState.COMPLETE:
-        assert manifest is not None
+    with output_lock(out, "tokenize"):
+        return _run(job, out, show_progress)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """Everything one run decided before touching ``--out``."""
+
+    config: TokenizeConfig
+    tokenizer: Tokenizer
+    filters: FilterSet
+    units: list[Unit]
+    dtype: str
+    shard_tokens: int
+    unit_bytes: int
+    identity: dict[str, Any]
+    job_hash: str
+    resume_key: dict[str, Any]
+    started: float
+
+
+def _run(job: _Job, out: Path, show_progress: bool) -> TokenizeSummary:
+    """The locked part of ``tokenize``: inspect ``out``, build, replace."""
+    config, units = job.config, job.units
+    stored = job.tokenizer.stored_file()
+    plan = inspect_out(out, job.job_hash, job.resume_key, config.overwrite, stored)
+    build = plan.build
+    work_dir = build / WORK_DIR
+    if plan.state is OutState.COMPLETE:
+        assert plan.manifest is not None
         shutil.rmtree(work_dir, ignore_errors=True)
-        seconds = time.monotonic() - started
-        return _summary(out, manifest, "already complete", len(units), seconds)
+        status = "already complete"
+        if plan.replace:  # built by an interrupted run, not swapped in yet
+            replace_directory(build, Path(os.path.realpath(out)))
+            status = "resumed"
+        seconds = time.monotonic() - job.started
+        return _summary(out, plan.manifest, status, len(units), seconds)
 
     session = ExitStack()  # the Ray session, if any: connected before anything is written
     ray = None
     if config.executor == "ray":
         ray = session.enter_context(ray_session(config.ray_address, config.workers))
-    created_out = not out.exists()
+    created = not build.exists()
     try:
         work_dir.mkdir(parents=True, exist_ok=True)
-        if state is OutState.FRESH:
-            write_atomic(work_dir / JOB_FILE, json.dumps(resume_key).encode())
+        if plan.state is OutState.FRESH:
+            write_atomic(work_dir / JOB_FILE, json.dumps(job.resume_key).encode())
+        itemsize = numpy_dtype(job.dtype).itemsize
         settings = WorkerSettings(
             text_key=config.text_key,
-            dtype=dtype,
-            id_limit=min(tokenizer.vocab_size, 2 ** (8 * itemsize)),
+            dtype=job.dtype,
+            id_limit=min(job.tokenizer.vocab_size, 2 ** (8 * itemsize)),
             work_dir=str(work_dir),
         )
         finished = {u.index: load_result(unit_paths(work_dir, u.index)[2]) for u in units}
@@ -195,75 +242,92 @@ def tokenize(config: TokenizeConfig, show_progress: bool = True) -> TokenizeSumm
         total_bytes = sum(u.n_bytes for u in units)
         stream = sys.stderr if show_progress else None
         with ProgressBar(counters, total_bytes, stream=stream, baseline=counters.snapshot()):
-            job = PoolJob(
+            pool_job = PoolJob(
                 config.tokenizer, config.eod_token, config.filters, settings, tuple(pending)
             )
             if ray is None:
-                dead = run_units(job, tokenizer, filters, config.workers, counters)
+                dead = run_units(pool_job, job.tokenizer, job.filters, config.workers, counters)
             else:
                 dead = []
-                run_ray_tasks(ray, job, tokenizer.fingerprint, config.workers, counters)
+                run_ray_tasks(ray, pool_job, job.tokenizer.fingerprint, config.workers, counters)
         session.close()  # a private Ray instance goes before assembly
         results = [load_result(unit_paths(work_dir, u.index)[2]) for u in units]
-        if any(r is None for r in results):
-            raise WorkerDied(
-                f"a worker process died (exit codes {dead}: killed, or out of memory) before "
-                "finishing its units"
-            )
+        missing = [u.index for u, r in zip(units, results, strict=True) if r is None]
+        if missing:
+            raise WorkerDied(_unfinished(missing, dead, work_dir))
         done: list[UnitResult] = results  # type: ignore[assignment]
-        clear_out(out, keep=(WORK_DIR,))  # what an interrupted assembly left behind
-        shards, n_tokens = _assemble(out, work_dir, done, dtype, shard_tokens)
+        clear_out(build, keep=(WORK_DIR,))  # what an interrupted assembly left behind
+        shards, n_tokens = _assemble(build, work_dir, done, job.dtype, job.shard_tokens)
         if n_tokens == 0:
             raise TokentapeError(
                 f"inputs {', '.join(config.inputs)}: no document left to store "
                 "(all inputs empty or dropped by filters)"
             )
         crashpoint("before-manifest")
-        stored = tokenizer.stored_file()
         if stored is not None:
             name, data = stored
-            write_atomic(out / name, data)
-        manifest = Manifest(
-            dtype=dtype,
-            vocab_size=tokenizer.vocab_size,
-            eod_id=tokenizer.eod_id,
-            tokenizer=tokenizer_manifest(tokenizer),
-            shards=tuple(shards),
-            n_tokens=n_tokens,
-            n_docs=sum(s.n_docs for s in shards),
-            content_hash=content_hash(shards, dtype),
-            filters=_filter_stats(done, filters),
-            inputs={
-                "text_key": config.text_key,
-                "unit_bytes": unit_bytes,
-                "units": len(units),
-                "files": identity["inputs"],
-            },
-            job=job_hash,
-            created_by=f"tokentape {__version__}",
-        )
-        write_atomic(out / MANIFEST_NAME, manifest.to_json().encode())
+            write_atomic(build / name, data)
+        manifest = _manifest(job, done, shards, n_tokens)
+        write_atomic(build / MANIFEST_NAME, manifest.to_json().encode())
         crashpoint("after-manifest")
         shutil.rmtree(work_dir, ignore_errors=True)
+        if plan.replace:
+            replace_directory(build, Path(os.path.realpath(out)))
     except WorkerDied as exc:
         raise TokentapeError(
             f"{out}: {exc}; finished units are kept: run the same command again to resume"
         ) from None
     except TokentapeError:
-        _discard(out, created_out)
+        _discard(build, created or plan.replace)
         raise
     finally:
         session.close()
-    status = "resumed" if state is OutState.RESUME else "created"
+    status = "resumed" if plan.state is OutState.RESUME else "created"
     reused = len(units) - len(pending)
-    return _summary(out, manifest, status, reused, time.monotonic() - started)
+    return _summary(out, manifest, status, reused, time.monotonic() - job.started)
 
 
-def _discard(out: Path, created_out: bool) -> None:
-    """Bad input: leave no partial store behind."""
-    if not out.exists():
+def _unfinished(missing: list[int], dead: list[int], work_dir: Path) -> str:
+    """Why units are unfinished after every worker returned."""
+    if dead:
+        return (
+            f"a worker process died (exit codes {dead}: killed, or out of memory) before "
+            "finishing its units"
+        )
+    return (
+        f"{len(missing)} unit(s) (unit {missing[0]} first) have no finished output in "
+        f"{work_dir} although every worker finished; something else removed them"
+    )
+
+
+def _manifest(job: _Job, done: list[UnitResult], shards: list, n_tokens: int) -> Manifest:
+    tokenizer = job.tokenizer
+    return Manifest(
+        dtype=job.dtype,
+        vocab_size=tokenizer.vocab_size,
+        eod_id=tokenizer.eod_id,
+        tokenizer=tokenizer_manifest(tokenizer),
+        shards=tuple(shards),
+        n_tokens=n_tokens,
+        n_docs=sum(s.n_docs for s in shards),
+        content_hash=content_hash(shards, job.dtype),
+        filters=_filter_stats(done, job.filters),
+        inputs={
+            "text_key": job.config.text_key,
+            "unit_bytes": job.unit_bytes,
+            "units": len(job.units),
+            "files": job.identity["inputs"],
+        },
+        job=job.job_hash,
+        created_by=f"tokentape {__version__}",
+    )
+
+
+def _discard(build: Path, created: bool) -> None:
+    """Bad input: leave no partial store behind (a staging directory goes whole)."""
+    if not build.exists():
         return
-    if created_out:
-        shutil.rmtree(out, ignore_errors=True)
+    if created:
+        shutil.rmtree(build, ignore_errors=True)
     else:
-        clear_out(out)
+        clear_out(build)

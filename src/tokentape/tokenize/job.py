@@ -10,25 +10,79 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import numbers
 import os
 import re
 import shutil
 import signal
+import stat
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from tokentape.errors import TokentapeError
-from tokentape.store.format import FORMAT_VERSION, MANIFEST_NAME, Manifest, parse_manifest
+from tokentape.errors import ArgumentError, TokentapeError
+from tokentape.store.format import (
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    Manifest,
+    numpy_dtype,
+    parse_manifest,
+)
 from tokentape.tokenize.inputs import InputFile
 
 CRASH_ENV = "TOKENTAPE_CRASH_AT"
 WORK_DIR = ".tokentape-work"
 JOB_FILE = "job.json"
+STAGING_SUFFIX = "tokentape-next"
 MIN_AUTO_UNIT = 2**20
 MAX_AUTO_UNIT = 8 * 2**20
 EXECUTORS = ("local", "ray")
+
+
+MAX_WORKERS = 65_536
+"""The most ``--workers`` (processes, or Ray tasks in flight) one run takes."""
+MAX_MB = float(2**20)
+"""The largest ``--shard-mb`` / ``--unit-mb``: 1 TiB."""
+
+
+def check_mb(flag: str, value: object) -> None:
+    """A size in MiB: a finite number in (0, ``MAX_MB``]."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentError(f"{flag} must be a number of MiB, got {value!r}")
+    if not (math.isfinite(value) and 0 < value <= MAX_MB):
+        raise ArgumentError(f"{flag} must be a number of MiB in (0, {MAX_MB:.0f}], got {value}")
+
+
+def check_count(flag: str, value: object, low: int, high: int) -> None:
+    """An integer in ``[low, high]``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentError(f"{flag} must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise ArgumentError(f"{flag} must be between {low} and {high:,}, got {value}")
+
+
+def check_text(flag: str, value: object) -> None:
+    """A non-empty string without NUL or line breaks (it ends up in one-line messages)."""
+    if not isinstance(value, str):
+        raise ArgumentError(f"{flag} must be a string, got {value!r}")
+    if not value:
+        raise ArgumentError(f"{flag} must not be empty")
+    if any(c in value for c in "\0\n\r"):
+        raise ArgumentError(f"{flag} {value!r}: must not hold NUL or line breaks")
+
+
+def check_path(flag: str, value: object) -> None:
+    """A path (a string or ``os.PathLike``), not empty."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise ArgumentError(f"{flag} must be a path, got {value!r}")
+    if not value:
+        raise ArgumentError(f"{flag} must not be empty")
+    if "\0" in value:
+        raise ArgumentError(f"{flag} {value!r}: a path cannot hold NUL")
 
 
 @dataclass(frozen=True)
@@ -64,24 +118,36 @@ class TokenizeConfig:
     """Replace a store or an unfinished run with other settings in ``out``."""
 
     def __post_init__(self) -> None:
-        if not self.inputs:
-            raise TokentapeError("no inputs given; pass files, directories or globs")
-        if self.workers < 1:
-            raise TokentapeError(f"--workers must be at least 1, got {self.workers}")
+        inputs = self.inputs
+        if isinstance(inputs, str | bytes | os.PathLike) or not isinstance(inputs, tuple | list):
+            raise ArgumentError(f"inputs: expected a tuple of paths, got {type(inputs).__name__}")
+        if not inputs:
+            raise ArgumentError("no inputs given; pass files, directories or globs")
+        for spec in inputs:
+            check_path("input", spec)
+        check_path("--out", self.out)
+        check_text("--tokenizer", self.tokenizer)
+        if self.eod_token is not None:
+            check_text("--eod-token", self.eod_token)
+        check_text("--text-key", self.text_key)
+        if not isinstance(self.filters, tuple | list) or isinstance(self.filters, str):
+            raise ArgumentError(f"filters: expected a tuple of specs, got {self.filters!r}")
+        for spec in self.filters:
+            check_text("--filter", spec)
+        check_count("--workers", self.workers, 1, MAX_WORKERS)
         if self.executor not in EXECUTORS:
-            raise TokentapeError(f"--executor '{self.executor}': expected local or ray")
-        if self.ray_address is not None and self.executor != "ray":
-            raise TokentapeError("--ray-address needs --executor ray")
-        if self.ray_address == "":
-            raise TokentapeError("--ray-address must not be empty")
+            raise ArgumentError(f"--executor {self.executor!r}: expected local or ray")
+        if self.ray_address is not None:
+            check_text("--ray-address", self.ray_address)
+            if self.executor != "ray":
+                raise ArgumentError("--ray-address needs --executor ray")
         if self.dtype not in ("auto", "uint16", "uint32"):
-            raise TokentapeError(f"--dtype '{self.dtype}': expected auto, uint16 or uint32")
-        if not self.shard_mb > 0:
-            raise TokentapeError(f"--shard-mb must be positive, got {self.shard_mb}")
-        if self.unit_mb is not None and not self.unit_mb > 0:
-            raise TokentapeError(f"--unit-mb must be positive, got {self.unit_mb}")
-        if not self.text_key:
-            raise TokentapeError("--text-key must not be empty")
+            raise ArgumentError(f"--dtype {self.dtype!r}: expected auto, uint16 or uint32")
+        check_mb("--shard-mb", self.shard_mb)
+        if self.unit_mb is not None:
+            check_mb("--unit-mb", self.unit_mb)
+        if not isinstance(self.overwrite, bool):
+            raise ArgumentError(f"overwrite: expected True or False, got {self.overwrite!r}")
 
     def unit_bytes(self, total_input_bytes: int) -> int:
         """``unit_mb``, or by default a size that depends on the inputs alone (never on the
@@ -145,48 +211,155 @@ def is_store_file(name: str) -> bool:
     return _OURS.fullmatch(name) is not None
 
 
-def inspect_out(
-    out: Path, job_hash: str, resume_key: dict[str, Any], overwrite: bool
-) -> tuple[OutState, Manifest | None]:
-    """Decide what to do with ``out``; refuse a directory that is not ours or not this job's."""
-    if out.exists() and not out.is_dir():
-        raise TokentapeError(f"--out '{out}': exists and is not a directory")
-    if not out.exists():
-        return OutState.FRESH, None
+@dataclass(frozen=True)
+class OutPlan:
+    """What to do with ``--out``: the state found, where to build, and whether the result
+    replaces ``out`` at the end (an ``--overwrite`` of a complete store is built beside it,
+    in ``staging_dir(out)``, and swapped in whole)."""
+
+    state: OutState
+    build: Path
+    manifest: Manifest | None = None  # the complete store found (COMPLETE)
+    replace: bool = False
+
+
+def staging_dir(out: Path) -> Path:
+    """Where a store that replaces ``out`` is built: a hidden sibling (same file system, so it
+    can be swapped in), named after ``out``'s resolved path. One at a time: the writer lock."""
+    real = Path(os.path.realpath(out))
+    return real.with_name(f".{real.name}.{STAGING_SUFFIX}")
+
+
+def store_damage(
+    directory: Path, manifest: Manifest, stored: tuple[str, bytes] | None
+) -> str | None:
+    """What is wrong with a store whose manifest is complete, or None: every shard file the
+    manifest names must be a regular file of the size it records, and the tokenizer copy must
+    be the tokenizer's exact bytes. (Cheap checks, no hashing: ``tokentape verify`` rehashes.)"""
+    itemsize = numpy_dtype(manifest.dtype).itemsize
+    for shard in manifest.shards:
+        for name, size in (
+            (shard.bin_file, shard.n_tokens * itemsize),
+            (shard.idx_file, shard.idx_bytes),
+        ):
+            try:
+                st = os.lstat(directory / name)
+            except FileNotFoundError:
+                return f"{name} is missing"
+            if not stat.S_ISREG(st.st_mode):
+                return f"{name} is not a regular file"
+            if st.st_size != size:
+                return f"{name} holds {st.st_size} bytes, the manifest says {size}"
+    if stored is not None:
+        name, data = stored
+        try:
+            found = (directory / name).read_bytes()
+        except FileNotFoundError:
+            return f"the tokenizer copy {name} is missing"
+        if found != data:
+            return f"the tokenizer copy {name} differs from the tokenizer"
+    return None
+
+
+def _check_ours(out: Path, what: str) -> list[str]:
     names = sorted(os.listdir(out))
     foreign = [n for n in names if not is_store_file(n)]
     if foreign:
         raise TokentapeError(
-            f"--out '{out}': not empty and not a tokentape store (found '{foreign[0]}'); "
+            f"{what} '{out}': not empty and not a tokentape store (found '{foreign[0]}'); "
             "choose a new or empty directory"
         )
+    return names
+
+
+def _same_run(work: Path, resume_key: dict[str, Any]) -> bool:
+    try:
+        return json.loads((work / JOB_FILE).read_text()) == resume_key
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+
+
+def _discard_staging(staging: Path) -> None:
+    """Remove a staging directory left by an earlier run (ours only: store names)."""
+    if staging.is_dir() and not staging.is_symlink():
+        clear_out(staging)
+        staging.rmdir()
+
+
+def inspect_out(
+    out: Path,
+    job_hash: str,
+    resume_key: dict[str, Any],
+    overwrite: bool,
+    stored: tuple[str, bytes] | None = None,
+) -> OutPlan:
+    """Decide what to do with ``out``; refuse a directory that is not ours or not this job's,
+    and a store of this job that is damaged (without ``overwrite``). ``stored`` is the
+    tokenizer copy this job writes (checked in a complete store)."""
+    if out.exists() and not out.is_dir():
+        raise TokentapeError(f"--out '{out}': exists and is not a directory")
+    staging = staging_dir(out)
+    if not out.exists():
+        _discard_staging(staging)
+        return OutPlan(OutState.FRESH, out)
+    _check_ours(out, "--out")
     manifest_path = out / MANIFEST_NAME
     if manifest_path.exists():
         manifest = parse_manifest(manifest_path.read_text(encoding="utf-8"), str(manifest_path))
         if manifest.job == job_hash:
-            return OutState.COMPLETE, manifest
-        if not overwrite:
+            damage = store_damage(out, manifest, stored)
+            if damage is None:
+                _discard_staging(staging)
+                return OutPlan(OutState.COMPLETE, out, manifest)
+            if not overwrite:
+                raise TokentapeError(
+                    f"--out '{out}': holds this job's store, but it is damaged ({damage}); "
+                    "pass --overwrite to rebuild it"
+                )
+        elif not overwrite:
             raise TokentapeError(
                 f"--out '{out}': holds a store made from other inputs or settings; "
                 "pass --overwrite to replace it"
             )
-        clear_out(out)
-        return OutState.FRESH, None
+        return _staged(staging, job_hash, resume_key, stored)
+    _discard_staging(staging)
     job_path = out / WORK_DIR / JOB_FILE
     if job_path.exists():
-        try:
-            previous = json.loads(job_path.read_text())
-        except json.JSONDecodeError:
-            previous = None
-        if previous == resume_key:
-            return OutState.RESUME, None
+        if _same_run(out / WORK_DIR, resume_key):
+            return OutPlan(OutState.RESUME, out)
         if not overwrite:
             raise TokentapeError(
                 f"--out '{out}': holds an unfinished run with other inputs or settings "
                 "(or inputs changed since); pass --overwrite to discard it"
             )
     clear_out(out)
-    return OutState.FRESH, None
+    return OutPlan(OutState.FRESH, out)
+
+
+def _staged(
+    staging: Path, job_hash: str, resume_key: dict[str, Any], stored: tuple[str, bytes] | None
+) -> OutPlan:
+    """The plan of a build beside ``out`` that replaces it: resume the staging directory an
+    interrupted run of this job left (or swap it in, if it finished), else start it afresh."""
+    if os.path.lexists(staging) and not staging.is_dir():
+        raise TokentapeError(f"'{staging}': exists and is not a directory; remove it")
+    if not staging.exists():
+        return OutPlan(OutState.FRESH, staging, replace=True)
+    _check_ours(staging, "staging directory")
+    manifest_path = staging / MANIFEST_NAME
+    if manifest_path.exists():
+        try:
+            text = manifest_path.read_text(encoding="utf-8")
+            manifest: Manifest | None = parse_manifest(text, str(manifest_path))
+        except (TokentapeError, UnicodeDecodeError):
+            manifest = None
+        finished = manifest is not None and manifest.job == job_hash
+        if finished and store_damage(staging, manifest, stored) is None:  # type: ignore[arg-type]
+            return OutPlan(OutState.COMPLETE, staging, manifest, replace=True)
+    elif _same_run(staging / WORK_DIR, resume_key):
+        return OutPlan(OutState.RESUME, staging, replace=True)
+    clear_out(staging)
+    return OutPlan(OutState.FRESH, staging, replace=True)
 
 
 def clear_out(out: Path, keep: tuple[str, ...] = ()) -> None:

@@ -1,0 +1,190 @@
+"""One writer per output: ``tokenize`` and ``convert`` (both directions) hold an exclusive
+lock beside their output. Real processes: commands started together, a holder killed with
+SIGKILL, a store damaged behind a finished run's back."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_tokenize import make_documents, run_cli, tree_bytes, write_jsonl
+
+from tokentape import open_source
+from tokentape.cli import main
+from tokentape.store.lock import OutputLocked, lock_path, output_lock
+
+UNITS = ("--unit-mb", "0.05", "--shard-mb", "0.1")
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    """About 6 MB of JSON lines: a run takes a second or two, long enough to overlap."""
+    path = tmp_path_factory.mktemp("lock-corpus") / "c.jsonl"
+    write_jsonl(path, [json.dumps({"text": t}) for t in make_documents(12_000, seed=9)])
+    return path
+
+
+@pytest.fixture(scope="module")
+def reference(corpus, tmp_path_factory) -> dict[str, bytes]:
+    out = tmp_path_factory.mktemp("lock-ref") / "s"
+    assert main(["tokenize", str(corpus), "--out", str(out), *UNITS, "--json"]) == 0
+    return tree_bytes(out)
+
+
+def tokenize_cmd(corpus: Path, out: Path) -> list[str]:
+    return [sys.executable, "-m", "tokentape.cli", "tokenize", str(corpus), "--out", str(out)]
+
+
+def start(corpus: Path, out: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*tokenize_cmd(corpus, out), *UNITS, "--workers", "2", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def refusal_line(stderr: str) -> str:
+    """The one line of a refused writer, checked for the holder's host, pid and time."""
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    assert lines[0].startswith("tokentape: error: "), lines[0]
+    assert "is being written by tokentape" in lines[0], lines[0]
+    assert f"on host {socket.gethostname()}, pid " in lines[0] and ", since 20" in lines[0]
+    return lines[0]
+
+
+def test_commands_started_together_one_writes_the_other_is_refused(corpus, reference, tmp_path):
+    """Two ``tokenize`` runs on one ``--out`` started at once, five times over: one writes
+    the store, the other is refused with one line naming the holder (or, if it came after,
+    finds the store complete); the store is always whole and byte-identical."""
+    refusals = 0
+    for round_ in range(5):
+        out = tmp_path / f"s{round_}"
+        procs = [start(corpus, out), start(corpus, out)]
+        results = [(p.wait(timeout=300), *p.communicate()) for p in procs]
+        statuses = []
+        for rc, stdout, stderr in results:
+            if rc == 2:
+                line = refusal_line(stderr)
+                holder = next(p.pid for p in procs if f"pid {p.pid}," in line)
+                assert holder in [p.pid for p in procs]
+                statuses.append("refused")
+            else:
+                assert rc == 0, stderr
+                statuses.append(json.loads(stdout)["status"])
+        assert sorted(statuses) in (["created", "refused"], ["already complete", "created"])
+        refusals += statuses.count("refused")
+        assert tree_bytes(out) == reference
+        assert not lock_path(out).exists()
+        assert sorted(os.listdir(tmp_path)) == sorted(f"s{i}" for i in range(round_ + 1))
+    assert refusals >= 1  # the runs did overlap, at least once
+
+
+def test_a_second_writer_is_refused_at_once_and_touches_nothing(corpus, reference, tmp_path):
+    store = tmp_path / "store"
+    assert main(["tokenize", str(corpus), "--out", str(store), *UNITS, "--json"]) == 0
+    prefix = tmp_path / "mega"
+    assert main(["convert", "--to", "megatron", str(store), str(prefix), "--json"]) == 0
+    before, names = tree_bytes(tmp_path), sorted(os.listdir(tmp_path))
+    back = tmp_path / "back"
+    cli = [sys.executable, "-m", "tokentape.cli", "convert"]
+    vocabulary = ["--vocab-size", "257", "--eod-id", "256"]
+    commands = [
+        [*tokenize_cmd(corpus, store), *UNITS, "--overwrite"],
+        [*tokenize_cmd(corpus, tmp_path / "new" / "deeper"), *UNITS],
+        [*cli, "--to", "megatron", str(store), str(prefix), "--overwrite"],
+        [*cli, "--from", "megatron", str(prefix), str(back), *vocabulary],
+    ]
+    held = {0: store, 1: tmp_path / "new" / "deeper", 2: prefix, 3: back}
+    for i, command in enumerate(commands):
+        with output_lock(held[i], "tokenize"):
+            began = time.monotonic()
+            result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+            elapsed = time.monotonic() - began
+            assert result.returncode == 2, result.stderr
+            line = refusal_line(result.stderr)
+            assert f"pid {os.getpid()}," in line and str(lock_path(held[i])) in line
+            assert elapsed < 30  # refused at once, not after waiting for the holder
+        assert tree_bytes(tmp_path) == before, command
+        assert sorted(os.listdir(tmp_path)) == names, command
+    assert tree_bytes(store) == reference
+
+
+def test_a_holder_killed_by_sigkill_leaves_a_stale_lock_the_next_run_takes_over(
+    corpus, reference, tmp_path
+):
+    out = tmp_path / "s"
+    proc = start(corpus, out)
+    lock = lock_path(out)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # the holder has recorded itself and made a unit
+        recorded = lock.exists() and f'"pid": {proc.pid}' in lock.read_text()
+        if recorded and any((out / ".tokentape-work").glob("unit-*.json")):
+            break
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+    record = json.loads(lock.read_text())  # left behind, naming a process that is gone
+    assert record["pid"] == proc.pid and record["command"] == "tokenize"
+    rerun = run_cli("tokenize", str(corpus), "--out", str(out), *UNITS, "--json")
+    assert rerun.returncode == 0, rerun.stderr
+    assert json.loads(rerun.stdout)["status"] == "resumed"
+    assert tree_bytes(out) == reference
+    assert not lock.exists()
+
+
+def test_the_lock_api_refuses_in_process_and_releases(tmp_path):
+    out = tmp_path / "x"
+    with output_lock(out, "convert") as path:
+        record = json.loads(path.read_text())
+        assert record["pid"] == os.getpid() and record["host"] == socket.gethostname()
+        refused = pytest.raises(OutputLocked, match=r"being written by tokentape convert on host")
+        with refused, output_lock(out, "tokenize"):
+            pass
+    assert not path.exists()
+    with output_lock(out, "tokenize"):  # free again
+        pass
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        ("remove-bin", r"part-00003\.bin is missing"),
+        ("remove-idx", r"part-00001\.idx\.npy is missing"),
+        ("truncate-bin", r"part-00002\.bin holds 10 bytes, the manifest says \d+"),
+    ],
+)
+def test_a_rerun_on_a_damaged_store_does_not_claim_success(
+    damage, expected, corpus, reference, tmp_path
+):
+    out = tmp_path / "s"
+    args = ["tokenize", str(corpus), "--out", str(out), *UNITS]
+    assert main([*args, "--json"]) == 0
+    if damage == "remove-bin":
+        (out / "part-00003.bin").unlink()
+    elif damage == "remove-idx":
+        (out / "part-00001.idx.npy").unlink()
+    else:
+        with open(out / "part-00002.bin", "r+b") as f:
+            f.truncate(10)
+    damaged = tree_bytes(out)
+    result = run_cli(*args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "damaged" in lines[0] and "--overwrite" in lines[0], lines
+    assert re.search(expected, lines[0]), lines[0]
+    assert tree_bytes(out) == damaged  # left as it was
+    rebuilt = run_cli(*args, "--overwrite", "--json")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert tree_bytes(out) == reference
+    assert open_source(out).n_tokens > 0

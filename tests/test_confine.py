@@ -181,6 +181,11 @@ def test_symlinked_manifest_and_tokenizer_copy_are_refused(
         f"{manifest}: the manifest is a symbolic link (to '{tmp_path / 'manifest.json'}'); a "
         "store reads only regular files inside its own directory"
     )
+    (tmp_path / "manifest.json").unlink()  # a dangling link: still a link, not "no manifest"
+    assert refusal(store) == (
+        f"{manifest}: the manifest is a symbolic link (to '{tmp_path / 'manifest.json'}'); a "
+        "store reads only regular files inside its own directory"
+    )
 
 
 def test_tokenizer_copy_name_is_exact(tmp_path: Path, hf_tokenizer_json: Path) -> None:

@@ -28,12 +28,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_confine import build_store
 
-from tokentape.audit.verify import check_store
+from tokentape.audit.verify import Target, check_megatron_target, check_store
 from tokentape.errors import TokentapeError
 from tokentape.store import megatron_identity
 from tokentape.store.format import MANIFEST_NAME
 from tokentape.store.megatron import MegatronWriter, idx_path, parse_header, read_index
-from tokentape.store.megatron_source import MegatronSource
+from tokentape.store.megatron_source import MEGATRON, MegatronSource
 from tokentape.store.reader import Source, open_source
 from tokentape.tokenize.tokenizers import Tokenizer, load_tokenizer
 
@@ -395,6 +395,12 @@ def test_fuzz_megatron_index(megatron_prefix: Path, data: st.DataObject) -> None
             assert read_index(prefix).n_docs == src.n_docs
 
         refused_or(check)
+        refused_or(lambda: verify_megatron(prefix, data.draw(st.booleans())))
+
+
+def verify_megatron(prefix: Path, quick: bool) -> None:
+    target = Target(prefix, str(prefix), kind=MEGATRON, vocab_size=VOCAB, eod_id=EOD_ID)
+    check_megatron_target(target, quick=quick)
 
 
 @FUZZ
@@ -417,5 +423,7 @@ def test_fuzz_megatron_sidecar(megatron_prefix: Path, data: st.DataObject) -> No
 
     try:
         refused_or(check)
+        sidecar.write_bytes(mutated)
+        refused_or(lambda: verify_megatron(megatron_prefix, data.draw(st.booleans())))
     finally:
         sidecar.write_text(json.dumps(original))

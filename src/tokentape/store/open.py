@@ -24,7 +24,7 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     """``tokentape`` for a directory with ``manifest.json``, ``megatron`` for a prefix with
     ``.bin`` and ``.idx``; otherwise an error saying what was looked for."""
     p = Path(path)
-    if (p / MANIFEST_NAME).is_file():
+    if os.path.lexists(p / MANIFEST_NAME):  # a link or a directory there: refused at open
         return TOKENTAPE
     if is_prefix(p):
         return MEGATRON

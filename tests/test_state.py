@@ -145,7 +145,7 @@ def test_a_state_whose_identity_disagrees_with_its_index_hash_is_refused(plan_di
     DataState.from_dict(saved)
     edited = json.loads(json.dumps(saved))
     edited["identity"]["seed"] = 99
-    with pytest.raises(TokentapeError, match=r"'index_hash' sha256:[0-9a-f]+… does not match"):
+    with pytest.raises(TokentapeError, match=r"'index_hash' 'sha256:[0-9a-f]+'… does not match"):
         DataState.from_dict(edited)
     edited = json.loads(json.dumps(saved))
     edited["identity"]["sources"][0]["n_tokens"] = "many"

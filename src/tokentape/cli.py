@@ -351,6 +351,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(message: str) -> str:
+    """A message kept on one line, whatever a file or field name in it holds."""
+    return message.replace("\r", "\\r").replace("\n", "\\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args: Any = build_parser().parse_args(argv)
@@ -359,14 +364,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except TokentapeError as exc:
-        print(f"tokentape: error: {exc}", file=sys.stderr)
+        print(f"tokentape: error: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stderr.close()
         return 0
     except OSError as exc:  # a file system error the command did not anticipate: one line
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"tokentape: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        print(f"tokentape: error: {_one_line(f'{where}{exc.strerror or exc}')}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         again = "; run the same command again to resume" if args.command == "tokenize" else ""

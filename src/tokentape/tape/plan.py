@@ -195,7 +195,7 @@ def _unknown(table: dict[str, Any], allowed: set[str], where: str) -> None:
     extra = sorted(set(table) - allowed)
     if extra:
         raise TokentapeError(
-            f"{where}: unknown key '{extra[0]}'; expected one of {', '.join(sorted(allowed))}"
+            f"{where}: unknown key {extra[0][:40]!r}; expected one of {', '.join(sorted(allowed))}"
         )
 
 
@@ -203,10 +203,10 @@ def _source(table: Any, i: int, where: str) -> SourceSpec:
     if not isinstance(table, dict):
         raise TokentapeError(f"{where}: source[{i}] must be a table ([[source]])")
     name = table.get("name")
-    here = f"{where}: source[{i}]" + (f" ('{name}')" if isinstance(name, str) else "")
+    here = f"{where}: source[{i}]" + (f" ({name[:40]!r})" if isinstance(name, str) else "")
     _unknown(table, _SOURCE_KEYS, here)
-    if not isinstance(name, str) or not name.strip():
-        raise TokentapeError(f"{here}: 'name' must be a non-empty string")
+    if not isinstance(name, str) or not name.strip() or not name.isprintable():
+        raise TokentapeError(f"{here}: 'name' must be a non-empty string of printable characters")
     path = table.get("path")
     if not isinstance(path, str) or not path:
         raise TokentapeError(
@@ -485,8 +485,8 @@ def _field_value(data: dict[str, Any], key: str, kind: str, where: str, low: int
         raise TokentapeError(f"{where}: field '{key}' is missing")
     value = data[key]
     if kind == _TEXT:
-        ok = isinstance(value, str) and bool(value)
-        expected = "a non-empty string"
+        ok = isinstance(value, str) and bool(value) and value.isprintable()
+        expected = "a non-empty string of printable characters"
     elif kind == _INT:
         ok = type(value) is int and value >= low
         expected = f"an integer >= {low}"
@@ -510,8 +510,9 @@ def _jsonable(value: Any) -> bool:
 def _exact_keys(data: dict[str, Any], required: set[str], optional: set[str], where: str) -> None:
     extra = sorted(set(data) - required - optional)
     if extra:
+        shown = repr(extra[0]) if len(extra[0]) <= 40 else repr(extra[0][:39] + "…")
         raise TokentapeError(
-            f"{where}: unknown field '{extra[0]}' (edited by hand, or a newer tokentape?); "
+            f"{where}: unknown field {shown} (edited by hand, or a newer tokentape?); "
             "re-run `tokentape plan`"
         )
     missing = sorted(required - set(data))

@@ -197,7 +197,7 @@ class DataState:
             )
         if expected != data["index_hash"]:
             raise TokentapeError(
-                f"data state: 'index_hash' {data['index_hash'][:19]}… does not match its "
+                f"data state: 'index_hash' {data['index_hash'][:19]!r}… does not match its "
                 f"'identity' (which hashes to {expected[:19]}…): edited or mixed up"
             )
         state = cls(

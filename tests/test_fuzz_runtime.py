@@ -21,7 +21,7 @@ from tokentape.tape.blend import MAX_POSITION
 from tokentape.tape.plan import Plan, index_hash, load_plan
 from tokentape.train.loader import Loader
 from tokentape.train.partition import BatchConfig
-from tokentape.train.state import DataState
+from tokentape.train.state import DataState, identity_hash
 from tokentape.train.steplog import read_step_log, scan_step_log
 
 pytestmark = pytest.mark.fuzz
@@ -217,6 +217,7 @@ def _from_dict_or_error(valid: dict[str, Any], saved: Any) -> None:
         return
     # Accepted: a consistent state of this plan, its history mapping every step back.
     assert 0 <= state.consumed < MAX_POSITION
+    assert identity_hash(state.identity) == state.index_hash  # the identity it would report
     assert DataState.from_dict(json.loads(json.dumps(state.to_dict()))) == state
     if state.step:
         consumed, config = state.consumed_before(state.step - 1)

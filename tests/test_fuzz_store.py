@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import json
 import os
 import shutil
@@ -127,15 +128,27 @@ def _nodes(value: Any, path: tuple = ()) -> Iterator[tuple]:
             yield from _nodes(child, (*path, key))
 
 
+def _matches(path: tuple, pattern: tuple) -> bool:
+    return len(path) == len(pattern) and all(
+        p in (q, "*") for q, p in zip(path, pattern, strict=True)
+    )
+
+
 @st.composite
-def mutated_json(draw: st.DrawFn, data: Any, extra: list[Any] | None = None) -> Any:
+def mutated_json(
+    draw: st.DrawFn, data: Any, extra: list[Any] | None = None, hot: tuple = ()
+) -> Any:
     """``data`` with one to three fields replaced (wrong type, range, a nudged number, one of
-    ``extra``), removed, or added."""
+    ``extra``), removed, or added; half the time a field matching one of the ``hot`` patterns
+    (paths with ``"*"`` for any key)."""
     data = copy.deepcopy(data)
     for _ in range(draw(st.integers(1, 3))):
         paths = list(_nodes(data))
         if not paths:
             return draw(json_values)
+        hot_paths = [q for q in paths if any(_matches(q, h) for h in hot)]
+        if hot_paths and draw(st.booleans()):
+            paths = hot_paths
         *parent_path, key = draw(st.sampled_from(paths))
         parent = data
         for step in parent_path:
@@ -156,11 +169,13 @@ def mutated_json(draw: st.DrawFn, data: Any, extra: list[Any] | None = None) -> 
 
 
 @st.composite
-def mutated_json_text(draw: st.DrawFn, data: Any, extra: list[Any] | None = None) -> bytes:
+def mutated_json_text(
+    draw: st.DrawFn, data: Any, extra: list[Any] | None = None, hot: tuple = ()
+) -> bytes:
     """Either a JSON-level mutation of ``data`` or a byte-level one of its text."""
     text = json.dumps(data, indent=2).encode()
     if draw(st.booleans()):
-        return json.dumps(draw(mutated_json(data, extra))).encode()
+        return json.dumps(draw(mutated_json(data, extra, hot))).encode()
     return draw(mutated_bytes(text, head=len(text)))
 
 
@@ -240,6 +255,37 @@ def test_fuzz_helpers_see_a_valid_store(hf_store: Path) -> None:
     assert view["docs"] == DOCS
 
 
+NAMES = [
+    "../decoy/part-00000",
+    "../decoy/part-00001",
+    "../decoy/tokenizer.json",
+    "./part-00000",
+    "part-00000/",
+    "/etc/hostname",
+    "part-00001",
+    "part-00002",
+    "..",
+    "",
+]
+"""Names a hostile manifest may give its files (the decoy store is beside the store)."""
+MANIFEST_HOT = (
+    *[("shards", "*", key) for key in ("name", "n_tokens", "n_docs", "idx_bytes")],
+    *[(key,) for key in ("dtype", "n_tokens", "n_docs", "format_version", "shards")],
+    *[("tokenizer", key) for key in ("file", "kind", "eod_token", "eod_id", "fingerprint")],
+)
+"""Fields a reader acts on: where a mutation is most likely to matter."""
+SIDECAR_HOT = (
+    ("files", "*", "*"),
+    *[("identity", key) for key in ("dtype", "n_tokens", "n_docs", "min_id", "max_id", "end_id")],
+)
+
+
+@functools.cache
+def truth(store: Path) -> tuple[dict[str, Any], str]:
+    """What the intact ``store`` serves, and the text of its first tokens."""
+    return served(open_source(store)), _decoded(open_source(store))
+
+
 def _decoded(src: Source) -> str:
     return src.decode(src.tokens(0, min(30, src.n_tokens)))
 
@@ -248,9 +294,17 @@ def _decoded(src: Source) -> str:
 @given(data=st.data())
 def test_fuzz_manifest(hf_store: Path, data: st.DataObject) -> None:
     original = json.loads((hf_store / "store" / MANIFEST_NAME).read_text())
-    expected = served(open_source(hf_store / "store"))
-    decoded = _decoded(open_source(hf_store / "store"))
-    text = data.draw(mutated_json_text(original, extra=SPECIAL_STRINGS))
+    expected, decoded = truth(hf_store / "store")
+    renamed = data.draw(st.booleans())
+    if renamed:  # a shard (or the tokenizer copy) named outside, or renamed
+        original = copy.deepcopy(original)
+        shard = data.draw(st.sampled_from(original["shards"]))
+        shard["name"] = data.draw(st.sampled_from(NAMES) | st.text(max_size=20))
+        if data.draw(st.booleans()):
+            original["tokenizer"]["file"] = data.draw(st.sampled_from(NAMES))
+    text = json.dumps(original).encode()
+    if not renamed or data.draw(st.booleans()):
+        text = data.draw(mutated_json_text(original, SPECIAL_STRINGS + SPECIAL_INTS, MANIFEST_HOT))
     with scratch() as tmp:
         store = copy_store(hf_store, tmp)
         (store / MANIFEST_NAME).write_bytes(text)
@@ -274,7 +328,7 @@ def test_fuzz_document_index(hf_store: Path, data: st.DataObject) -> None:
     raw = (hf_store / "store" / name).read_bytes()
     mutated = data.draw(mutated_bytes(raw, head=140))
     keep_size = data.draw(st.booleans())  # else the manifest is told the new size
-    tokens = served(open_source(hf_store / "store"))["tokens"]
+    tokens = truth(hf_store / "store")[0]["tokens"]
     with scratch() as tmp:
         store = copy_store(hf_store, tmp)
         (store / name).write_bytes(mutated)
@@ -412,7 +466,7 @@ def test_fuzz_megatron_sidecar(megatron_prefix: Path, data: st.DataObject) -> No
     truth = MegatronSource(megatron_prefix, VOCAB, EOD_ID, show_progress=False)
     expected, content = served(truth), truth.manifest.content_hash
     original = json.loads(sidecar.read_text())
-    mutated = data.draw(mutated_json_text(original))
+    mutated = data.draw(mutated_json_text(original, SPECIAL_INTS, SIDECAR_HOT))
     sidecar.write_bytes(mutated)
     megatron_identity.read_sidecars(megatron_prefix)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import re
 import socket
 import warnings
 from pathlib import Path
@@ -19,6 +20,7 @@ from test_store import write_store
 
 from tokentape import convert
 from tokentape.cli import main
+from tokentape.errors import ArgumentError
 from tokentape.store.megatron import MegatronWriter
 from tokentape.store.megatron_source import MegatronSource
 from tokentape.store.reader import open_source
@@ -355,3 +357,84 @@ def test_the_index_is_hashed_in_chunks(tmp_path):
     path.write_bytes(os.urandom(1000))
     expected = hashlib.sha256(path.read_bytes()).hexdigest()
     assert convert._sha256_file(path, chunk_bytes=7) == expected
+
+
+# --- bad flags: one line naming the flag, nothing written ---------------------------------
+
+BAD_CONVERT_FLAGS = [
+    # (direction arguments after SRC OUT, what the one line must say)
+    (("--to", "--dtype", "float32"), "dtype 'float32' is not a Megatron integer dtype"),
+    (("--to", "--shard-mb", "1"), "--shard-mb applies to --from megatron only"),
+    (("--to", "--vocab-size", "300"), "--vocab-size applies to --from megatron only"),
+    (
+        ("--from", "--shard-mb", "inf"),
+        "--shard-mb must be a number of MiB in (0, 1048576], got inf",
+    ),
+    (
+        ("--from", "--shard-mb", "nan"),
+        "--shard-mb must be a number of MiB in (0, 1048576], got nan",
+    ),
+    (("--from", "--shard-mb", "0"), "--shard-mb must be a number of MiB"),
+    (("--from", "--shard-mb", "-2"), "--shard-mb must be a number of MiB"),
+    (("--from", "--shard-mb", "1e300"), "--shard-mb must be a number of MiB"),
+    (("--from", "--vocab-size", "0"), "--vocab-size must be between 1 and 4,294,967,296, got 0"),
+    (("--from", "--vocab-size", "-5"), "--vocab-size must be between 1 and 4,294,967,296"),
+    (("--from", "--vocab-size", "9" * 25), "--vocab-size must be between 1 and 4,294,967,296"),
+    (("--from", "--eod-id", "-1"), "--eod-id must be between 0 and 4,294,967,295, got -1"),
+    (("--from", "--eod-id", "257"), "--eod-id 257 is not below --vocab-size 257"),
+    (("--from", "--dtype", "int8"), "--dtype 'int8': a tokentape store is uint16 or uint32"),
+    (("--from", "--tokenizer", ""), "--tokenizer must not be empty"),
+]
+
+
+@pytest.mark.parametrize(("extra", "expected"), BAD_CONVERT_FLAGS, ids=lambda v: repr(v)[:40])
+def test_a_bad_convert_flag_is_one_line_naming_it(extra, expected, tmp_path, capsys):
+    write_store(tmp_path / "store", [list(d[:-1]) for d in docs_of(1)], shard_tokens=64)
+    build(tmp_path / "m", docs_of(1))
+    direction, *flags = extra
+    given = {"--vocab-size": str(VOCAB), "--eod-id": str(EOD)}
+    if direction == "--from":
+        given.update(dict(zip(flags[::2], flags[1::2], strict=True)))
+        if "--tokenizer" in given:
+            del given["--vocab-size"], given["--eod-id"]
+        args = ["--from", "megatron", tmp_path / "m", tmp_path / "out" / "s"]
+        args += [x for kv in given.items() for x in kv]
+    else:
+        args = ["--to", "megatron", tmp_path / "store", tmp_path / "out" / "p", *flags]
+    before = snapshot(tmp_path)
+    code, out, err = cli(capsys, "convert", *args)
+    assert code == 2 and out == ""
+    assert expected in one_line_error(err), err
+    assert snapshot(tmp_path) == before and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("shard_mb", "1", "--shard-mb must be a number of MiB, got '1'"),
+        ("shard_mb", float("inf"), "--shard-mb must be a number of MiB"),
+        ("vocab_size", 257.0, "--vocab-size must be an integer, got 257.0"),
+        ("eod_id", True, "--eod-id must be an integer, got True"),
+        ("prefix", "", "PREFIX must not be empty"),
+        ("out", None, "OUT_STORE must be a path, got None"),
+        ("append_eod", "yes", "append_eod: expected True or False"),
+        ("overwrite", 1, "overwrite: expected True or False"),
+        ("dtype", "int32", "--dtype 'int32': a tokentape store is uint16 or uint32"),
+    ],
+)
+def test_from_megatron_settings_refuse_bad_values(field, value, expected, tmp_path):
+    settings = {"prefix": str(tmp_path / "m"), "out": str(tmp_path / "s")}
+    settings |= {"vocab_size": VOCAB, "eod_id": EOD}
+    with pytest.raises(ArgumentError, match=re.escape(expected)):
+        convert.FromMegatron(**(settings | {field: value}))
+
+
+def test_to_megatron_refuses_bad_arguments(tmp_path):
+    write_store(tmp_path / "store", [list(d[:-1]) for d in docs_of(1)], shard_tokens=64)
+    with pytest.raises(ArgumentError, match="--dtype must be a string, got 5"):
+        convert.to_megatron(tmp_path / "store", tmp_path / "p", dtype=5)  # type: ignore[arg-type]
+    with pytest.raises(ArgumentError, match="overwrite: expected True or False"):
+        convert.to_megatron(tmp_path / "store", tmp_path / "p", overwrite="no")  # type: ignore[arg-type]
+    with pytest.raises(ArgumentError, match="OUT_PREFIX must be a path, got None"):
+        convert.to_megatron(tmp_path / "store", None)  # type: ignore[arg-type]
+    assert sorted(os.listdir(tmp_path)) == ["store"]

@@ -6,6 +6,7 @@ reader that already has the old store open keeps reading it."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -21,7 +22,7 @@ from test_tokenize import make_documents, run_cli, write_jsonl
 
 from tokentape import TokentapeError, open_source
 from tokentape.cli import main
-from tokentape.store.atomic import exchange, replace_directory
+from tokentape.store.atomic import WriteFailed, atomic_writer, exchange, replace_directory
 from tokentape.store.format import MANIFEST_NAME
 from tokentape.store.megatron_source import MegatronSource
 from tokentape.store.reader import TokenStream
@@ -254,3 +255,54 @@ def test_exchange_swaps_two_directories_in_one_step(tmp_path):
     assert exchange(a, b)  # Linux with glibc >= 2.28 on ext4/tmpfs/xfs/btrfs
     assert os.listdir(a) == ["from-b"] and os.listdir(b) == ["from-a"]
     assert replace_directory(a, b) and os.listdir(b) == ["from-b"] and not a.exists()
+
+
+# --- atomic file writes name their destination --------------------------------------------
+
+
+def test_plan_out_an_existing_directory_names_it_and_leaves_no_temporary(tmp_path, capsys):
+    data = write_jsonl(tmp_path / "d.jsonl", [json.dumps({"text": "hello world"})] * 50)
+    assert main(["tokenize", str(data), "--out", str(tmp_path / "web")]) == 0
+    (tmp_path / "mix.toml").write_text(
+        'seq_len = 8\nseed = 1\ntotal_samples = 10\n[[source]]\nname = "web"\npath = "web"\n'
+        "weight = 1\nmax_repeats = 100.0\n"
+    )
+    (tmp_path / "taken").mkdir()
+    before = sorted(os.listdir(tmp_path))
+    capsys.readouterr()
+    code = main(["plan", str(tmp_path / "mix.toml"), "--out", str(tmp_path / "taken")])
+    err = capsys.readouterr().err
+    assert code == 2 and err == f"tokentape: error: '{tmp_path / 'taken'}': Is a directory\n"
+    assert sorted(os.listdir(tmp_path)) == before and os.listdir(tmp_path / "taken") == []
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        ("a-directory", "Is a directory"),
+        ("no-parent", "No such file or directory"),
+        ("disk-full", "No space left on device"),
+    ],
+)
+def test_atomic_writer_errors_name_the_destination(case, expected, tmp_path):
+    target = tmp_path / ("missing/x.json" if case == "no-parent" else "x.json")
+    if case == "a-directory":
+        target.mkdir()
+    with pytest.raises(WriteFailed) as caught, atomic_writer(target) as f:
+        f.write(b"data")
+        if case == "disk-full":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    assert str(caught.value) == f"'{target}': {expected}"
+    assert isinstance(caught.value, TokentapeError) and isinstance(caught.value, OSError)
+    assert caught.value.filename == str(target)
+    assert not [n for n in os.listdir(tmp_path) if ".tmp-" in n]
+
+
+def test_atomic_writer_lets_other_errors_through_and_removes_its_temporary(tmp_path):
+    with pytest.raises(KeyError), atomic_writer(tmp_path / "x") as f:
+        f.write(b"partial")
+        raise KeyError("mine")
+    with pytest.raises(FileNotFoundError) as caught, atomic_writer(tmp_path / "y"):
+        open(tmp_path / "an-input-that-is-not-there")  # noqa: SIM115 - raises at once
+    assert caught.value.filename == str(tmp_path / "an-input-that-is-not-there")
+    assert os.listdir(tmp_path) == []

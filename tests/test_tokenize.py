@@ -24,6 +24,8 @@ import tokenizers
 
 from tokentape import TokentapeError, open_source
 from tokentape.cli import main
+from tokentape.errors import ArgumentError
+from tokentape.tokenize.job import TokenizeConfig
 from tokentape.tokenize.tokenizers import GPT2_SPLIT_PATTERN
 
 WORDS = ["alpha", "beta", "γάμμα", "δέλτα", "日本語", "emoji😀", "tab\tbed", "x" * 30, "42", "!?"]
@@ -397,3 +399,85 @@ def test_look_alike_foreign_files_are_never_ours(tmp_path, foreign):
         assert result.returncode == 2, result.stderr
         assert f"found '{foreign}'" in result.stderr
         assert sorted(os.listdir(out)) == [foreign]
+
+
+BAD_FLAGS = [
+    # (extra arguments, what the one line must say)
+    (["--shard-mb", "inf"], "--shard-mb must be a number of MiB in (0, 1048576], got inf"),
+    (["--shard-mb=-inf"], "--shard-mb must be a number of MiB"),
+    (["--shard-mb", "nan"], "--shard-mb must be a number of MiB in (0, 1048576], got nan"),
+    (["--shard-mb", "0"], "--shard-mb must be a number of MiB"),
+    (["--shard-mb", "-1"], "--shard-mb must be a number of MiB"),
+    (["--shard-mb", "1e300"], "--shard-mb must be a number of MiB"),
+    (["--shard-mb", "2000000"], "--shard-mb must be a number of MiB"),
+    (["--unit-mb", "inf"], "--unit-mb must be a number of MiB"),
+    (["--unit-mb", "nan"], "--unit-mb must be a number of MiB"),
+    (["--unit-mb", "0"], "--unit-mb must be a number of MiB"),
+    (["--unit-mb", "-0.5"], "--unit-mb must be a number of MiB"),
+    (["--unit-mb", "1e308"], "--unit-mb must be a number of MiB"),
+    (["--workers", "0"], "--workers must be between 1 and 65,536, got 0"),
+    (["--workers", "-3"], "--workers must be between 1 and 65,536, got -3"),
+    (["--workers", "100000000000"], "--workers must be between 1 and 65,536"),
+    (["--text-key", ""], "--text-key must not be empty"),
+    (["--text-key", "a\nb"], "--text-key 'a\\nb': must not hold NUL or line breaks"),
+    (["--tokenizer", ""], "--tokenizer must not be empty"),
+    (["--eod-token", ""], "--eod-token must not be empty"),
+    (["--ray-address", "head:6379"], "--ray-address needs --executor ray"),
+    (["--executor", "ray", "--ray-address", ""], "--ray-address must not be empty"),
+    (["--executor", "ray", "--ray-address", "head:99999"], "port 99999 is not in 1-65535"),
+    (["--executor", "ray", "--ray-address", ":6379"], "--ray-address :6379: no host"),
+    (["--filter", "min-tokens:-1"], "--filter 'min-tokens:-1': N must be a non-negative"),
+    (["--filter", "min-tokens:1e3"], "--filter 'min-tokens:1e3': N must be a non-negative"),
+    (["--filter", "max-tokens:0"], "--filter 'max-tokens:0': N must be >= 1"),
+    (["--filter", "min-tokens:" + "9" * 30], "N must be at most 2**62"),
+    (["--filter", "unique-lines:min_lines=" + "9" * 30], "min_lines must be at most 2**62"),
+    (["--filter", "unique-lines:min_ratio=nan"], "min_ratio must be a number in (0, 1]"),
+    (["--filter", "unique-lines:min_ratio=inf"], "min_ratio must be a number in (0, 1]"),
+    (["--filter", "unique-lines:min_ratio=0"], "min_ratio must be a number in (0, 1]"),
+    (["--filter", "unique-lines:what=1"], "unknown parameter 'what'"),
+    (["--filter", "bloom"], "--filter 'bloom': unknown filter"),
+    (["--out", ""], "--out must not be empty"),
+]
+
+
+@pytest.mark.parametrize(("extra", "expected"), BAD_FLAGS, ids=lambda v: repr(v)[:40])
+def test_a_bad_flag_is_one_line_naming_it_and_writes_nothing(extra, expected, tmp_path, capsys):
+    data = write_jsonl(tmp_path / "d.jsonl", GOOD)
+    before = sorted(os.listdir(tmp_path))
+    code = main(["tokenize", str(data), "--out", str(tmp_path / "out" / "s"), *extra])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("tokentape: error: "), err
+    assert expected in err, err
+    assert sorted(os.listdir(tmp_path)) == before  # not even the parent of --out
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("shard_mb", float("inf"), "--shard-mb must be a number of MiB"),
+        ("shard_mb", "8", "--shard-mb must be a number of MiB, got '8'"),
+        ("shard_mb", True, "--shard-mb must be a number of MiB, got True"),
+        ("unit_mb", float("nan"), "--unit-mb must be a number of MiB"),
+        ("workers", 2.5, "--workers must be an integer, got 2.5"),
+        ("workers", "4", "--workers must be an integer, got '4'"),
+        ("workers", 0, "--workers must be between 1"),
+        ("inputs", "data.jsonl", "inputs: expected a tuple of paths, got str"),
+        ("inputs", (), "no inputs given"),
+        ("inputs", (5,), "input must be a path, got 5"),
+        ("out", None, "--out must be a path, got None"),
+        ("tokenizer", None, "--tokenizer must be a string, got None"),
+        ("text_key", 3, "--text-key must be a string, got 3"),
+        ("filters", "min-tokens:3", "filters: expected a tuple of specs"),
+        ("filters", (3,), "--filter must be a string, got 3"),
+        ("executor", "dask", "--executor 'dask': expected local or ray"),
+        ("dtype", "int8", "--dtype 'int8': expected auto, uint16 or uint32"),
+        ("overwrite", "yes", "overwrite: expected True or False"),
+    ],
+)
+def test_tokenize_config_refuses_bad_values_naming_them(field, value, expected, tmp_path):
+    settings = {"inputs": (str(tmp_path / "d.jsonl"),), "out": str(tmp_path / "s")}
+    with pytest.raises(ArgumentError) as caught:
+        TokenizeConfig(**(settings | {field: value}))
+    assert expected in str(caught.value) and "\n" not in str(caught.value)
+    assert not (tmp_path / "s").exists()

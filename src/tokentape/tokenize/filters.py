@@ -22,6 +22,8 @@ from tokentape.errors import TokentapeError
 
 _FILTER_USAGE = "expected unique-lines[:min_lines=N,min_ratio=R], min-tokens:N or max-tokens:N"
 _INT_RE = re.compile(r"[0-9]+")
+MAX_COUNT = 2**62
+"""The largest count a filter takes (a token or line count beyond any real document)."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,10 @@ class UniqueLines:
             raise TokentapeError(f"{self.name}: min_lines must be an integer")
         if self.min_lines < 1:
             raise TokentapeError(f"{self.name}: min_lines must be >= 1, got {self.min_lines}")
+        if self.min_lines > MAX_COUNT:
+            raise TokentapeError(
+                f"{self.name}: min_lines must be at most 2**62, got {self.min_lines}"
+            )
         ratio = self.min_ratio
         if isinstance(ratio, bool) or not isinstance(ratio, int | float):
             raise TokentapeError(f"{self.name}: min_ratio must be a number")
@@ -73,6 +79,8 @@ def _check_count(name: str, n: object, minimum: int) -> None:
         raise TokentapeError(f"{name}: N must be an integer")
     if n < minimum:
         raise TokentapeError(f"{name}: N must be >= {minimum}, got {n}")
+    if n > MAX_COUNT:
+        raise TokentapeError(f"{name}: N must be at most 2**62, got {n}")
 
 
 @dataclass(frozen=True)
@@ -243,6 +251,8 @@ def _parse_unique_lines(spec: str, args: str | None) -> UniqueLines:
 
 def parse_filter(spec: str) -> Filter:
     """Parse one ``--filter`` value."""
+    if not isinstance(spec, str):
+        raise TokentapeError(f"--filter {spec!r}: expected a string such as 'min-tokens:16'")
     name, colon, rest = spec.strip().partition(":")
     args = rest if colon else None
     try:

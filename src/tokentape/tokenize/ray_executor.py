@@ -127,13 +127,18 @@ def _check_reachable(address: str) -> None:
             "node's HOST:PORT (port 6379 by default), ray://HOST:10001 or auto"
         )
     host, colon, port = address.removeprefix("ray://").rpartition(":")
-    if not colon or not port.isdigit() or "://" in host:
+    if not colon or not (port.isascii() and port.isdigit()) or "://" in host:
         return  # 'auto', 'local' or a scheme of a Ray plugin: left to Ray
+    if not host.strip("[]"):
+        raise TokentapeError(f"--ray-address {address}: no host; expected HOST:PORT")
+    if not 1 <= int(port) <= 65535:
+        raise TokentapeError(f"--ray-address {address}: port {port} is not in 1-65535")
     try:
         socket.create_connection((host.strip("[]"), int(port)), CONNECT_TIMEOUT_S).close()
-    except OSError as exc:
+    except (OSError, UnicodeError) as exc:  # UnicodeError: a host name IDNA cannot encode
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
         raise TokentapeError(
-            f"--ray-address {address}: cannot connect ({exc.strerror or type(exc).__name__}); "
+            f"--ray-address {address}: cannot connect ({reason}); "
             "is the Ray head node running and reachable?"
         ) from None
 

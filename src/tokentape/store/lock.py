@@ -124,7 +124,13 @@ def _acquire(path: Path, out: str | os.PathLike[str], command: str) -> int:
     """Lock ``path`` (created if missing) and return its descriptor, or raise ``OutputLocked``."""
     deadline = time.monotonic() + HOLDER_WAIT_S
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise TokentapeError(
+                f"'{path}': cannot create the writer lock of '{out}' ({exc.strerror or exc}); "
+                "the output's parent directory must be writable"
+            ) from None
         try:
             if _try_lock(fd, path):
                 if _same_file(fd, path):

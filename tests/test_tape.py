@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokentape.errors import OutOfRangeError
+from tokentape.errors import ArgumentError, OutOfRangeError
 from tokentape.tape.blend import rational_weights
 from tokentape.tape.resolve import Tape
 
@@ -132,3 +132,12 @@ def test_position_of_checks_its_arguments():
         tape.position_of(0, tape.n_samples[0], 0)
     with pytest.raises(OutOfRangeError, match="epoch -1"):
         tape.position_of(0, 0, -1)
+
+
+def test_positions_must_be_integers():
+    tape = golden_tape()
+    with pytest.raises(ArgumentError, match="positions must be integers, got dtype float64"):
+        tape.resolve(np.array([1.5, 2.0]))
+    with pytest.raises(OutOfRangeError):
+        tape.resolve(np.array([2**63], dtype=np.uint64))  # would wrap to a negative int64
+    assert tape.resolve([]).source.size == 0

@@ -46,3 +46,15 @@ def test_dataloader_equals_the_native_loader(plan, workers):
             assert torch.equal(a[key], b[key]), key
     assert got[0]["inputs"].dtype == torch.int64 and got[0]["inputs"].shape == (3, plan.seq_len)
     assert np.array_equal(got[0]["positions"].numpy(), [30, 31, 32])  # 24 + rank 1 * 6
+
+
+def test_sampler_misuse_names_the_argument():
+    from tokentape.errors import ArgumentError, OutOfRangeError
+
+    with pytest.raises(ArgumentError, match="steps must be an integer >= 0"):
+        TapeSampler(0, BatchConfig(2, 2), 0, -1)
+    with pytest.raises(ArgumentError, match="dp_rank"):
+        TapeSampler(2, BatchConfig(2, 2), 0, 3)
+    with pytest.raises(OutOfRangeError, match=r"beyond position 2\*\*62"):
+        TapeSampler(0, BatchConfig(2, 2), 2**62 - 8, 3)
+    assert len(TapeSampler(0, BatchConfig(2, 2), 2**62 - 8, 2)) == 4

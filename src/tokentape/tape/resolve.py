@@ -56,7 +56,12 @@ class Tape:
 
     def resolve(self, positions: np.ndarray | Sequence[int]) -> Resolved:
         """Vectorised: the (source, epoch, sample) of each position."""
-        p = np.asarray(positions, dtype=np.int64)
+        given = np.asarray(positions)
+        if given.size and given.dtype.kind not in "iu":
+            raise ArgumentError(f"tape: positions must be integers, got dtype {given.dtype}")
+        p = given.astype(np.int64)
+        if given.dtype.kind == "u" and p.size and int(given.max()) >= MAX_POSITION:
+            raise OutOfRangeError(f"tape: position {given.max()}: expected [0, 2**62)")
         consecutive = p.ndim == 1 and p.size > 1 and int(p[-1]) - int(p[0]) == p.size - 1
         if consecutive and np.all(np.diff(p) == 1):  # a run of positions: the fast path
             return self.resolve_range(int(p[0]), p.size)

@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
+from tokentape.errors import ArgumentError, OutOfRangeError
+from tokentape.tape.blend import MAX_POSITION
 from tokentape.tape.plan import Plan
 from tokentape.train.batch import Batch, Batcher
 from tokentape.train.partition import BatchConfig, positions_for
@@ -42,6 +44,13 @@ class TapeSampler(Sampler[int]):
 
     def __init__(self, dp_rank: int, config: BatchConfig, consumed: int, steps: int) -> None:
         positions_for(consumed, dp_rank, config)  # validates the arguments
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ArgumentError(f"steps must be an integer >= 0, got {steps!r}")
+        if consumed + steps * config.global_batch > MAX_POSITION:
+            raise OutOfRangeError(
+                f"{steps} steps of {config.global_batch} samples from consumed {consumed} go "
+                "beyond position 2**62"
+            )
         self.dp_rank, self.config, self.consumed, self.steps = dp_rank, config, consumed, steps
 
     def __iter__(self) -> Iterator[int]:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tokentape.errors import TokentapeError
-from tokentape.store.format import Manifest, read_manifest
+from tokentape.store.format import Manifest
 from tokentape.store.megatron import DTYPE_NAMES, INTEGER_CODES
 from tokentape.store.megatron_identity import MegatronRecord
 from tokentape.store.megatron_source import MegatronManifest, MegatronSource
@@ -339,7 +339,7 @@ def _open_source(
         raise TokentapeError(
             "'tokenizer' applies to a Megatron source; a tokentape store records its own"
         )
-    m = read_manifest(path)
+    m = Source(path).manifest  # opened, not only read: shard files missing or cut short refused
     for key, given in (("vocab_size", s.vocab_size), ("eod_id", s.eod_id)):
         if given is not None and given != getattr(m, key):
             raise TokentapeError(

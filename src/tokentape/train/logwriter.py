@@ -13,11 +13,17 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tokentape.errors import ArgumentError
+
 
 class StepLogWriter:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._dirty = False
+        if not self.path.parent.is_dir():
+            raise ArgumentError(f"step_log '{path}': its directory does not exist")
+        if self.path.exists() and not self.path.is_file():
+            raise ArgumentError(f"step_log '{path}': not a regular file")
         self._trim_torn_tail()
 
     def _trim_torn_tail(self) -> None:

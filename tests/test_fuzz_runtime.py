@@ -308,3 +308,53 @@ def test_the_unedited_step_log_reads(valid):
     path = _write(valid["scratch"] / "steps.jsonl", "".join(valid["log_lines"]).encode())
     _read_log_or_error(path)
     assert len(read_step_log(path)) == 6
+
+
+# --- the plan file (TOML) -------------------------------------------------------------------
+
+TOML_VALUES = [
+    "0", "-1", "1.5", "inf", "-inf", "nan", "1e308", str(2**63), str(2**64), "9" * 30, "true",
+    '""', '"x"', '"2T"', '"1.5"', '"-5M"', '"0"', "[]", "[1, 2]", "{}", "{a = 1}", "1979-05-27",
+]  # fmt: skip
+
+
+def _parse_plan_or_error(text: str) -> None:
+    from tokentape.tape.plan import PlanSpec, parse_plan
+
+    try:
+        spec = parse_plan(text, "mix.toml")
+    except TokentapeError as exc:
+        assert "\n" not in str(exc)
+        return
+    assert isinstance(spec, PlanSpec)
+    assert spec.seq_len >= 1 and 0 <= spec.seed < 2**63 and 1 <= spec.horizon_samples < 2**62
+    assert spec.sources and all(s.weight > 0 and s.max_repeats > 0 for s in spec.sources)
+
+
+@FUZZ
+@given(data=st.data())
+def test_plan_toml_with_edited_values(data):
+    from test_plan import PLAN
+
+    lines = PLAN.splitlines()
+    for _ in range(data.draw(st.integers(1, 3))):
+        i = data.draw(st.integers(0, len(lines) - 1))
+        if " = " in lines[i]:
+            key = lines[i].split(" = ")[0]
+            lines[i] = f"{key} = {data.draw(st.sampled_from(TOML_VALUES))}"
+        elif data.draw(st.booleans()):
+            lines[i] = data.draw(st.sampled_from(["[[source]]", "[source]", "", "x = 1"]))
+    _parse_plan_or_error("\n".join(lines) + "\n")
+
+
+@FUZZ
+@given(data=st.data())
+def test_plan_toml_with_damaged_bytes(data):
+    from test_plan import PLAN
+
+    damaged = data.draw(mutated_bytes(PLAN.encode()))
+    try:
+        text = damaged.decode()
+    except UnicodeDecodeError:
+        return  # load_plan_spec refuses it as text (a catalogue case)
+    _parse_plan_or_error(text)

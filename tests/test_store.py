@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from test_confine import build_store
 
 from tokentape import TokentapeError, open_source
 from tokentape.errors import ArgumentError, OutOfRangeError
@@ -209,8 +210,6 @@ def test_an_open_store_survives_replacement(tmp_path, hf_tokenizer_json, then):
     """`tokenize --overwrite` swaps a new directory in and deletes the old one: a reader that
     opened the old store (its document starts and tokenizer copy not yet read) keeps reading
     the old store's bytes, documents and tokenizer."""
-    from test_confine import build_store
-
     hf = load_tokenizer(str(hf_tokenizer_json))
     old_docs = [hf.encode(f"old document {i} " * (1 + i % 4)) for i in range(30)]
     new_docs = [hf.encode(f"a new text {i}") for i in range(11)]

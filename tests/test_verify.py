@@ -15,6 +15,7 @@ from tokentape.audit import verify
 from tokentape.audit.verify import check_store, quick_blocks, verify_store
 from tokentape.cli import main
 from tokentape.store.format import MANIFEST_NAME
+from tokentape.store.megatron import MegatronWriter
 from tokentape.tokenize.driver import tokenize
 from tokentape.tokenize.job import TokenizeConfig
 
@@ -434,3 +435,24 @@ def test_json_output(pristine: Path, store: Path, capsys: pytest.CaptureFixture[
             "found": "no file",
         }
     ]
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--vocab-size", "-5", "--eod-id", "3"], "--vocab-size must be positive, got -5"),
+        (["--vocab-size", "0"], "--vocab-size must be positive, got 0"),
+        (["--eod-id", "-1"], "--eod-id must be a token id (>= 0), got -1"),
+        (["--vocab-size", "10", "--eod-id", "10"], "--eod-id 10 is not below --vocab-size 10"),
+    ],
+)
+def test_vocabulary_flags_are_checked_before_anything_is_read(tmp_path, capsys, flags, message):
+    """A vocabulary that cannot be one is a usage error (exit 2, one line), not a report of
+    every id as out of range; nothing is hashed or recorded."""
+    writer = MegatronWriter(tmp_path / "d", "uint16")
+    writer.add(np.array([1, 2, 9, 3, 9]), np.array([3, 2]))
+    writer.finish()
+    before = sorted(p.name for p in tmp_path.iterdir())
+    rc, out, err = run(capsys, str(tmp_path / "d"), *flags)
+    assert (rc, out, err) == (2, "", f"tokentape: error: {message}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no sidecar written

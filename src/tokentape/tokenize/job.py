@@ -17,6 +17,7 @@ import re
 import shutil
 import signal
 import stat
+from contextlib import suppress
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -283,7 +284,8 @@ def _discard_staging(staging: Path) -> None:
     """Remove a staging directory left by an earlier run (ours only: store names)."""
     if staging.is_dir() and not staging.is_symlink():
         clear_out(staging)
-        staging.rmdir()
+        with suppress(OSError):  # not empty: someone else's files, left alone
+            staging.rmdir()
 
 
 def inspect_out(

@@ -316,6 +316,8 @@ class Source(TokenStream):
     """One token store opened for reading; see ``open_source``."""
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
+        if not isinstance(directory, str | os.PathLike):
+            raise ArgumentError(f"directory must be a path, got {directory!r}")
         self.directory = Path(directory)
         self.manifest: Manifest = read_manifest(self.directory)
         dtype = numpy_dtype(self.manifest.dtype)

@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 from test_plan import PLAN, SIZES, make_store
 
+from tokentape.audit.locate import locate
 from tokentape.cli import main
 from tokentape.errors import ArgumentError, OutOfRangeError, TokentapeError
 from tokentape.store.reader import open_source
@@ -793,7 +794,15 @@ CASES: list[Case] = [
     api("Batch-cu-seqlens", lambda w: Batcher(_plan(w)).batch(np.arange(2)).cu_seqlens(0),
         ArgumentError, "segment"),
     api("Schedule-step-neg", lambda w: Schedule.uniform(BatchConfig(1, 2)).start(-1),
-        TokentapeError, "step -1"),
+        OutOfRangeError, "step -1"),
+    api("Batch-cu-seqlens-row", lambda w: Batcher(_plan(w), segments=True)
+        .batch(np.arange(2)).cu_seqlens(5), OutOfRangeError, "row 5"),
+    api("DataState-consumed-before", lambda w: DataState.from_dict(_state(w)).consumed_before(3),
+        OutOfRangeError, "step 3"),
+    api("locate-doc-out-of-range", lambda w: locate(_plan(w), "web", 10**6), OutOfRangeError,
+        "document 1000000"),
+    api("locate-unknown-source", lambda w: locate(_plan(w), "books", 0), TokentapeError,
+        "books"),
     api("load_plan-missing", lambda w: load_plan(w / "nope.json"), TokentapeError, "nope.json"),
     api("load_plan-directory", lambda w: load_plan(w / "stores"), TokentapeError, "stores"),
     api("load_plan-toml", lambda w: load_plan(w / "mix.toml"), TokentapeError, "mix.toml"),

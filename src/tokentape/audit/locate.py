@@ -31,7 +31,7 @@ from tokentape.audit.runs import (
     source_index,
     tape_of,
 )
-from tokentape.errors import TokentapeError
+from tokentape.errors import OutOfRangeError, TokentapeError
 from tokentape.report import fmt_int, key_values, table
 from tokentape.store.reader import TokenStream
 from tokentape.tape.blend import MAX_POSITION
@@ -162,7 +162,7 @@ def locate(
     d = source_index(plan, source)
     store = open_plan_source(plan, d) if store is None else check_store(plan, d, store)
     if not 0 <= doc_id < store.n_docs:
-        raise TokentapeError(
+        raise OutOfRangeError(
             f"source '{source}': document {doc_id} out of range; it has documents "
             f"0..{store.n_docs - 1}"
         )

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tokentape.errors import ArgumentError, TokentapeError
+from tokentape.errors import ArgumentError, OutOfRangeError, TokentapeError
 from tokentape.store.reader import TokenStream
 from tokentape.tape.plan import Plan, load_plan, open_plan_store
 from tokentape.tape.resolve import Tape
@@ -34,6 +34,10 @@ class Batch:
         """Cumulative document lengths of one row's inputs (for varlen attention kernels)."""
         if self.segment_ids is None:
             raise ArgumentError("segment ids were not requested (Batcher(..., segments=True))")
+        if not 0 <= row < self.segment_ids.shape[0]:
+            raise OutOfRangeError(
+                f"row {row}: the batch has rows 0..{self.segment_ids.shape[0] - 1}"
+            )
         counts = np.bincount(self.segment_ids[row, :-1])
         return np.concatenate([[0], np.cumsum(counts[counts > 0])]).astype(np.int32)
 

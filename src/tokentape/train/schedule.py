@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tokentape.errors import TokentapeError
+from tokentape.errors import OutOfRangeError, TokentapeError
 from tokentape.train.partition import BatchConfig
 from tokentape.train.state import BatchChange
 
@@ -62,7 +62,7 @@ class Schedule:
         """``consumed`` before ``step`` and the shape of that step."""
         if step < 0 or (self.steps is not None and step > self.steps):
             known = "" if self.steps is None else f" (the log has steps 0..{self.steps - 1})"
-            raise TokentapeError(f"step {step} is outside the run{known}")
+            raise OutOfRangeError(f"step {step} is outside the run{known}")
         change = next(c for c in reversed(self.changes) if c.step <= step)
         return change.consumed + (step - change.step) * change.config.global_batch, change.config
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tokentape.errors import TokentapeError
+from tokentape.errors import OutOfRangeError, TokentapeError
 from tokentape.tape.blend import MAX_POSITION
 from tokentape.tape.plan import ALGORITHM_VERSION, Plan, index_hash
 from tokentape.train.partition import BatchConfig
@@ -161,7 +161,7 @@ class DataState:
     def consumed_before(self, step: int) -> tuple[int, BatchConfig]:
         """``consumed`` at the start of ``step`` (< self.step) and that step's shape."""
         if not 0 <= step < self.step:
-            raise TokentapeError(f"step {step} is not in the history (steps 0..{self.step - 1})")
+            raise OutOfRangeError(f"step {step} is not in the history (steps 0..{self.step - 1})")
         change = next(c for c in reversed(self.history) if c.step <= step)
         return change.consumed + (step - change.step) * change.config.global_batch, change.config
 

@@ -188,3 +188,14 @@ def test_a_rerun_on_a_damaged_store_does_not_claim_success(
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert tree_bytes(out) == reference
     assert open_source(out).n_tokens > 0
+
+
+def test_an_output_under_a_file_is_one_line(corpus, tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("mine")
+    for out in (blocker / "s", blocker / "deeper" / "s"):
+        assert main(["tokenize", str(corpus), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and ("Not a directory" in err or "is not a directory" in err)
+        assert str(blocker) in err
+    assert os.listdir(tmp_path) == ["a-file"] and blocker.read_text() == "mine"

@@ -159,6 +159,8 @@ def output_lock(out: str | os.PathLike[str], command: str) -> Iterator[Path]:
     created it and it is still empty). Raises ``OutputLocked`` when another process holds it.
     """
     path = lock_path(out)
+    if os.path.lexists(path.parent) and not path.parent.is_dir():
+        raise TokentapeError(f"'{out}': '{path.parent}' is not a directory")
     created = _make_parents(path.parent)
     try:
         fd = _acquire(path, out, command)

@@ -559,6 +559,12 @@ def _plan_source(data: Any, where: str) -> PlanSource:
     tokenizer = data.get("tokenizer")
     if tokenizer is not None and (not isinstance(tokenizer, str) or not tokenizer):
         raise TokentapeError(f"{where}: field 'tokenizer': expected a tokenizer spec or null")
+    if kind == TOKENTAPE and (tokenizer is not None or data.get("megatron") is not None):
+        field = "tokenizer" if tokenizer is not None else "megatron"
+        raise TokentapeError(
+            f"{where}: field '{field}' applies to a Megatron source, this one is a tokentape "
+            "store (edited by hand?); re-run `tokentape plan`"
+        )
     record = None
     if data.get("megatron") is not None:
         record = MegatronRecord.from_json(data["megatron"])

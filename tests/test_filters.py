@@ -245,3 +245,20 @@ def test_unique_lines_matches_reference(parts: list[str], min_lines: int, min_ra
     fs = FilterSet((UniqueLines(min_lines=min_lines, min_ratio=min_ratio),))
     expected = "unique-lines" if reference_drops(text, min_lines, min_ratio) else None
     assert fs.text_reason(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (lambda: MinTokens(2**62 + 1), "min-tokens: N must be at most 2**62"),
+        (lambda: MaxTokens(10**30), "max-tokens: N must be at most 2**62"),
+        (lambda: UniqueLines(min_lines=2**63), "min_lines must be at most 2**62"),
+        (lambda: parse_filter(5), "--filter 5: expected a string such as 'min-tokens:16'"),
+        (lambda: parse_filter(None), "--filter None: expected a string"),
+        (lambda: parse_filters(["min-tokens:" + "9" * 40]), "N must be at most 2**62"),
+    ],
+)
+def test_huge_counts_and_non_string_specs_are_one_line(make, expected):
+    with pytest.raises(TokentapeError) as caught:
+        make()
+    assert expected in str(caught.value) and "\n" not in str(caught.value)

@@ -19,7 +19,6 @@ directory and take no lock. What this guarantees on shared file systems: docs/cl
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import os
 import socket
@@ -30,6 +29,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tokentape.errors import TokentapeError
+
+try:
+    import fcntl
+except ImportError:  # not a POSIX system: no flock
+    fcntl = None  # type: ignore[assignment]
 
 HOLDER_WAIT_S = 2.0
 """How long a refused writer waits for the holder to record itself before saying it cannot
@@ -96,6 +100,8 @@ def _describe(record: dict | None) -> str:
 
 
 def _try_lock(fd: int, path: Path) -> bool:
+    if fcntl is None:
+        raise TokentapeError(f"'{path}': writer locks need flock (Linux, macOS, other POSIX)")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

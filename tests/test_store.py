@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from test_confine import build_store
 
 from tokentape import TokentapeError, open_source
+from tokentape.audit.verify import check_store
 from tokentape.errors import ArgumentError, OutOfRangeError
 from tokentape.store.atomic import write_atomic
 from tokentape.store.format import (
@@ -322,3 +323,25 @@ def test_misuse_raises_errors_naming_the_argument(tmp_path):
             call()
         assert message in str(info.value), message
         assert isinstance(info.value, ValueError | IndexError)  # what callers caught before
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        ({"eod_id": 257}, "eod_id 257 is not below vocab_size 257"),
+        ({"content_hash": "sha256:" + "0" * 64}, "does not follow from the shard records"),
+    ],
+)
+def test_an_edited_manifest_is_refused_at_open_and_reported_by_verify(tmp_path, edit, message):
+    """What verify reports as a problem (exit 1), opening refuses: a content hash that does
+    not follow from the shard records (a plan's index hash would trust it) and an EOD id
+    outside the vocabulary."""
+    write_store(tmp_path / "s", [[1, 2, 3]] * 10, shard_tokens=7)
+    path = tmp_path / "s" / MANIFEST_NAME
+    path.write_text(json.dumps(json.loads(path.read_text()) | edit))
+    with pytest.raises(TokentapeError) as info:
+        open_source(tmp_path / "s")
+    assert str(info.value).startswith(f"{path}: ") and message in str(info.value)
+    with pytest.raises(TokentapeError, match=message):
+        read_manifest(tmp_path / "s")
+    assert not check_store(tmp_path / "s").ok

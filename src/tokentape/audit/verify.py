@@ -164,7 +164,7 @@ def load_manifest(store: str | Path) -> tuple[Manifest, list[Problem]]:
         problems = _fix_totals(data, str(path))
         if problems:
             text = json.dumps(data)
-    return parse_manifest(text, str(path), check_names=False), problems
+    return parse_manifest(text, str(path), strict=False), problems
 
 
 def _is_int(value: Any) -> bool:

@@ -144,11 +144,12 @@ def _parse_shard(data: Any, where: str) -> ShardInfo:
     )
 
 
-def parse_manifest(text: str, where: str, *, check_names: bool = True) -> Manifest:
+def parse_manifest(text: str, where: str, *, strict: bool = True) -> Manifest:
     """Validate and parse manifest JSON; ``where`` names the file in error messages.
 
-    ``check_names``: refuse shards not named ``part-NNNNN`` after their place (``tokentape
-    verify`` reports them as problems instead)."""
+    ``strict`` also refuses what ``tokentape verify`` reports as problems instead: shards not
+    named ``part-NNNNN`` after their place, an ``eod_id`` not below ``vocab_size``, and a
+    ``content_hash`` that does not follow from the shard records (an edited manifest)."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -166,7 +167,7 @@ def parse_manifest(text: str, where: str, *, check_names: bool = True) -> Manife
     numpy_dtype(dtype)
     shards_raw = _field(data, "shards", list, where)
     shards = tuple(_parse_shard(s, f"{where}: shards[{i}]") for i, s in enumerate(shards_raw))
-    if check_names:
+    if strict:
         check_shard_names([s.name for s in shards], where)
     extra = data.get("extra", {})
     if not isinstance(extra, dict):
@@ -190,7 +191,22 @@ def parse_manifest(text: str, where: str, *, check_names: bool = True) -> Manife
         raise TokentapeError(f"{where}: n_tokens does not equal the sum over shards")
     if manifest.n_docs != sum(s.n_docs for s in shards):
         raise TokentapeError(f"{where}: n_docs does not equal the sum over shards")
+    if strict:
+        _check_consistent(manifest, where)
     return manifest
+
+
+def _check_consistent(manifest: Manifest, where: str) -> None:
+    if manifest.eod_id >= manifest.vocab_size:
+        raise TokentapeError(
+            f"{where}: eod_id {manifest.eod_id} is not below vocab_size {manifest.vocab_size}"
+        )
+    recomputed = content_hash(manifest.shards, manifest.dtype)
+    if manifest.content_hash != recomputed:
+        raise TokentapeError(
+            f"{where}: content_hash {manifest.content_hash} does not follow from the shard "
+            f"records ({recomputed}); the manifest was edited (run `tokentape verify`)"
+        )
 
 
 def read_manifest_text(directory: str | os.PathLike[str]) -> tuple[str, Path]:

@@ -26,7 +26,7 @@ from test_store import write_store
 
 from tokentape.audit import verify_megatron
 from tokentape.cli import main
-from tokentape.errors import TokentapeError
+from tokentape.errors import ArgumentError, TokentapeError
 from tokentape.store import megatron as megatron_mod
 from tokentape.store import megatron_identity, megatron_source
 from tokentape.store.megatron import MegatronWriter, read_index
@@ -1089,3 +1089,11 @@ def test_a_fifo_sidecar_counts_as_absent_without_blocking(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == MegatronSource(prefix, 257, 256).manifest.content_hash
+
+
+def test_writer_misuse_names_the_argument(tmp_path):
+    writer = MegatronWriter(tmp_path / "d", "uint16")
+    with pytest.raises(ArgumentError, match="lengths add up to 3 tokens, tokens has 2"):
+        writer.add(np.array([1, 2]), np.array([3]))
+    writer.abort()
+    assert not list(tmp_path.iterdir())

@@ -22,7 +22,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from tokentape.errors import TokentapeError
+from tokentape.errors import ArgumentError, TokentapeError
 from tokentape.store.atomic import fsync_dir, temp_name
 from tokentape.store.format import DEFAULT_BLOCK_BYTES
 from tokentape.store.writer import BlockHasher
@@ -486,7 +486,9 @@ class MegatronWriter:
         """Append documents: ``tokens`` is their concatenation, ``lengths`` their sizes."""
         lengths = np.asarray(lengths, dtype=np.int64)
         if int(lengths.sum()) != len(tokens):
-            raise ValueError("document lengths do not add up to the token count")
+            raise ArgumentError(
+                f"lengths add up to {int(lengths.sum())} tokens, tokens has {len(tokens)}"
+            )
         if lengths.size and int(lengths.max()) >= 2**31:
             raise TokentapeError(
                 f"a document of {int(lengths.max())} tokens does not fit Megatron's int32 "

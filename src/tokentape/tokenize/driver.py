@@ -9,6 +9,11 @@
 
 Killed at any moment, the same command resumes: finished units are kept, assembly is redone,
 and the result is byte-identical to an uninterrupted run. Bad input removes what this run wrote.
+
+The run holds the output's writer lock (``store.lock``) throughout: a second writer is refused.
+``--overwrite`` of a complete store builds the new one in a hidden sibling directory
+(``job.staging_dir``) and swaps it in whole (``store.atomic.replace_directory``), so a reader
+opening ``OUT`` finds the old store or the new one, never neither.
 """
 
 from __future__ import annotations
@@ -166,6 +171,7 @@ def tokenize(config: TokenizeConfig, show_progress: bool = True) -> TokenizeSumm
     identity = job_identity(
         config, files, tokenizer.fingerprint, filters.to_json(), dtype, shard_tokens, unit_bytes
     )
+    job_hash = canonical_hash(identity)
     job = _Job(
         config=config,
         tokenizer=tokenizer,
@@ -175,8 +181,8 @@ def tokenize(config: TokenizeConfig, show_progress: bool = True) -> TokenizeSumm
         shard_tokens=shard_tokens,
         unit_bytes=unit_bytes,
         identity=identity,
-        job_hash=canonical_hash(identity),
-        resume_key={"job": canonical_hash(identity), "mtime_ns": [f.mtime_ns for f in files]},
+        job_hash=job_hash,
+        resume_key={"job": job_hash, "mtime_ns": [f.mtime_ns for f in files]},
         started=started,
     )
     out = Path(config.out)

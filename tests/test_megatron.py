@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -1097,3 +1098,13 @@ def test_writer_misuse_names_the_argument(tmp_path):
         writer.add(np.array([1, 2]), np.array([3]))
     writer.abort()
     assert not list(tmp_path.iterdir())
+
+
+def test_open_misuse_names_the_argument(valid):
+    for kwargs, message in [
+        ({"vocab_size": "300", "eod_id": 299}, "vocab_size must be an integer, got '300'"),
+        ({"vocab_size": 300, "eod_id": 299.0}, "eod_id must be an integer, got 299.0"),
+        ({"vocab_size": True, "eod_id": 0}, "vocab_size must be an integer, got True"),
+    ]:
+        with pytest.raises(ArgumentError, match=re.escape(message)):
+            MegatronSource(valid, **kwargs)

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from tokentape.errors import TokentapeError
+from tokentape.errors import ArgumentError, TokentapeError
 from tokentape.store.megatron import (
     CHUNK,
     FileKeys,
@@ -113,6 +113,9 @@ def resolve_vocabulary(
                     "tokenizer's values or leave them out"
                 )
         vocab_size, eod_id = tokenizer.vocab_size, tokenizer.eod_id
+    for name, value in (("vocab_size", vocab_size), ("eod_id", eod_id)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ArgumentError(f"{where}: {name} must be an integer, got {value!r}")
     if vocab_size is None or eod_id is None:
         missing = "vocab_size" if vocab_size is None else "eod_id"
         raise TokentapeError(

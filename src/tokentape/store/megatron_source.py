@@ -114,7 +114,9 @@ def resolve_vocabulary(
                 )
         vocab_size, eod_id = tokenizer.vocab_size, tokenizer.eod_id
     for name, value in (("vocab_size", vocab_size), ("eod_id", eod_id)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int | np.integer)
+        ):
             raise ArgumentError(f"{where}: {name} must be an integer, got {value!r}")
     if vocab_size is None or eod_id is None:
         missing = "vocab_size" if vocab_size is None else "eod_id"

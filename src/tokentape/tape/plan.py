@@ -520,34 +520,31 @@ def _exact_keys(data: dict[str, Any], required: set[str], optional: set[str], wh
         raise TokentapeError(f"{where}: field '{missing[0]}' is missing; re-run `tokentape plan`")
 
 
-_SOURCE_REQUIRED = {
-    "name", "path", "weight", "max_repeats", "weight_units", "n_tokens", "n_samples", "dtype",
-    "content_hash", "vocab_size", "eod_id", "tokenizer_fingerprint", "draws", "passes",
+_SOURCE_FIELDS: dict[str, tuple[str, int]] = {
+    "name": (_TEXT, 0), "path": (_TEXT, 0), "dtype": (_TEXT, 0), "content_hash": (_TEXT, 0),
+    "tokenizer_fingerprint": (_TEXT, 0), "weight_units": (_INT, 1), "n_tokens": (_INT, 2),
+    "n_samples": (_INT, 1), "vocab_size": (_INT, 1), "eod_id": (_INT, 0), "draws": (_INT, 0),
+    "weight": (_NUMBER, 0), "max_repeats": (_NUMBER, 0), "passes": (_NUMBER, 0),
 }  # fmt: skip
+"""A resolved source's required fields: kind and least value."""
 _SOURCE_OPTIONAL = {"format", "tokenizer", "megatron"}
 
 
 def _plan_source(data: Any, where: str) -> PlanSource:
     if not isinstance(data, dict):
         raise TokentapeError(f"{where}: expected an object")
-    _exact_keys(data, _SOURCE_REQUIRED, _SOURCE_OPTIONAL, where)
-    fields_ = {key: _field_value(data, key, _TEXT, where) for key in ("name", "path")}
-    for key in ("content_hash", "tokenizer_fingerprint"):
-        fields_[key] = _field_value(data, key, _TEXT, where)
-    for key, low in (("weight_units", 1), ("n_tokens", 2), ("n_samples", 1), ("vocab_size", 1)):
-        fields_[key] = _field_value(data, key, _INT, where, low)
-    fields_["eod_id"] = _field_value(data, "eod_id", _INT, where)
-    fields_["draws"] = _field_value(data, "draws", _INT, where)
-    for key in ("weight", "max_repeats", "passes"):
-        fields_[key] = _field_value(data, key, _NUMBER, where)
-    if fields_["weight"] <= 0 or fields_["max_repeats"] <= 0:
+    _exact_keys(data, set(_SOURCE_FIELDS), _SOURCE_OPTIONAL, where)
+    values = {
+        k: _field_value(data, k, kind, where, low) for k, (kind, low) in _SOURCE_FIELDS.items()
+    }
+    if values["weight"] <= 0 or values["max_repeats"] <= 0:
         raise TokentapeError(f"{where}: fields 'weight' and 'max_repeats' must be positive")
-    if fields_["eod_id"] >= fields_["vocab_size"]:
+    if values["eod_id"] >= values["vocab_size"]:
         raise TokentapeError(
-            f"{where}: field 'eod_id': {fields_['eod_id']} is not below vocab_size "
-            f"{fields_['vocab_size']}"
+            f"{where}: field 'eod_id': {values['eod_id']} is not below vocab_size "
+            f"{values['vocab_size']}"
         )
-    dtype = _field_value(data, "dtype", _TEXT, where)
+    dtype = values["dtype"]
     if dtype not in _TOKEN_DTYPES:
         raise TokentapeError(
             f"{where}: field 'dtype': {dtype[:40]!r} is not one of "
@@ -572,7 +569,7 @@ def _plan_source(data: Any, where: str) -> PlanSource:
             raise TokentapeError(
                 f"{where}: field 'megatron' is malformed (edited by hand?); re-run `tokentape plan`"
             )
-    return PlanSource(**fields_, dtype=dtype, format=kind, tokenizer=tokenizer, megatron=record)
+    return PlanSource(**values, format=kind, tokenizer=tokenizer, megatron=record)
 
 
 _PLAN_KEYS = {

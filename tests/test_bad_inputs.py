@@ -199,6 +199,16 @@ def edit_line(n: int, change: Callable[[dict], Any]) -> Edit:
     return apply
 
 
+def one_step_of(samples: int) -> Edit:
+    """The log's first step made ``samples`` samples (dp 1 x micro ``samples``)."""
+    return edit_line(0, lambda d: d.update(dp=1, micro=samples, accum=1, global_batch=samples))
+
+
+def first_line_only(w: Path) -> None:
+    lines = (w / "steps.jsonl").read_text().splitlines(keepends=True)
+    (w / "steps.jsonl").write_text(lines[0])
+
+
 def truncate(rel: str, keep: int) -> Edit:
     def apply(w: Path) -> None:
         p = w / rel
@@ -741,6 +751,10 @@ CASES: list[Case] = [
     cli("log-deep", *REPLAY_LOG, edit=write("steps.jsonl", "[" * 100000 + "]" * 100000 + "\n")),
     cli("log-huge-int", *REPLAY_LOG, edit=edit_line(1, lambda d: json.dumps(d).replace(
         '"step": 1', '"step": ' + "9" * 5000))),
+    cli("log-huge-step-replay", "replay", P, "--step", "0", "--log", LOG, names="memory",
+        edit=both(one_step_of(10**11), first_line_only)),
+    cli("log-huge-step-locate", *LOCATE_LOG, names="memory",
+        edit=both(one_step_of(2**61), first_line_only)),
     cli("log-locate", *LOCATE_LOG, edit=edit_line(1, lambda d: d.update(micro="2")),
         names="micro"),
     cli("log-locate-until-beyond", *LOCATE_LOG, "--until-step", BEYOND),

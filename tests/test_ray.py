@@ -25,6 +25,7 @@ import pytest
 from test_tokenize import make_documents, run_cli, tree_bytes, write_jsonl
 
 from tokentape.cli import main
+from tokentape.store.lock import output_lock
 from tokentape.tokenize import ray_executor
 from tokentape.tokenize.job import CRASH_ENV, WORK_DIR
 
@@ -229,3 +230,22 @@ def test_unreachable_address_and_missing_ray_are_one_line_errors(tmp_path, capsy
     )
     assert len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists()
+
+
+def test_a_ray_run_on_a_locked_output_is_refused_before_ray_starts(tmp_path):
+    """The command holds the output's lock, not its tasks: a second command on the same
+    output is refused at once (no Ray is started), naming the holder."""
+    data = write_jsonl(tmp_path / "d.jsonl", GOOD)
+    out = tmp_path / "out"
+    with output_lock(out, "tokenize"):
+        began = time.monotonic()
+        result = run_cli(
+            "tokenize", str(data), "--out", str(out), "--executor", "ray", "--workers", "2"
+        )
+        elapsed = time.monotonic() - began
+    assert result.returncode == 2 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "is being written by tokentape tokenize on host" in lines[0]
+    assert f"pid {os.getpid()}," in lines[0]
+    assert elapsed < 10  # at once (this run took about 1 s; starting a private Ray, 10 s)
+    assert sorted(os.listdir(tmp_path)) == ["d.jsonl"]

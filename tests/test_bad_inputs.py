@@ -679,6 +679,19 @@ CASES: list[Case] = [
     cli("verify-missing", "verify", "{w}/nope", code=2),
     cli("verify-vocab-0", "verify", "{w}/mega/web", "--vocab-size", "0"),
     cli("verify-eod-neg", "verify", "{w}/mega/web", "--vocab-size", "257", "--eod-id", "-1"),
+    cli("verify-shard-truncated", "verify", "{w}/stores/web", code=1, names="FAILED",
+        edit=truncate("stores/web/part-00000.bin", 100)),
+    cli("verify-shard-flipped", "verify", "{w}/stores/web", code=1, names="FAILED",
+        edit=lambda w: (w / "stores/web/part-00000.bin").write_bytes(
+            b"\x01\x00" + (w / "stores/web/part-00000.bin").read_bytes()[2:])),
+    cli("verify-idx-corrupt", "verify", "{w}/stores/web", code=1, names="part-00000.idx.npy",
+        edit=_save_idx("stores/web/part-00000.idx.npy", [0, 9, 3])),
+    cli("verify-content-hash-forged", "verify", "{w}/stores/web", code=1, names="content",
+        edit=edit_json(MANIFEST, top(content_hash="sha256:" + "0" * 64))),
+    cli("verify-plan-store-changed", "verify", P, code=1, names="FAILED",
+        edit=truncate("stores/code/part-00000.bin", 10)),
+    cli("replay-log-tokens-tampered", *REPLAY_LOG, code=1, names="MISMATCH",
+        edit=edit_line(1, lambda d: d.update(tokens_hash="0" * 64))),
     cli("verify-plan-broken", "verify", P, edit=write("plan.json", "{")),
     # --- convert -----------------------------------------------------------------------------
     cli("convert-no-direction", "convert", "{w}/stores/web", "{w}/mega/out"),
@@ -919,8 +932,12 @@ def test_bad_input_is_one_line_and_changes_nothing(case, work, capsys, monkeypat
         lines = err.splitlines()
         assert code == case.code, f"exit {code}; stdout: {out[-600:]!r}; stderr: {err[-600:]!r}"
         assert "Traceback" not in err, err
-        assert len(lines) == 1 and lines[0].startswith("tokentape: error: "), err
-        assert case.names in lines[0], lines[0]
+        if case.code == 1:  # problems found: reported on stdout, one line each
+            assert case.names in out, out
+            assert "tokentape: error" not in err, err
+        else:
+            assert len(lines) == 1 and lines[0].startswith("tokentape: error: "), err
+            assert case.names in lines[0], lines[0]
     assert snapshot(work) == before
 
 

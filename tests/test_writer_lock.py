@@ -199,3 +199,28 @@ def test_an_output_under_a_file_is_one_line(corpus, tmp_path, capsys):
         assert err.count("\n") == 1 and ("Not a directory" in err or "is not a directory" in err)
         assert str(blocker) in err
     assert os.listdir(tmp_path) == ["a-file"] and blocker.read_text() == "mine"
+
+
+@pytest.mark.parametrize(
+    ("manifest", "expected"),
+    [
+        (b"\xff\xfe\x00 not text", "manifest.json: not UTF-8 text"),
+        (b'{"format": 5}', "manifest.json: not a tokentape store manifest"),
+        (b"", "manifest.json"),
+    ],
+)
+def test_an_unreadable_manifest_is_one_line_and_overwrite_replaces_it(
+    manifest, expected, corpus, reference, tmp_path, capsys
+):
+    out = tmp_path / "s"
+    args = ["tokenize", str(corpus), "--out", str(out), *UNITS]
+    assert main([*args, "--json"]) == 0
+    (out / "manifest.json").write_bytes(manifest)
+    damaged = tree_bytes(out)
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and expected in err and "pass --overwrite" in err, err
+    assert tree_bytes(out) == damaged
+    assert main([*args, "--overwrite", "--json"]) == 0
+    assert tree_bytes(out) == reference

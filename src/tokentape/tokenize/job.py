@@ -307,7 +307,9 @@ def inspect_out(
     _check_ours(out, "--out")
     manifest_path = out / MANIFEST_NAME
     if manifest_path.exists():
-        manifest = parse_manifest(manifest_path.read_text(encoding="utf-8"), str(manifest_path))
+        manifest = _read_manifest(manifest_path, overwrite)
+        if manifest is None:  # unreadable, and --overwrite: replaced like any other store
+            return _staged(staging, job_hash, resume_key, stored)
         if manifest.job == job_hash:
             damage = store_damage(out, manifest, stored)
             if damage is None:
@@ -336,6 +338,22 @@ def inspect_out(
             )
     clear_out(out)
     return OutPlan(OutState.FRESH, out)
+
+
+def _read_manifest(path: Path, overwrite: bool) -> Manifest | None:
+    """The manifest at ``path``; one that cannot be read or parsed is an error naming it,
+    or None with ``overwrite`` (the store is replaced)."""
+    try:
+        return parse_manifest(path.read_text(encoding="utf-8"), str(path))
+    except UnicodeDecodeError:
+        problem = TokentapeError(f"{path}: not UTF-8 text; not a readable manifest")
+    except TokentapeError as exc:
+        problem = exc
+    except OSError as exc:
+        problem = TokentapeError(f"{path}: cannot read ({exc.strerror or exc})")
+    if overwrite:
+        return None
+    raise TokentapeError(f"{problem}; pass --overwrite to replace the store") from None
 
 
 def _staged(

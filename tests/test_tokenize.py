@@ -481,3 +481,25 @@ def test_tokenize_config_refuses_bad_values_naming_them(field, value, expected, 
         TokenizeConfig(**(settings | {field: value}))
     assert expected in str(caught.value) and "\n" not in str(caught.value)
     assert not (tmp_path / "s").exists()
+
+
+def test_damaged_unit_files_of_an_interrupted_run_are_made_again(corpus, reference_store, tmp_path):
+    """A rerun trusts a finished unit only if its files match its marker: a truncated token
+    file, a garbled marker or a garbled lengths file makes that unit again."""
+    root, _ = corpus
+    args = [*tokenize_args(root, tmp_path / "s"), "--json"]
+    killed = run_cli(*args, env={"TOKENTAPE_CRASH_AT": "mid-assembly"})
+    assert killed.returncode == -signal.SIGKILL
+    work = tmp_path / "s" / ".tokentape-work"
+    assert len(list(work.glob("unit-*.json"))) >= 4
+    with open(work / "unit-000000.bin", "r+b") as f:
+        f.truncate(3)
+    (work / "unit-000001.json").write_bytes(b"\xff\xfe garbage")
+    (work / "unit-000002.len.npy").write_bytes(b"\x93NUMPY garbage")
+    (work / "unit-000003.json").write_text('{"index": 3, "docs_in": "many"}')
+    rerun = run_cli(*args)
+    assert rerun.returncode == 0, rerun.stderr
+    summary = json.loads(rerun.stdout)
+    assert summary["status"] == "resumed"
+    assert summary["units_reused"] == summary["units"] - 4
+    assert tree_bytes(tmp_path / "s") == reference_store

@@ -67,6 +67,7 @@ from tokentape.tokenize.worker import (
     WorkerSettings,
     load_result,
     read_unit,
+    unit_intact,
     unit_paths,
 )
 
@@ -240,7 +241,7 @@ def _run(job: _Job, out: Path, show_progress: bool) -> TokenizeSummary:
             id_limit=min(job.tokenizer.vocab_size, 2 ** (8 * itemsize)),
             work_dir=str(work_dir),
         )
-        finished = {u.index: load_result(unit_paths(work_dir, u.index)[2]) for u in units}
+        finished = {u.index: _finished(work_dir, u, job.dtype) for u in units}
         pending = [u for u in units if finished[u.index] is None]
         counters = Counters()
         reused_bytes = sum(u.n_bytes for u in units if finished[u.index] is not None)
@@ -291,6 +292,12 @@ def _run(job: _Job, out: Path, show_progress: bool) -> TokenizeSummary:
     status = "resumed" if plan.state is OutState.RESUME else "created"
     reused = len(units) - len(pending)
     return _summary(out, manifest, status, reused, time.monotonic() - job.started)
+
+
+def _finished(work_dir: Path, unit: Unit, dtype: str) -> UnitResult | None:
+    """The result of a unit an earlier run finished, if its files are intact."""
+    result = load_result(unit_paths(work_dir, unit.index)[2])
+    return result if result is not None and unit_intact(work_dir, result, dtype) else None
 
 
 def _unfinished(missing: list[int], dead: list[int], work_dir: Path) -> str:

@@ -62,11 +62,25 @@ def unit_paths(work_dir: str | Path, index: int) -> tuple[Path, Path, Path]:
 
 
 def load_result(marker: Path) -> UnitResult | None:
-    """The result recorded by a finished unit, or None when it has not finished."""
+    """The result recorded by a finished unit, or None when it has not finished (no marker,
+    or one that is not a well-formed record: the unit is then made again)."""
     try:
-        return UnitResult(**json.loads(marker.read_text()))
-    except (FileNotFoundError, json.JSONDecodeError, TypeError):
+        data = json.loads(marker.read_bytes())
+        result = UnitResult(**data)
+    except (OSError, ValueError, TypeError):  # ValueError: JSON, UTF-8
         return None
+    return result if _well_formed(result) else None
+
+
+def _well_formed(r: UnitResult) -> bool:
+    def count(v: object) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    def counts(d: object) -> bool:
+        return isinstance(d, dict) and all(isinstance(k, str) and count(v) for k, v in d.items())
+
+    numbers = (r.index, r.docs_in, r.n_docs, r.n_tokens, r.text_bytes)
+    return all(map(count, numbers)) and counts(r.dropped_docs) and counts(r.dropped_tokens)
 
 
 def _batches(texts: Iterable[str], size: int) -> Iterator[list[str]]:
@@ -165,16 +179,43 @@ def tokenize_unit(
     return result
 
 
+def unit_intact(work_dir: str | Path, result: UnitResult, dtype: str) -> bool:
+    """Whether a finished unit's files are what its marker records (sizes, document lengths);
+    a unit whose files were damaged after it finished is made again."""
+    bin_path, len_path, _ = unit_paths(work_dir, result.index)
+    try:
+        if bin_path.stat().st_size != result.n_tokens * numpy_dtype(dtype).itemsize:
+            return False
+        lengths = np.load(len_path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, SyntaxError):  # numpy header errors among them
+        return False
+    return (
+        lengths.shape == (result.n_docs,)
+        and lengths.dtype == np.int64
+        and int(lengths.sum()) == result.n_tokens
+    )
+
+
 def read_unit(
     work_dir: str | Path, result: UnitResult, dtype: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """The tokens and document lengths a finished unit wrote, checked against its marker."""
-    bin_path, len_path, _ = unit_paths(work_dir, result.index)
-    tokens = np.fromfile(bin_path, dtype=numpy_dtype(dtype))
-    lengths = np.load(len_path, allow_pickle=False)
-    if len(tokens) != result.n_tokens or len(lengths) != result.n_docs:
+    bin_path, len_path, marker = unit_paths(work_dir, result.index)
+    try:
+        tokens = np.fromfile(bin_path, dtype=numpy_dtype(dtype))
+        lengths = np.load(len_path, allow_pickle=False)
+        good = (
+            len(tokens) == result.n_tokens
+            and lengths.shape == (result.n_docs,)
+            and lengths.dtype == np.int64
+            and int(lengths.sum()) == len(tokens)
+        )
+    except (OSError, ValueError, EOFError, SyntaxError):  # numpy header errors among them
+        good = False
+    if not good:
+        marker.unlink(missing_ok=True)  # the rerun makes this unit again
         raise TokentapeError(
-            f"{bin_path}: unit output does not match its marker; delete the output directory "
-            "and run again"
+            f"{bin_path}: unit {result.index}'s output does not match its marker (damaged); "
+            "run the same command again to make it anew"
         )
     return tokens, lengths

@@ -361,7 +361,7 @@ def _staged(
 ) -> OutPlan:
     """The plan of a build beside ``out`` that replaces it: resume the staging directory an
     interrupted run of this job left (or swap it in, if it finished), else start it afresh."""
-    if os.path.lexists(staging) and not staging.is_dir():
+    if staging.is_symlink() or (os.path.lexists(staging) and not staging.is_dir()):
         raise TokentapeError(f"'{staging}': exists and is not a directory; remove it")
     if not staging.exists():
         return OutPlan(OutState.FRESH, staging, replace=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import os
 import random
 import re
@@ -21,6 +22,8 @@ import pytest
 import tiktoken
 import tiktoken.load
 import tokenizers
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tokentape import TokentapeError, open_source
 from tokentape.cli import main
@@ -503,3 +506,26 @@ def test_damaged_unit_files_of_an_interrupted_run_are_made_again(corpus, referen
     assert summary["status"] == "resumed"
     assert summary["units_reused"] == summary["units"] - 4
     assert tree_bytes(tmp_path / "s") == reference_store
+
+
+@given(
+    size=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers()),
+    workers=st.one_of(st.integers(), st.floats(), st.booleans(), st.text(max_size=3)),
+)
+def test_any_size_or_worker_count_is_accepted_or_one_argument_error(size, workers):
+    """Any number for --shard-mb/--unit-mb and any value for --workers is either accepted,
+    and then gives a usable size, or refused with an ArgumentError naming the flag."""
+    for field, flag in (("shard_mb", "--shard-mb"), ("unit_mb", "--unit-mb")):
+        try:
+            config = TokenizeConfig(inputs=("d.jsonl",), out="s", **{field: size})
+        except ArgumentError as exc:
+            assert str(exc).startswith(flag) and "\n" not in str(exc)
+            continue
+        assert math.isfinite(size) and size > 0
+        assert 1 <= config.unit_bytes(10**9) <= 2**40
+    try:
+        TokenizeConfig(inputs=("d.jsonl",), out="s", workers=workers)
+    except ArgumentError as exc:
+        assert str(exc).startswith("--workers") and "\n" not in str(exc)
+    else:
+        assert isinstance(workers, int) and 1 <= workers <= 65_536

@@ -246,12 +246,15 @@ def _index_cases(n_docs: int, n_tokens: int) -> list[tuple[str, np.ndarray, dict
     starts = np.arange(n_docs, dtype=np.int64) * 2
     negative, down, beyond, first = starts.copy(), starts.copy(), starts.copy(), starts.copy()
     negative[1] = -5
+    wraps = starts.copy()  # differences that overflow int64 all look positive
+    wraps[1:4] = [3 * 2**61, -(2**62), 5]
     down[2], down[3] = down[3], down[2]
     beyond[-1] = n_tokens
     first[0] = 1
     pickled = np.array([{"x": 1}] * n_docs, dtype=object)
     return [
-        ("negative", negative, {}, "document 1 starts at -5, not after document 0 (0)"),
+        ("negative", negative, {}, "document 1 starts at -5, not inside the shard's"),
+        ("wraps", wraps, {}, f"document 1 starts at {3 * 2**61}, not inside the shard's"),
         ("not ascending", down, {}, "document 3 starts at 4, not after document 2 (6)"),
         ("beyond", beyond, {}, f"document {n_docs - 1} starts at {n_tokens}, not inside"),
         ("first", first, {}, "the first document starts at 1, expected 0"),
@@ -262,7 +265,7 @@ def _index_cases(n_docs: int, n_tokens: int) -> list[tuple[str, np.ndarray, dict
     ]
 
 
-@pytest.mark.parametrize("case", range(8))
+@pytest.mark.parametrize("case", range(9))
 def test_damaged_document_index_is_one_error_naming_the_file(tmp_path, case):
     docs = [[1, 2, 3]] * 12
     manifest = write_store(tmp_path / "s", docs, shard_tokens=1000)

@@ -103,6 +103,14 @@ def _check_starts(local: np.ndarray, shard: ShardInfo, path: Path) -> None:
         return
     if int(local[0]) != 0:
         raise _damaged(path, f"the first document starts at {int(local[0])}, expected 0")
+    outside = np.flatnonzero((local < 0) | (local >= shard.n_tokens))
+    if outside.size:  # checked first: with every start in range, no difference overflows
+        i = int(outside[0])
+        raise _damaged(
+            path,
+            f"document {i} starts at {int(local[i])}, not inside the shard's "
+            f"{shard.n_tokens} tokens",
+        )
     down = np.flatnonzero(np.diff(local) <= 0)
     if down.size:
         i = int(down[0]) + 1
@@ -110,12 +118,6 @@ def _check_starts(local: np.ndarray, shard: ShardInfo, path: Path) -> None:
             path,
             f"document {i} starts at {int(local[i])}, not after document {i - 1} "
             f"({int(local[i - 1])}); starts must ascend",
-        )
-    if int(local[-1]) >= shard.n_tokens:
-        raise _damaged(
-            path,
-            f"document {len(local) - 1} starts at {int(local[-1])}, not inside the shard's "
-            f"{shard.n_tokens} tokens",
         )
 
 

@@ -832,6 +832,8 @@ CASES: list[Case] = [
         OutOfRangeError, "step -1"),
     api("Batch-cu-seqlens-row", lambda w: Batcher(_plan(w), segments=True)
         .batch(np.arange(2)).cu_seqlens(5), OutOfRangeError, "row 5"),
+    api("DataState-commit-beyond", lambda w: _state_at(w, 2**62 - 2).commit(BatchConfig(1, 4)),
+        OutOfRangeError, "2**62"),
     api("DataState-consumed-before", lambda w: DataState.from_dict(_state(w)).consumed_before(3),
         OutOfRangeError, "step 3"),
     api("locate-api-doc-out-of-range", lambda w: locate(_plan(w), "web", 10**6), OutOfRangeError,
@@ -960,7 +962,7 @@ def test_the_installed_program_exits_2_with_one_line(argv, work):
     """Through a real process of the installed entry point: exit status, stderr, no files."""
     edit_plan(top(horizon_samples=2000.5))(work)
     before = snapshot(work)
-    exe = Path(sys.executable).with_name("tokentape")
+    exe = shutil.which("tokentape", path=str(Path(sys.executable).parent)) or "tokentape"
     args = [a.replace("{w}", str(work)) for a in argv]
     proc = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr

@@ -145,6 +145,11 @@ class DataState:
 
     def commit(self, config: BatchConfig) -> DataState:
         """The state after one more optimizer step of shape ``config`` was applied."""
+        if self.consumed + config.global_batch > MAX_POSITION:
+            raise OutOfRangeError(
+                f"commit: a step of {config.global_batch} samples after consumed {self.consumed} "
+                "ends beyond position 2**62"
+            )
         history = self.history
         if not history or history[-1].config != config:
             change = BatchChange(

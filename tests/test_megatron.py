@@ -448,6 +448,8 @@ def _corrupt(prefix: Path, case: str) -> None:
         _patch(idx, entries + 8 * (n_entries - 1), struct.pack("<q", n_seq - 1))
     elif case == "document index order":
         _patch(idx, entries + 8, struct.pack("<q", n_seq))
+    elif case == "document index wraps":  # its int64 differences overflow, all positive
+        _patch(idx, entries + 8, struct.pack("<qq", 3 * 2**61, -(2**62)))
     elif case == "negative length":
         _patch(idx, lengths, struct.pack("<i", -1))
     elif case == "pointers":
@@ -474,6 +476,7 @@ ERRORS = {
     "sequence count": "or its header's counts are wrong",
     "document index end": "the document index ends at sequence",
     "document index order": "decreases",
+    "document index wraps": f"document 1 starts at sequence {3 * 2**61}, outside the",
     "negative length": "negative length",
     "pointers": "back to back",
     "missing eod": "document 0 (tokens [0, 3)) ends with id 5",

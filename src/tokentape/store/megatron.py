@@ -314,7 +314,7 @@ def read_index(
     itemsize = DTYPES[code].itemsize
     _check_document_ends(path, docs, n_seq)
     if n_tokens is None:
-        _check_documents(path, docs)
+        _check_documents(path, docs, n_seq)
         n_tokens = _check_sequences(path, lengths, pointers, itemsize)
     found = files.keys.bin.size
     if found != n_tokens * itemsize:
@@ -338,9 +338,17 @@ def _check_document_ends(path: Path, docs: np.ndarray, n_seq: int) -> None:
         )
 
 
-def _check_documents(path: Path, docs: np.ndarray) -> None:
+def _check_documents(path: Path, docs: np.ndarray, n_seq: int) -> None:
+    """Every entry in ``[0, n_seq]`` (so no difference overflows), never decreasing."""
     for lo in range(0, len(docs) - 1, CHUNK):
         chunk = np.asarray(docs[lo : lo + CHUNK + 1])
+        outside = (chunk < 0) | (chunk > n_seq)
+        if outside.any():
+            i = lo + _first(outside)
+            raise TokentapeError(
+                f"{path}: document {i} starts at sequence {int(docs[i])}, outside the "
+                f"{n_seq} sequences"
+            )
         down = np.diff(chunk) < 0
         if down.any():
             i = lo + _first(down)

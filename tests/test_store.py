@@ -348,3 +348,22 @@ def test_an_edited_manifest_is_refused_at_open_and_reported_by_verify(tmp_path, 
     with pytest.raises(TokentapeError, match=message):
         read_manifest(tmp_path / "s")
     assert not check_store(tmp_path / "s").ok
+
+
+def test_a_tokenizer_copy_missing_at_open_is_never_read_later(tmp_path, hf_tokenizer_json):
+    """Tokens read without the tokenizer; asking for it names the missing copy, even once a
+    file appears there (the store seen is the one opened)."""
+    hf = load_tokenizer(str(hf_tokenizer_json))
+    build_store(tmp_path / "s", [hf.encode("some text")] * 3, shard_tokens=50, tok=hf)
+    copy = tmp_path / "s" / "tokenizer.json"
+    data = copy.read_bytes()
+    copy.unlink()
+    src = open_source(tmp_path / "s")
+    assert src.doc(0).tolist() == hf.encode("some text")
+    copy.write_bytes(data)
+    with pytest.raises(TokentapeError) as info:
+        _ = src.tokenizer
+    assert str(info.value) == (
+        f"{copy}: the tokenizer copy the manifest names was missing when the store was opened"
+    )
+    assert open_source(tmp_path / "s").tokenizer.fingerprint == hf.fingerprint

@@ -289,9 +289,9 @@ class TokenStream:
         raw = np.asarray(samples)
         if raw.size and raw.dtype.kind not in "iu":
             raise ArgumentError(f"samples must be integers, got an array of {raw.dtype}")
-        k = raw.astype(np.int64).reshape(-1) if raw.size else np.zeros(0, dtype=np.int64)
         if raw.ndim > 1:
             raise ArgumentError(f"samples must be one-dimensional, got shape {raw.shape}")
+        k = raw.astype(np.int64).reshape(-1) if raw.size else np.zeros(0, dtype=np.int64)
         if k.size and (int(k.min()) < 0 or int(k.max()) >= n):
             bad = int(k[(k < 0) | (k >= n)][0])
             raise OutOfRangeError(f"samples: {bad} is not in [0, {n}) at seq_len {seq_len}")
@@ -348,7 +348,12 @@ class Source(TokenStream):
     def tokenizer(self) -> Tokenizer:
         """The tokenizer recorded in the manifest (loaded from the copy inside the store, as it
         was when the store was opened)."""
-        copy = self._tokenizer_copy
+        copy, name = self._tokenizer_copy, self.manifest.tokenizer.get("file")
+        if copy is None and name in STORED_NAMES:  # never read by path after the open
+            raise TokentapeError(
+                f"{self.directory / name}: the tokenizer copy the manifest names was missing "
+                "when the store was opened"
+            )
         data = None if copy is None else bytes(copy)
         return tokenizer_from_manifest(self.manifest.tokenizer, self.directory, data)
 

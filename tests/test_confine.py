@@ -173,6 +173,10 @@ def test_symlinked_manifest_and_tokenizer_copy_are_refused(
         f"{copy}: tokenizer copy is a symbolic link (to '{tmp_path / 'tok.json'}'); a store "
         "reads only regular files inside its own directory"
     )
+    assert [str(p) for p in check_store(store).problems] == [
+        f"{copy}: not a file of the store (not read): expected a regular file inside the store, "
+        f"found a symbolic link (to '{tmp_path / 'tok.json'}')"
+    ]
     shutil.move(tmp_path / "tok.json", copy)
     manifest = store / MANIFEST_NAME
     shutil.move(manifest, tmp_path / "manifest.json")

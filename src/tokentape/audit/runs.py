@@ -12,11 +12,12 @@ from functools import lru_cache
 from tokentape.errors import TokentapeError
 from tokentape.report import fmt_bytes
 from tokentape.store.reader import TokenStream
+from tokentape.tape.blend import MAX_POSITION
 from tokentape.tape.plan import Plan, open_plan_store
 from tokentape.tape.resolve import Tape
 from tokentape.train.partition import BatchConfig
 from tokentape.train.schedule import Schedule
-from tokentape.train.steplog import StepLog, scan_step_log
+from tokentape.train.steplog import StepLog, scan_step_log, short_hash
 
 SCHEDULE_HELP = """\
 batch configuration:
@@ -88,7 +89,7 @@ def open_step_log(path: str, plan: Plan, steps: Iterable[int] = ()) -> StepLog:
     log = scan_step_log(path, steps)
     if log.index_hash != plan.index_hash:
         raise TokentapeError(
-            f"{path}: the step log's index hash {log.index_hash[:19]}… differs from the "
+            f"{path}: the step log's index hash {short_hash(log.index_hash)}… differs from the "
             f"plan's {plan.index_hash[:19]}…; it belongs to another plan"
         )
     return log
@@ -140,8 +141,18 @@ def schedule_from_args(
         raise TokentapeError(
             "give one of --global-batch, --dp/--micro/--accum or --log, not " + " and ".join(given)
         )
+    for flag in ("global_batch", "dp", "micro", "accum"):
+        value = getattr(args, flag)
+        if value is not None and value > MAX_POSITION:
+            name = "--" + flag.replace("_", "-")
+            raise TokentapeError(f"{name} must be at most 2**62, got {value}")
     if shape and (args.dp is None or args.micro is None):
         raise TokentapeError(f"{'/'.join(shape)} given: --dp and --micro go together")
+    if shape and args.dp * args.micro * (args.accum or 1) > MAX_POSITION:
+        raise TokentapeError(
+            f"--dp {args.dp} x --micro {args.micro} x --accum {args.accum or 1}: a step of more "
+            "than 2**62 samples"
+        )
     if args.global_batch is not None:
         return Batching(Schedule.uniform(BatchConfig(1, args.global_batch, 1)), False, None)
     if shape:

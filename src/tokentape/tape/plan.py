@@ -260,6 +260,10 @@ def parse_plan(text: str, where: str, base_dir: str = ".") -> PlanSpec:
     denominator = data.get("weight_denominator", DEFAULT_DENOMINATOR)
     if isinstance(denominator, bool) or not isinstance(denominator, int):
         raise TokentapeError(f"{where}: 'weight_denominator' must be an integer")
+    if not 1 <= denominator <= MAX_DENOMINATOR:
+        raise TokentapeError(
+            f"{where}: 'weight_denominator' must be in [1, {MAX_DENOMINATOR}], got {denominator}"
+        )
     raw = data.get("source")
     if not isinstance(raw, list) or not raw:
         raise TokentapeError(f"{where}: no sources; add [[source]] tables")
@@ -392,7 +396,10 @@ def resolve_plan(spec: PlanSpec, where: str = "plan") -> Plan:
                 f"seq_len + 1 = {spec.seq_len + 1}: not one sample"
             )
     names = [s.name for s in spec.sources]
-    weights = list(rational_weights([s.weight for s in spec.sources], names, spec.denominator))
+    try:
+        weights = list(rational_weights([s.weight for s in spec.sources], names, spec.denominator))
+    except TokentapeError as exc:
+        raise TokentapeError(f"{where}: {exc}") from None
     n_samples = [(m.n_tokens - 1) // spec.seq_len for _, m in manifests]
     tape = Tape.build(names, n_samples, weights, spec.seed)
     sources = []

@@ -80,6 +80,12 @@ class StepLog:
         return self.schedule.end
 
 
+def short_hash(value: str) -> str:
+    """The first 19 characters of a hash from a log line, for a message (on one line)."""
+    head = value[:19]
+    return head if head.isprintable() else repr(head)
+
+
 def _shown(value: Any) -> str:
     text = json.dumps(value)
     return text if len(text) <= 40 else text[:39] + "…"
@@ -152,6 +158,8 @@ class _Scan:
                         else "invalid UTF-8"
                         if isinstance(exc, UnicodeDecodeError)
                         else "nested too deeply"
+                        if isinstance(exc, RecursionError)
+                        else str(exc).split(":")[0][:80]  # e.g. an integer of 5,000 digits
                     )
                     raise TokentapeError(f"{p}:{line_no}: not a JSON line ({why})") from None
                 # The fast path: every field of the expected type and range, in one expression.
@@ -251,7 +259,7 @@ class _Scan:
             n = len({r[6] for r in self.runs})
             raise TokentapeError(
                 f"{p}:{other[7]}: the log mixes {n} index hashes (step {other[0]} has "
-                f"{other[6][:19]}…, step 0 has {start[6][:19]}…)"
+                f"{short_hash(other[6])}…, step 0 has {short_hash(start[6])}…)"
             )
 
     def schedule(self) -> Schedule:

@@ -62,7 +62,11 @@ def source_index(plan: Plan, name: str) -> int:
 
 def open_plan_source(plan: Plan, index: int) -> TokenStream:
     """Open source ``index`` of the plan's stores."""
-    return check_store(plan, index, open_plan_store(plan.sources[index]))
+    try:
+        store = open_plan_store(plan.sources[index])
+    except TokentapeError as exc:
+        raise TokentapeError(f"plan source '{plan.sources[index].name}': {exc}") from None
+    return check_store(plan, index, store)
 
 
 def check_store(plan: Plan, index: int, store: TokenStream) -> TokenStream:

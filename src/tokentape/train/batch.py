@@ -50,7 +50,10 @@ class Batch:
 def _open_checked(plan: Plan) -> list[TokenStream]:
     sources = []
     for s in plan.sources:
-        src = open_plan_store(s)
+        try:
+            src = open_plan_store(s)
+        except TokentapeError as exc:
+            raise TokentapeError(f"plan source '{s.name}': {exc}") from None
         found = src.manifest.content_hash
         m = src.manifest
         if found == s.content_hash and (m.n_tokens, m.dtype) != (s.n_tokens, s.dtype):

@@ -11,7 +11,9 @@ inside the store is refused too) nor a FIFO, device or directory. Shards are nam
 ``open_inside`` opens such a file without following a link at its name (``O_NOFOLLOW``), so a
 link put there between a check and the open is still refused; ``check_inside`` checks by
 ``lstat`` without opening (``tokentape plan``, which reads no shard); ``inside_problem`` says
-what is wrong for ``tokentape verify``, which reports instead of refusing.
+what is wrong for ``tokentape verify``, which reports instead of refusing. Each takes an
+optional ``dir_fd`` (from ``open_directory``) so that a reader takes every file from one
+directory even while another is swapped in at its name.
 """
 
 from __future__ import annotations
@@ -78,15 +80,39 @@ def _kind_problem(path: Path, mode: int) -> str | None:
     return None
 
 
-def open_inside(directory: Path, name: str, what: str) -> int:
+def open_directory(directory: Path) -> int:
+    """A descriptor of the store directory itself (a link at its name is followed: a store
+    directory may be one). Files opened relative to it with ``dir_fd`` all come from the same
+    directory, even if another is swapped in at its name meanwhile."""
+    try:
+        return os.open(directory, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    except (FileNotFoundError, NotADirectoryError):
+        raise TokentapeError(f"store '{directory}': no such directory") from None
+    except OSError as exc:
+        raise TokentapeError(f"store '{directory}': cannot open ({exc.strerror})") from None
+
+
+def replaced(directory: Path, dir_fd: int) -> bool:
+    """True when ``directory`` no longer names the directory open as ``dir_fd`` (another was
+    swapped in at its name, or it was removed)."""
+    try:
+        now = os.stat(directory)
+    except OSError:
+        return True
+    held = os.fstat(dir_fd)
+    return (now.st_dev, now.st_ino) != (held.st_dev, held.st_ino)
+
+
+def open_inside(directory: Path, name: str, what: str, dir_fd: int | None = None) -> int:
     """A read-only descriptor of the regular file ``name`` in ``directory`` (``what`` says
-    what it is in errors). Refused, naming the file: a name that is not a plain file name, a
+    what it is in errors), looked up in ``dir_fd`` when given (``directory`` then only names
+    it in messages). Refused, naming the file: a name that is not a plain file name, a
     missing file, a symbolic link, anything but a regular file."""
     if not _plain(name):
         raise _refusal(directory / name, what, "is not a plain file name")
     path = directory / name
     try:
-        fd = os.open(path, _FLAGS)
+        fd = os.open(path if dir_fd is None else name, _FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
         raise TokentapeError(f"{path}: {what} is missing") from None
     except OSError as exc:
@@ -100,13 +126,14 @@ def open_inside(directory: Path, name: str, what: str) -> int:
     return fd
 
 
-def inside_problem(directory: Path, name: str) -> str | None:
-    """What stops ``name`` being read as a file of the store in ``directory`` (a link, not a
-    regular file, not a plain name), or None; a missing file is None (the caller says so)."""
+def inside_problem(directory: Path, name: str, dir_fd: int | None = None) -> str | None:
+    """What stops ``name`` being read as a file of the store in ``directory`` (or ``dir_fd``)
+    (a link, not a regular file, not a plain name), or None; a missing file is None (the
+    caller says so)."""
     if not _plain(name):
         return "is not a plain file name"
     try:
-        mode = os.lstat(directory / name).st_mode
+        mode = os.lstat(directory / name if dir_fd is None else name, dir_fd=dir_fd).st_mode
     except FileNotFoundError:
         return None
     except OSError as exc:
@@ -114,9 +141,9 @@ def inside_problem(directory: Path, name: str) -> str | None:
     return _kind_problem(directory / name, mode)
 
 
-def check_inside(directory: Path, name: str, what: str) -> None:
-    """Refuse ``name`` in ``directory`` unless it is missing or a regular file (checked with
-    ``lstat``, without opening it)."""
-    problem = inside_problem(directory, name)
+def check_inside(directory: Path, name: str, what: str, dir_fd: int | None = None) -> None:
+    """Refuse ``name`` in ``directory`` (or ``dir_fd``) unless it is missing or a regular file
+    (checked with ``lstat``, without opening it)."""
+    problem = inside_problem(directory, name, dir_fd)
     if problem is not None:
         raise _refusal(directory / name, what, problem)

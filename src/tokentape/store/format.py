@@ -209,17 +209,24 @@ def _check_consistent(manifest: Manifest, where: str) -> None:
         )
 
 
-def read_manifest_text(directory: str | os.PathLike[str]) -> tuple[str, Path]:
-    """The text of ``DIR/manifest.json`` and its path; a directory without one is not a
-    complete store, and a manifest that is a symbolic link is refused."""
+def read_manifest_text(
+    directory: str | os.PathLike[str], dir_fd: int | None = None
+) -> tuple[str, Path]:
+    """The text of ``DIR/manifest.json`` (looked up in ``dir_fd`` when given) and its path; a
+    directory without one is not a complete store, and a manifest that is a symbolic link is
+    refused."""
     path = Path(directory) / MANIFEST_NAME
-    if not Path(directory).is_dir():
+    if dir_fd is None and not Path(directory).is_dir():
         raise TokentapeError(f"store '{directory}': no such directory")
-    if not os.path.lexists(path):
+    try:
+        os.lstat(path if dir_fd is None else MANIFEST_NAME, dir_fd=dir_fd)
+    except FileNotFoundError:
         raise TokentapeError(
             f"store '{directory}': no {MANIFEST_NAME}; not a complete tokentape store"
-        )
-    fd = open_inside(Path(directory), MANIFEST_NAME, "the manifest")
+        ) from None
+    except OSError:
+        pass  # open_inside below names what is wrong
+    fd = open_inside(Path(directory), MANIFEST_NAME, "the manifest", dir_fd)
     try:
         with open(fd, "rb") as f:
             return f.read().decode("utf-8"), path
@@ -239,11 +246,12 @@ def store_files(manifest: Manifest) -> list[tuple[str, str]]:
     return files
 
 
-def read_manifest(directory: str | os.PathLike[str]) -> Manifest:
+def read_manifest(directory: str | os.PathLike[str], dir_fd: int | None = None) -> Manifest:
     """Read and validate ``DIR/manifest.json``, and check that every file it names is a regular
-    file inside ``DIR`` (or missing: opening the store says so), without reading them."""
-    text, path = read_manifest_text(directory)
+    file inside ``DIR`` (or missing: opening the store says so), without reading them; with
+    ``dir_fd``, everything is looked up in that open directory."""
+    text, path = read_manifest_text(directory, dir_fd)
     manifest = parse_manifest(text, str(path))
     for name, what in store_files(manifest):
-        check_inside(Path(directory), name, what)
+        check_inside(Path(directory), name, what, dir_fd)
     return manifest

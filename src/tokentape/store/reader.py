@@ -3,10 +3,12 @@
 A source is the concatenation of its shards in manifest order. Sample ``k`` at sequence length
 ``L`` is the window of ``L + 1`` tokens starting at token ``k * L``; a window may span shards.
 Opening is cheap and any number of processes may open one store at once. An open store holds
-everything it reads: each shard's ``.bin`` and ``.idx.npy`` and the tokenizer copy are opened at
-open time (only regular files inside the store: ``store.confine``) and memory-mapped, with only
-the ``.npy`` headers read. Replacing or deleting the store afterwards (``tokenize --overwrite``
-swaps in a new directory) does not change what an open ``Source`` reads.
+everything it reads: the manifest, each shard's ``.bin`` and ``.idx.npy`` and the tokenizer copy
+are opened at open time, all through one descriptor of the store directory (only regular files
+inside the store: ``store.confine``), and memory-mapped, with only the ``.npy`` headers read.
+So an open sees one whole store even while ``tokenize --overwrite`` swaps in a new directory
+(an open that met the old one being removed starts again on the new one), and replacing or
+deleting the store afterwards does not change what an open ``Source`` reads.
 
 ``TokenStream`` holds what every kind of source shares (windows, documents, segments over
 memory-mapped pieces); ``Source`` is a tokentape store, ``store.megatron_source.MegatronSource``
@@ -25,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from tokentape.errors import ArgumentError, OutOfRangeError, TokentapeError
-from tokentape.store.confine import open_inside
+from tokentape.store.confine import open_directory, open_inside, replaced
 from tokentape.store.format import Manifest, ShardInfo, numpy_dtype, read_manifest
 from tokentape.tokenize.tokenizers import STORED_NAMES, Tokenizer, tokenizer_from_manifest
 
@@ -42,6 +44,8 @@ NPY_ERRORS = (
 )
 """What numpy's ``.npy`` header parser raises on a malformed header."""
 INDEX_DTYPE = np.dtype("<i8")
+_OPEN_ATTEMPTS = 3
+"""Opens of a store that is replaced while being opened, before giving up."""
 
 
 def _damaged(path: Path, what: str) -> TokentapeError:
@@ -54,21 +58,21 @@ def _check_size(path: Path, fd: int, expected: int) -> None:
         raise _damaged(path, f"size is {found} bytes, the manifest says {expected}")
 
 
-def _map_tokens(directory: Path, shard: ShardInfo, dtype: np.dtype) -> np.ndarray:
+def _map_tokens(directory: Path, shard: ShardInfo, dtype: np.dtype, dir_fd: int) -> np.ndarray:
     """The shard's ``.bin``, memory-mapped (read-only), after checking its size."""
     path = directory / shard.bin_file
-    with open(open_inside(directory, shard.bin_file, "shard file"), "rb") as f:
+    with open(open_inside(directory, shard.bin_file, "shard file", dir_fd), "rb") as f:
         _check_size(path, f.fileno(), shard.n_tokens * dtype.itemsize)
         if shard.n_tokens == 0:
             return np.zeros(0, dtype=dtype)
         return np.memmap(f, dtype=dtype, mode="r", shape=(shard.n_tokens,))
 
 
-def _map_index(directory: Path, shard: ShardInfo) -> np.ndarray:
+def _map_index(directory: Path, shard: ShardInfo, dir_fd: int) -> np.ndarray:
     """The shard's ``.idx.npy`` memory-mapped: its header read and checked (a 1-D int64 array
     of ``n_docs`` entries filling the file), no entry read; never unpickled."""
     path = directory / shard.idx_file
-    with open(open_inside(directory, shard.idx_file, "document index"), "rb") as f:
+    with open(open_inside(directory, shard.idx_file, "document index", dir_fd), "rb") as f:
         _check_size(path, f.fileno(), shard.idx_bytes)
         try:
             version = np.lib.format.read_magic(f)
@@ -321,13 +325,28 @@ class Source(TokenStream):
         if not isinstance(directory, str | os.PathLike):
             raise ArgumentError(f"directory must be a path, got {directory!r}")
         self.directory = Path(directory)
-        self.manifest: Manifest = read_manifest(self.directory)
+        for attempt in range(1, _OPEN_ATTEMPTS + 1):
+            dir_fd = open_directory(self.directory)
+            try:
+                self._open_in(dir_fd)
+                return
+            except TokentapeError:
+                # A store swapped in at this name while we opened (tokenize --overwrite): the
+                # files came from the old directory as it was being removed. Open the new one.
+                if attempt == _OPEN_ATTEMPTS or not replaced(self.directory, dir_fd):
+                    raise
+            finally:
+                os.close(dir_fd)
+
+    def _open_in(self, dir_fd: int) -> None:
+        """Read the manifest and map every file it names, all from the open directory."""
+        self.manifest: Manifest = read_manifest(self.directory, dir_fd)
         dtype = numpy_dtype(self.manifest.dtype)
         shards, self._indexes = [], []
         for shard in self.manifest.shards:
-            shards.append(_map_tokens(self.directory, shard, dtype))
-            self._indexes.append(_map_index(self.directory, shard))
-        self._tokenizer_copy = _map_tokenizer_copy(self.directory, self.manifest)
+            shards.append(_map_tokens(self.directory, shard, dtype, dir_fd))
+            self._indexes.append(_map_index(self.directory, shard, dir_fd))
+        self._tokenizer_copy = _map_tokenizer_copy(self.directory, self.manifest, dir_fd)
         super().__init__(dtype, shards, self._load_doc_starts, self.manifest.n_docs)
 
     def _load_doc_starts(self) -> np.ndarray:
@@ -364,7 +383,9 @@ class Source(TokenStream):
         )
 
 
-def _map_tokenizer_copy(directory: Path, manifest: Manifest) -> mmap.mmap | bytes | None:
+def _map_tokenizer_copy(
+    directory: Path, manifest: Manifest, dir_fd: int
+) -> mmap.mmap | bytes | None:
     """The tokenizer copy the manifest names, mapped (not read) at open; None when the
     manifest names none or the file is missing (the tokenizer is then refused when asked
     for, as the store reads fine without it)."""
@@ -372,9 +393,11 @@ def _map_tokenizer_copy(directory: Path, manifest: Manifest) -> mmap.mmap | byte
     if name not in STORED_NAMES:
         return None
     try:
-        fd = open_inside(directory, name, "tokenizer copy")
+        fd = open_inside(directory, name, "tokenizer copy", dir_fd)
     except TokentapeError:
-        if not os.path.lexists(directory / name):
+        try:
+            os.lstat(name, dir_fd=dir_fd)
+        except FileNotFoundError:
             return None
         raise
     with open(fd, "rb") as f:

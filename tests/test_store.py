@@ -367,3 +367,16 @@ def test_a_tokenizer_copy_missing_at_open_is_never_read_later(tmp_path, hf_token
         f"{copy}: the tokenizer copy the manifest names was missing when the store was opened"
     )
     assert open_source(tmp_path / "s").tokenizer.fingerprint == hf.fingerprint
+
+
+@pytest.mark.parametrize("shard_tokens", [0, -5, 2.5, True, "8"])
+def test_shard_writer_names_a_bad_shard_size(tmp_path, shard_tokens):
+    with pytest.raises(ArgumentError, match="shard_tokens must be a positive integer"):
+        ShardWriter(tmp_path, "uint16", shard_tokens)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_shard_writer_refuses_lengths_that_do_not_add_up(tmp_path):
+    writer = ShardWriter(tmp_path, "uint16", 100)
+    with pytest.raises(ArgumentError, match="lengths add up to 5 tokens, tokens has 4"):
+        writer.add(np.arange(4), np.array([2, 3]))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tokentape.errors import ArgumentError
 from tokentape.store.atomic import fsync_dir, temp_name, write_atomic
 from tokentape.store.format import DEFAULT_BLOCK_BYTES, ShardInfo, numpy_dtype, shard_name
 
@@ -110,8 +111,8 @@ class ShardWriter:
         shard_tokens: int,
         block_bytes: int = DEFAULT_BLOCK_BYTES,
     ) -> None:
-        if shard_tokens <= 0:
-            raise ValueError("shard_tokens must be positive")
+        if isinstance(shard_tokens, bool) or not isinstance(shard_tokens, int) or shard_tokens <= 0:
+            raise ArgumentError(f"shard_tokens must be a positive integer, got {shard_tokens!r}")
         self.directory = Path(directory)
         self.dtype = numpy_dtype(dtype)
         self.shard_tokens = shard_tokens
@@ -124,7 +125,9 @@ class ShardWriter:
         tokens = np.ascontiguousarray(tokens, dtype=self.dtype)
         lengths = np.asarray(lengths, dtype=np.int64)
         if int(lengths.sum()) != len(tokens):
-            raise ValueError("document lengths do not add up to the token count")
+            raise ArgumentError(
+                f"lengths add up to {int(lengths.sum())} tokens, tokens has {len(tokens)}"
+            )
         ends = np.cumsum(lengths)
         doc, tok = 0, 0
         while doc < len(lengths):

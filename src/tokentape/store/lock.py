@@ -22,6 +22,7 @@ import errno
 import json
 import os
 import socket
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -70,7 +71,7 @@ def _alive_here(record: dict) -> bool:
     if record.get("host") != socket.gethostname():
         return True
     pid = record.get("pid")
-    if not isinstance(pid, int) or pid <= 0:
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 2**31:
         return False
     try:
         os.kill(pid, 0)
@@ -82,20 +83,34 @@ def _alive_here(record: dict) -> bool:
 
 
 def _read_holder(fd: int) -> dict | None:
+    """The holder's record in the lock file, or None when there is none worth showing. The
+    file is anyone's to write: whatever it holds (binary, deep nesting, values of any type)
+    gives None or a record, never an exception."""
     try:
         data = os.pread(fd, 4096, 0)
         record = json.loads(data.decode())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, ValueError, RecursionError):  # ValueError: JSON and UTF-8 errors
         return None
     return record if isinstance(record, dict) and _alive_here(record) else None
+
+
+def _field(record: dict, key: str) -> str:
+    """A field of a holder record for a one-line message: printable, short, '?' if odd."""
+    value = record.get(key)
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return "?"
+    text = str(value)
+    if not text.isprintable() or len(text) > 200:
+        return repr(text[:200])
+    return text
 
 
 def _describe(record: dict | None) -> str:
     if record is None:
         return "another process (it has not recorded itself yet)"
     return (
-        f"tokentape {record.get('command', '?')} on host {record.get('host', '?')}, "
-        f"pid {record.get('pid', '?')}, since {record.get('since', '?')}"
+        f"tokentape {_field(record, 'command')} on host {_field(record, 'host')}, "
+        f"pid {_field(record, 'pid')}, since {_field(record, 'since')}"
     )
 
 
@@ -119,24 +134,58 @@ def _try_lock(fd: int, path: Path) -> bool:
 
 def _same_file(fd: int, path: Path) -> bool:
     try:
-        st = os.stat(path)
-    except FileNotFoundError:
+        st = os.lstat(path)
+    except OSError:
         return False
     mine = os.fstat(fd)
     return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+"""Never through a link at the lock's name (it would create or clobber the file it names);
+a FIFO planted there opens without blocking and is then refused."""
+
+
+def _open_lock_file(path: Path, out: str | os.PathLike[str]) -> int:
+    """The lock file, created if missing; refused, touching nothing, when something other
+    than a regular file is at its name (a symbolic link, a directory, a FIFO)."""
+    for _ in range(100):  # the parent can vanish: a writer that created it removes it empty
+        try:
+            fd = os.open(path, _OPEN_FLAGS, 0o644)
+            break
+        except FileNotFoundError:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            if os.path.islink(path):
+                raise TokentapeError(
+                    f"'{path}': the writer lock file of '{out}' is a symbolic link "
+                    f"(to {os.readlink(path)!r}), not tokentape's; remove it"
+                ) from None
+            if os.path.isdir(path):
+                raise TokentapeError(
+                    f"'{path}': the writer lock file of '{out}' is a directory, "
+                    "not tokentape's; remove it"
+                ) from None
+            raise TokentapeError(
+                f"'{path}': cannot create the writer lock of '{out}' ({exc.strerror or exc}); "
+                "the output's parent directory must be writable"
+            ) from None
+    else:
+        raise TokentapeError(f"'{path}': cannot create the writer lock of '{out}'")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise TokentapeError(
+            f"'{path}': the writer lock file of '{out}' is not a regular file, "
+            "not tokentape's; remove it"
+        )
+    return fd
 
 
 def _acquire(path: Path, out: str | os.PathLike[str], command: str) -> int:
     """Lock ``path`` (created if missing) and return its descriptor, or raise ``OutputLocked``."""
     deadline = time.monotonic() + HOLDER_WAIT_S
     while True:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            raise TokentapeError(
-                f"'{path}': cannot create the writer lock of '{out}' ({exc.strerror or exc}); "
-                "the output's parent directory must be writable"
-            ) from None
+        fd = _open_lock_file(path, out)
         try:
             if _try_lock(fd, path):
                 if _same_file(fd, path):
@@ -180,7 +229,8 @@ def output_lock(out: str | os.PathLike[str], command: str) -> Iterator[Path]:
         yield path
     finally:
         try:
-            path.unlink(missing_ok=True)  # while still locked: see the module docstring
+            if _same_file(fd, path):  # while still locked: see the module docstring
+                path.unlink(missing_ok=True)
         finally:
             os.close(fd)
             _remove_empty(created)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 from sim_trainer import expand_runs
-from soak_procs import Child, child_env
+from soak_procs import Child, Outcome, child_env
 
 from tokentape.errors import TokentapeError
 from tokentape.tape.plan import load_plan
@@ -49,10 +49,30 @@ class TrainReport:
         return d
 
 
-def kill_delay(rng: random.Random) -> float:
-    """Seconds before the kill: about a sixth of them during start-up (imports, opening the
-    plan: 0.3-0.8 s on a loaded machine), the rest mostly mid-run."""
-    return rng.uniform(0.0, 0.5) if rng.random() < 0.15 else rng.uniform(0.5, 1.6)
+STARTUP_SHARE = 0.15  # kills timed from the start: during imports and plan loading, mostly
+
+
+def _signature(path: Path) -> tuple[int, int] | None:
+    """Changes whenever the checkpoint is replaced (a rename gives it a new inode)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def kill_run(child: Child, ckpt: Path, rng: random.Random) -> Outcome:
+    """SIGKILL the trainer: a share of the time 0-0.5 s after its start (start-up); otherwise
+    0-0.8 s after its first checkpoint, whatever the machine's load, so mid-run."""
+    if rng.random() < STARTUP_SHARE:
+        return child.run(kill_after=rng.uniform(0.0, 0.5))
+    before = _signature(ckpt)
+    deadline = time.monotonic() + 120
+    while _signature(ckpt) == before and child.proc.poll() is None:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.005)
+    return child.run(kill_after=rng.uniform(0.0, 0.8))
 
 
 def random_shape(rng: random.Random) -> tuple[int, int, int, int]:
@@ -88,7 +108,7 @@ def run_campaign(
     while rep.kills < kills:
         before = _consumed(ckpt)
         child = start(NO_END, random_shape(rng))
-        result = child.run(kill_after=kill_delay(rng))
+        result = kill_run(child, ckpt, rng)
         if result.strays:
             rep.problems.append(f"trainer: {result.strays} processes survived the kill")
         if not result.killed:

@@ -7,12 +7,17 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import signal
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_tokenize import make_documents, write_jsonl
 
 from tokentape.cli import main
 from tokentape.store.lock import OutputLocked, lock_path, output_lock
@@ -130,3 +135,72 @@ def test_any_holder_record_of_another_host_is_named_on_one_line(record, tmp_path
     message = str(refused.value)
     assert message.isprintable(), message
     assert "is being written by tokentape " in message
+
+
+# --- --overwrite: the old tree is removed, but only what is ours --------------------------------
+
+
+def tokenize_argv(corpus: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "tokentape.cli",
+        "tokenize",
+        str(corpus),
+        "--out",
+        str(out),
+        "--unit-mb",
+        "0.05",
+        "--shard-mb",
+        "0.1",
+        *extra,
+    ]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("review-corpus") / "c.jsonl"
+    write_jsonl(path, [json.dumps({"text": t}) for t in make_documents(6_000, seed=3)])
+    return path
+
+
+def test_a_file_put_in_the_old_store_during_an_overwrite_is_not_deleted(corpus, tmp_path):
+    """The old store is checked for foreign files before the build starts; one put there while
+    the new store is being built (the writer paused with SIGSTOP) survives the swap: it is left
+    in the hidden sibling, which the next ``--overwrite`` then names instead of deleting."""
+    out = tmp_path / "s"
+    subprocess.run(tokenize_argv(corpus, out, "--filter", "min-tokens:3"), check=True)
+    writer = subprocess.Popen(tokenize_argv(corpus, out, "--overwrite"), stderr=subprocess.PIPE)
+    staging = tmp_path / ".s.tokentape-next"
+    deadline = time.monotonic() + 60
+    while not staging.exists() and writer.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    os.kill(writer.pid, signal.SIGSTOP)
+    assert staging.exists(), "the build finished before it could be paused"
+    (out / "notes.txt").write_text("mine\n")
+    os.kill(writer.pid, signal.SIGCONT)
+    assert writer.wait(timeout=120) == 0, writer.stderr.read()
+    assert (staging / "notes.txt").read_text() == "mine\n"  # not deleted
+    assert sorted(os.listdir(staging)) == ["notes.txt"]  # the old store's files are gone
+    again = subprocess.run(
+        tokenize_argv(corpus, out, "--overwrite", "--filter", "min-tokens:3"),
+        capture_output=True,
+        text=True,
+    )
+    assert again.returncode == 2 and "notes.txt" in again.stderr, again.stderr
+    assert (staging / "notes.txt").read_text() == "mine\n"
+
+
+def test_a_link_at_the_work_directory_name_is_removed_never_followed(corpus, tmp_path):
+    """A ``.tokentape-work`` in ``--out`` that is a symbolic link to a directory elsewhere is
+    removed as a link; nothing is written or removed where it points."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "f").write_text("keep\n")
+    out = tmp_path / "s"
+    out.mkdir()
+    (out / ".tokentape-work").symlink_to(elsewhere)
+    done = subprocess.run(tokenize_argv(corpus, out), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert os.listdir(elsewhere) == ["f"] and (elsewhere / "f").read_text() == "keep\n"
+    assert (out / "manifest.json").is_file() and not (out / ".tokentape-work").exists()

@@ -52,6 +52,7 @@ from tokentape.tokenize.job import (
     check_mb,
     check_path,
     check_text,
+    discard_store,
     is_store_file,
 )
 from tokentape.tokenize.progress import bytes_progress
@@ -564,7 +565,7 @@ def _install_store(tmp: Path, out: Path, overwrite: bool) -> None:
     the file system supports it (a reader opening ``out`` finds the old store or the new one),
     then the old one is removed; elsewhere, see ``store.atomic.replace_directory``."""
     _check_store_out(out, overwrite)  # again: the directory may have changed while converting
-    replace_directory(tmp, out)
+    replace_directory(tmp, out, discard_store)
 
 
 def _manifest(

@@ -10,7 +10,7 @@ import secrets
 import shutil
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import BinaryIO
@@ -128,9 +128,14 @@ def exchange(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
     raise OSError(code, os.strerror(code), os.fspath(b))
 
 
-def replace_directory(new: Path, out: Path) -> bool:
+def _remove_tree(directory: Path) -> None:
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def replace_directory(new: Path, out: Path, discard: Callable[[Path], None] = _remove_tree) -> bool:
     """Put the complete directory ``new`` at ``out`` (same parent directory) and remove what
-    was at ``out`` before.
+    was at ``out`` before (with ``discard``: by default the whole tree; a caller that must
+    leave foreign files alone passes its own).
 
     Where ``exchange`` works, a process opening ``out`` at any moment finds the old directory
     or the new one, never neither. Elsewhere (see ``exchange``) the old one is renamed aside
@@ -144,7 +149,7 @@ def replace_directory(new: Path, out: Path) -> bool:
         return True
     if exchange(new, out):
         fsync_dir(out.parent)
-        shutil.rmtree(new, ignore_errors=True)  # now the old directory
+        discard(new)  # now the old directory
         return True
     aside = out.with_name(f".{out.name}.old-{socket.gethostname()}-{os.getpid()}")
     os.rename(out, aside)
@@ -154,5 +159,5 @@ def replace_directory(new: Path, out: Path) -> bool:
         os.rename(aside, out)
         raise
     fsync_dir(out.parent)
-    shutil.rmtree(aside, ignore_errors=True)
+    discard(aside)
     return False

@@ -51,6 +51,7 @@ from tokentape.tokenize.job import (
     canonical_hash,
     clear_out,
     crashpoint,
+    discard_store,
     inspect_out,
     job_identity,
 )
@@ -220,7 +221,7 @@ def _run(job: _Job, out: Path, show_progress: bool) -> TokenizeSummary:
         shutil.rmtree(work_dir, ignore_errors=True)
         status = "already complete"
         if plan.replace:  # built by an interrupted run, not swapped in yet
-            replace_directory(build, Path(os.path.realpath(out)))
+            replace_directory(build, Path(os.path.realpath(out)), discard_store)
             status = "resumed"
         seconds = time.monotonic() - job.started
         return _summary(out, plan.manifest, status, len(units), seconds)
@@ -279,7 +280,7 @@ def _run(job: _Job, out: Path, show_progress: bool) -> TokenizeSummary:
         crashpoint("after-manifest")
         shutil.rmtree(work_dir, ignore_errors=True)
         if plan.replace:
-            replace_directory(build, Path(os.path.realpath(out)))
+            replace_directory(build, Path(os.path.realpath(out)), discard_store)
     except WorkerDied as exc:
         raise TokentapeError(
             f"{out}: {exc}; finished units are kept: run the same command again to resume"

@@ -274,18 +274,22 @@ def _check_ours(out: Path, what: str) -> list[str]:
 
 
 def _same_run(work: Path, resume_key: dict[str, Any]) -> bool:
+    if work.is_symlink():  # never resumed (nor written) through a link: cleared instead
+        return False
     try:
         return json.loads((work / JOB_FILE).read_text()) == resume_key
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return False
 
 
-def _discard_staging(staging: Path) -> None:
-    """Remove a staging directory left by an earlier run (ours only: store names)."""
-    if staging.is_dir() and not staging.is_symlink():
-        clear_out(staging)
+def discard_store(directory: Path) -> None:
+    """Remove a store directory that is no longer wanted (a staging directory left by an
+    earlier run, or the old store after a replacement): our files only (store names), then
+    the directory if that left it empty; anything else in it is left alone."""
+    if directory.is_dir() and not directory.is_symlink():
+        clear_out(directory)
         with suppress(OSError):  # not empty: someone else's files, left alone
-            staging.rmdir()
+            directory.rmdir()
 
 
 def inspect_out(
@@ -302,7 +306,7 @@ def inspect_out(
         raise TokentapeError(f"--out '{out}': exists and is not a directory")
     staging = staging_dir(out)
     if not out.exists():
-        _discard_staging(staging)
+        discard_store(staging)
         return OutPlan(OutState.FRESH, out)
     _check_ours(out, "--out")
     manifest_path = out / MANIFEST_NAME
@@ -313,7 +317,7 @@ def inspect_out(
         if manifest.job == job_hash:
             damage = store_damage(out, manifest, stored)
             if damage is None:
-                _discard_staging(staging)
+                discard_store(staging)
                 return OutPlan(OutState.COMPLETE, out, manifest)
             if not overwrite:
                 raise TokentapeError(
@@ -326,7 +330,7 @@ def inspect_out(
                 "pass --overwrite to replace it"
             )
         return _staged(staging, job_hash, resume_key, stored)
-    _discard_staging(staging)
+    discard_store(staging)
     job_path = out / WORK_DIR / JOB_FILE
     if job_path.exists():
         if _same_run(out / WORK_DIR, resume_key):
@@ -387,7 +391,7 @@ def clear_out(out: Path, keep: tuple[str, ...] = ()) -> None:
     for name in os.listdir(out):
         if is_store_file(name) and name not in keep:
             path = out / name
-            if path.is_dir():
+            if path.is_dir() and not path.is_symlink():  # a link is removed, never followed
                 shutil.rmtree(path)
             else:
                 path.unlink()

@@ -5,6 +5,7 @@ by a real lock, processes killed at each step of a replacement."""
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import signal
@@ -204,3 +205,51 @@ def test_a_link_at_the_work_directory_name_is_removed_never_followed(corpus, tmp
     assert done.returncode == 0, done.stderr
     assert os.listdir(elsewhere) == ["f"] and (elsewhere / "f").read_text() == "keep\n"
     assert (out / "manifest.json").is_file() and not (out / ".tokentape-work").exists()
+
+
+# --- verify reads only the store's own files, even while they are being swapped for links -----
+
+SWAPPER = """
+import os, sys, time
+bin_file, saved, outside, stop = sys.argv[1:5]
+tmp_file, tmp_link = bin_file + ".f", bin_file + ".l"
+while not os.path.exists(stop):
+    os.symlink(outside, tmp_link)
+    os.rename(tmp_link, bin_file)
+    os.link(saved, tmp_file)
+    os.rename(tmp_file, bin_file)
+"""
+
+
+def test_verify_never_reads_through_a_link_swapped_in_after_its_check(tmp_path):
+    """Another process swaps a shard file back and forth with a link to a file outside the
+    store (atomic renames) while ``verify`` runs again and again: no report ever shows the
+    outside file's size or hash (it was never read); each one is clean or names the link."""
+    from tokentape.audit.verify import check_store
+
+    store = tmp_path / "s"
+    assert main(["tokenize", str(small_input(tmp_path)), "--out", str(store), "--json"]) == 0
+    bin_file = store / "part-00000.bin"
+    saved = tmp_path / "saved.bin"
+    os.link(bin_file, saved)
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"\x07\x00" * 4321)  # another size and hash than the shard
+    stop = tmp_path / "stop"
+    swapper = subprocess.Popen(
+        [sys.executable, "-c", SWAPPER, str(bin_file), str(saved), str(outside), str(stop)]
+    )
+    outside_size = f"{outside.stat().st_size} bytes"
+    outside_hash = hashlib.sha256(outside.read_bytes()).hexdigest()
+    seen = 0
+    try:
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:
+            for problem in check_store(store).problems:
+                text = str(problem)
+                assert outside_size not in text and outside_hash not in text, text
+                seen += 1
+    finally:
+        stop.touch()
+        swapper.wait(timeout=30)
+    assert seen > 0  # the swapping was seen (as links, never read)
+    assert check_store(store).problems == ()

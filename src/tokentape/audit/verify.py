@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import hashlib
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -30,7 +31,7 @@ import numpy as np
 from tokentape.audit.verify_megatron import check_megatron, planned_bytes
 from tokentape.errors import TokentapeError
 from tokentape.report import fmt_bytes, fmt_int
-from tokentape.store.confine import inside_problem
+from tokentape.store.confine import inside_problem, open_directory, open_inside
 from tokentape.store.format import (
     MANIFEST_NAME,
     Manifest,
@@ -135,6 +136,8 @@ class _Store:
     label: str
     manifest: Manifest
     progress: Progress | None
+    dir_fd: int | None = None
+    """The store directory, opened once: every file is looked up in it."""
 
     @property
     def dtype(self) -> np.dtype:
@@ -142,6 +145,15 @@ class _Store:
 
     def file(self, name: str) -> str:
         return str(Path(self.label) / name)
+
+    def open(self, name: str) -> BinaryIO:
+        """The store's file ``name``, opened without following a link at its name (one put
+        there after the confinement check is refused, never read): ``TokentapeError``."""
+        return open(open_inside(self.directory, name, "store file", self.dir_fd), "rb")
+
+    def size(self, name: str) -> int:
+        """The size of the file ``name`` (``FileNotFoundError`` when missing)."""
+        return os.stat(name, dir_fd=self.dir_fd, follow_symlinks=False).st_size
 
     def tell_data(self, data: memoryview) -> None:
         if self.progress is not None:
@@ -151,10 +163,11 @@ class _Store:
 # --- manifest and targets --------------------------------------------------------------------
 
 
-def load_manifest(store: str | Path) -> tuple[Manifest, list[Problem]]:
-    """Parse ``STORE/manifest.json``. Totals that disagree with the shards are problems (the
-    sums are used from then on); a manifest that cannot be read at all is a ``TokentapeError``."""
-    text, path = read_manifest_text(store)
+def load_manifest(store: str | Path, dir_fd: int | None = None) -> tuple[Manifest, list[Problem]]:
+    """Parse ``STORE/manifest.json`` (looked up in ``dir_fd`` when given). Totals that disagree
+    with the shards are problems (the sums are used from then on); a manifest that cannot be
+    read at all is a ``TokentapeError``."""
+    text, path = read_manifest_text(store, dir_fd)
     problems: list[Problem] = []
     try:
         data = json.loads(text)
@@ -299,8 +312,24 @@ def check_store(
 ) -> StoreReport:
     """Verify one store (see the module docstring); ``label`` names it in problems."""
     started = time.monotonic()
-    manifest, problems = load_manifest(store)
-    ctx = _Store(Path(store), label or str(store), manifest, progress)
+    with contextlib.ExitStack() as held:
+        dir_fd = open_directory(Path(store))
+        held.callback(os.close, dir_fd)
+        return _check_store(store, quick, blocks, progress, label, plans, dir_fd, started)
+
+
+def _check_store(
+    store: str | Path,
+    quick: bool,
+    blocks: int,
+    progress: Progress | None,
+    label: str | None,
+    plans: Sequence[PlanRef],
+    dir_fd: int,
+    started: float,
+) -> StoreReport:
+    manifest, problems = load_manifest(store, dir_fd)
+    ctx = _Store(Path(store), label or str(store), manifest, progress, dir_fd)
     problems += _manifest_problems(ctx)
     problems += _plan_problems(manifest, plans)
     work = _Work()
@@ -312,6 +341,8 @@ def check_store(
             continue
         try:
             problems += _check_shard(ctx, shard, quick, blocks, work)
+        except TokentapeError as exc:  # a file replaced by a link (or a FIFO) meanwhile
+            problems.append(Problem(ctx.file(shard.name), "not read", _INSIDE, str(exc)))
         except OSError as exc:  # permissions, I/O errors: name the file, keep going
             where = ctx.file(Path(exc.filename).name if exc.filename else shard.name)
             problems.append(Problem(where, "unreadable", "a readable file", str(exc.strerror)))
@@ -403,7 +434,7 @@ def _confinement_problems(ctx: _Store, i: int, shard: ShardInfo) -> list[Problem
 
 
 def _outside(ctx: _Store, name: str) -> Problem | None:
-    found = inside_problem(ctx.directory, name)
+    found = inside_problem(ctx.directory, name, ctx.dir_fd)
     if found is None:
         return None
     found = found.removeprefix("is ")
@@ -454,7 +485,7 @@ def _check_shard(
     where = ctx.file(shard.bin_file)
     expected = shard.n_tokens * ctx.dtype.itemsize
     try:
-        size = (ctx.directory / shard.bin_file).stat().st_size
+        size = ctx.size(shard.bin_file)
     except FileNotFoundError:
         return [*problems, Problem(where, "missing", f"{expected} bytes", "no file")]
     if size != expected:
@@ -469,30 +500,51 @@ def _check_shard(
     return problems
 
 
-def _sha256_file(path: Path) -> str:
+def _sha256_file(f: BinaryIO) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK_BYTES):
-            h.update(chunk)
+    while chunk := f.read(CHUNK_BYTES):
+        h.update(chunk)
     return h.hexdigest()
+
+
+def _map_npy(f: BinaryIO) -> np.ndarray:
+    """The array in the open ``.npy`` file ``f``, memory-mapped; never unpickled."""
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+    elif version == (2, 0):
+        shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+    else:
+        raise ValueError(f"unsupported .npy version {version[0]}.{version[1]}")
+    if dtype.hasobject:
+        raise ValueError("an array of Python objects (never unpickled)")
+    if 0 in shape:
+        return np.zeros(shape, dtype=dtype)
+    order = "F" if fortran else "C"
+    return np.memmap(f, dtype=dtype, mode="r", offset=f.tell(), shape=shape, order=order)
 
 
 def _check_index(ctx: _Store, shard: ShardInfo) -> tuple[np.ndarray | None, list[Problem]]:
     """Hash, size and structure of the ``.idx.npy``; the starts (memory-mapped) if sound."""
-    path, where = ctx.directory / shard.idx_file, ctx.file(shard.idx_file)
+    where = ctx.file(shard.idx_file)
     try:
-        size = path.stat().st_size
+        size = ctx.size(shard.idx_file)
     except FileNotFoundError:
         return None, [Problem(where, "missing", f"{shard.idx_bytes} bytes", "no file")]
     problems = []
     if size != shard.idx_bytes:
         problems.append(Problem(where, "size", f"{shard.idx_bytes} bytes", f"{size} bytes"))
-    digest = _sha256_file(path)
+    with ctx.open(shard.idx_file) as f:
+        digest = _sha256_file(f)
+        f.seek(0)
+        try:
+            idx = _map_npy(f)
+        except (OSError, *NPY_ERRORS) as exc:
+            idx = exc
     if digest != shard.idx_sha256:
         problems.append(Problem(where, "sha256 mismatch", shard.idx_sha256, digest))
-    try:
-        idx = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (OSError, *NPY_ERRORS) as exc:
+    if isinstance(idx, BaseException):
+        exc = idx
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return None, [*problems, Problem(where, "unreadable", "a .npy array", reason)]
     structure = _index_problems(idx, shard, where)
@@ -595,7 +647,7 @@ def _hash_whole(ctx: _Store, shard: ShardInfo, _blocks: int, work: _Work) -> lis
     whole, scan = hashlib.sha256(), _RangeScan(ctx.dtype, ctx.manifest.vocab_size)
     found: list[tuple[int, str]] = []
     buf = bytearray(min(CHUNK_BYTES, bb))
-    with open(ctx.directory / shard.bin_file, "rb") as f:
+    with ctx.open(shard.bin_file) as f:
         got = bb
         while got == bb:
             block = hashlib.sha256()
@@ -619,7 +671,7 @@ def _hash_chosen(ctx: _Store, shard: ShardInfo, blocks: int, work: _Work) -> lis
     found: list[tuple[int, str]] = []
     problems: list[Problem] = []
     buf = bytearray(min(CHUNK_BYTES, bb))
-    with open(ctx.directory / shard.bin_file, "rb") as f:
+    with ctx.open(shard.bin_file) as f:
         for i in chosen:
             f.seek(i * bb)
             block = hashlib.sha256()
@@ -650,7 +702,8 @@ def _check_eod(ctx: _Store, shard: ShardInfo, idx: np.ndarray, size: int) -> lis
     n = min(shard.n_tokens, size // ctx.dtype.itemsize)
     if n == 0 or len(idx) == 0:
         return []
-    tokens = np.memmap(ctx.directory / shard.bin_file, dtype=ctx.dtype, mode="r", shape=(n,))
+    with ctx.open(shard.bin_file) as f:
+        tokens = np.memmap(f, dtype=ctx.dtype, mode="r", shape=(n,))
     eod, missing, first = ctx.manifest.eod_id, 0, ""
     for lo in range(0, len(idx), INDEX_CHUNK):
         nxt = np.asarray(idx[lo + 1 : lo + INDEX_CHUNK + 1])

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_tokenize import make_documents, write_jsonl
+from test_tokenize import make_documents, tree_bytes, write_jsonl
 
 from tokentape.cli import main
 from tokentape.store.lock import OutputLocked, lock_path, output_lock
@@ -253,3 +253,35 @@ def test_verify_never_reads_through_a_link_swapped_in_after_its_check(tmp_path):
         swapper.wait(timeout=30)
     assert seen > 0  # the swapping was seen (as links, never read)
     assert check_store(store).problems == ()
+
+
+@pytest.mark.parametrize("crash_at", ["after-manifest", "after-unit"])
+def test_a_replacement_killed_after_the_old_store_went_aside_resumes_from_the_sibling(
+    crash_at, corpus, tmp_path
+):
+    """Where names cannot be exchanged, ``--overwrite`` renames the old store aside, then the
+    new one in. Killed between the two (here: killed with the new store finished, or half
+    built, in the hidden sibling, and the old store then renamed aside as that first rename
+    does), the rerun finds no ``--out`` but the sibling: it resumes there (units reused) and
+    moves the result in, instead of throwing it away and starting over."""
+    out = tmp_path / "s"
+    subprocess.run(tokenize_argv(corpus, out, "--filter", "min-tokens:3"), check=True)
+    killed = subprocess.run(
+        tokenize_argv(corpus, out, "--overwrite", "--workers", "1"),
+        env={**os.environ, "TOKENTAPE_CRASH_AT": crash_at},
+        capture_output=True,
+    )
+    assert killed.returncode == -signal.SIGKILL
+    staging = tmp_path / ".s.tokentape-next"
+    assert staging.is_dir()
+    out.rename(tmp_path / f".s.old-{socket.gethostname()}-12345")  # the fallback's first step
+    done = subprocess.run(
+        [*tokenize_argv(corpus, out, "--overwrite"), "--json"], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["status"] == "resumed" and summary["units_reused"] > 0, summary
+    assert not staging.exists()
+    reference = tmp_path / "reference"
+    subprocess.run(tokenize_argv(corpus, reference), check=True)
+    assert tree_bytes(out) == tree_bytes(reference)

@@ -273,6 +273,16 @@ def _check_ours(out: Path, what: str) -> list[str]:
     return names
 
 
+def _ours_only(directory: Path) -> bool:
+    """Whether ``directory`` is a directory (not a link) holding only names a store holds."""
+    if directory.is_symlink() or not directory.is_dir():
+        return False
+    try:
+        return all(is_store_file(name) for name in os.listdir(directory))
+    except OSError:
+        return False
+
+
 def _same_run(work: Path, resume_key: dict[str, Any]) -> bool:
     if work.is_symlink():  # never resumed (nor written) through a link: cleared instead
         return False
@@ -306,6 +316,10 @@ def inspect_out(
         raise TokentapeError(f"--out '{out}': exists and is not a directory")
     staging = staging_dir(out)
     if not out.exists():
+        if _ours_only(staging):  # an interrupted replacement whose old store is gone
+            plan = _staged(staging, job_hash, resume_key, stored)
+            if plan.state is not OutState.FRESH:
+                return plan
         discard_store(staging)
         return OutPlan(OutState.FRESH, out)
     _check_ours(out, "--out")

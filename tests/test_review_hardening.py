@@ -285,3 +285,42 @@ def test_a_replacement_killed_after_the_old_store_went_aside_resumes_from_the_si
     reference = tmp_path / "reference"
     subprocess.run(tokenize_argv(corpus, reference), check=True)
     assert tree_bytes(out) == tree_bytes(reference)
+
+
+def test_convert_from_never_records_the_hash_of_an_index_swapped_in_meanwhile(corpus, tmp_path):
+    """``convert --from megatron`` hashes the source ``.idx`` after converting. Another
+    ``.idx`` renamed onto the prefix meanwhile (the convert paused with SIGSTOP) is refused;
+    the store never records a hash of an index its documents did not come from."""
+    small = tmp_path / "small"
+    assert main(["tokenize", str(small_input(tmp_path)), "--out", str(small)]) == 0
+    assert main(["convert", "--to", "megatron", str(small), str(tmp_path / "q" / "b")]) == 0
+    store = tmp_path / "s"
+    subprocess.run(tokenize_argv(corpus, store), check=True)
+    prefix = tmp_path / "p" / "a"
+    assert main(["convert", "--to", "megatron", str(store), str(prefix)]) == 0
+    idx = prefix.with_suffix(".idx")
+    original = hashlib.sha256(idx.read_bytes()).hexdigest()
+    other = tmp_path / "q" / "b.idx"
+    out = tmp_path / "conv"
+    argv = [sys.executable, "-m", "tokentape.cli", "convert", "--from", "megatron", str(prefix)]
+    argv += [str(out), "--vocab-size", "257", "--eod-id", "256", "--shard-mb", "0.01", "--json"]
+    converting = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while converting.poll() is None and time.monotonic() < deadline:
+        if any(n.startswith(".conv.tokentape-convert-") for n in os.listdir(tmp_path)):
+            break
+        time.sleep(0.0005)
+    os.kill(converting.pid, signal.SIGSTOP)
+    swap = idx.with_name(".a.idx.swap")
+    swap.write_bytes(other.read_bytes())
+    os.replace(swap, idx)
+    os.kill(converting.pid, signal.SIGCONT)
+    _, stderr = converting.communicate(timeout=120)
+    if converting.returncode == 0:  # it had hashed the index before the pause: the right one
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert manifest["inputs"]["idx_sha256"] == original
+    else:
+        assert converting.returncode == 2, stderr
+        assert len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr, stderr
+        assert "changed while it was being converted" in stderr, stderr
+        assert not out.exists()

@@ -463,7 +463,7 @@ def from_megatron(config: FromMegatron, show_progress: bool = True) -> ConvertSu
             n_tokens = sum(s.n_tokens for s in shards)
             if n_tokens == 0:
                 raise TokentapeError(f"Megatron prefix '{config.prefix}': holds no tokens")
-            idx_sha = _sha256_file(megatron.idx_path(config.prefix))
+            idx_sha = _index_sha256(src, config.prefix)
             stored = src.tokenizer.stored_file()
             if stored is not None:
                 write_atomic(tmp / stored[0], stored[1])
@@ -491,12 +491,24 @@ def from_megatron(config: FromMegatron, show_progress: bool = True) -> ConvertSu
     )
 
 
-def _sha256_file(path: Path, chunk_bytes: int = 8 * 2**20) -> str:
-    """sha256 of a file, read a chunk at a time."""
+def _index_sha256(src: MegatronSource, prefix: str, chunk_bytes: int = 8 * 2**20) -> str:
+    """sha256 of the ``.idx`` the conversion read, a chunk at a time. The file is opened by
+    name again: if it is no longer the one the source opened (replaced or rewritten since,
+    as its size, mtime and ctime show), the conversion is refused rather than record the
+    hash of another index."""
+    path = megatron.idx_path(prefix)
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
+    with megatron.open_for_reading(path) as f:
+        before = megatron.FileKey.of(os.fstat(f.fileno()))
         while chunk := f.read(chunk_bytes):
             digest.update(chunk)
+        after = megatron.FileKey.of(os.fstat(f.fileno()))
+    read = src.index.keys.idx if src.index.keys is not None else before
+    if not before == after == read:
+        raise TokentapeError(
+            f"'{path}': changed while it was being converted; nothing was written, run the "
+            "command again"
+        )
     return digest.hexdigest()
 
 

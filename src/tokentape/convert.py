@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -497,11 +497,9 @@ def _index_sha256(src: MegatronSource, prefix: str, chunk_bytes: int = 8 * 2**20
     as its size, mtime and ctime show), the conversion is refused rather than record the
     hash of another index."""
     path = megatron.idx_path(prefix)
-    digest = hashlib.sha256()
     with megatron.open_for_reading(path) as f:
         before = megatron.FileKey.of(os.fstat(f.fileno()))
-        while chunk := f.read(chunk_bytes):
-            digest.update(chunk)
+        digest = _sha256_stream(f, chunk_bytes)
         after = megatron.FileKey.of(os.fstat(f.fileno()))
     read = src.index.keys.idx if src.index.keys is not None else before
     if not before == after == read:
@@ -509,6 +507,19 @@ def _index_sha256(src: MegatronSource, prefix: str, chunk_bytes: int = 8 * 2**20
             f"'{path}': changed while it was being converted; nothing was written, run the "
             "command again"
         )
+    return digest
+
+
+def _sha256_file(path: Path, chunk_bytes: int = 8 * 2**20) -> str:
+    """sha256 of a file, read a chunk at a time."""
+    with open(path, "rb") as f:
+        return _sha256_stream(f, chunk_bytes)
+
+
+def _sha256_stream(f: BinaryIO, chunk_bytes: int) -> str:
+    digest = hashlib.sha256()
+    while chunk := f.read(chunk_bytes):
+        digest.update(chunk)
     return digest.hexdigest()
 
 

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from test_tokenize import make_documents, tree_bytes, write_jsonl
 
 from tokentape.cli import main
+from tokentape.errors import TokentapeError
 from tokentape.store.lock import OutputLocked, lock_path, output_lock
 
 
@@ -324,3 +325,21 @@ def test_convert_from_never_records_the_hash_of_an_index_swapped_in_meanwhile(co
         assert len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr, stderr
         assert "changed while it was being converted" in stderr, stderr
         assert not out.exists()
+
+
+def test_reloading_a_stores_tokenizer_by_path_never_follows_a_link(hf_tokenizer_json, tmp_path):
+    """``tokenizer_from_manifest`` without the copy's bytes reads ``tokenizer.json`` from the
+    store itself: a link there (even to an identical file outside) is refused, not read."""
+    from tokentape.store.format import read_manifest
+    from tokentape.tokenize.tokenizers import tokenizer_from_manifest
+
+    store = tmp_path / "s"
+    argv = ["tokenize", str(small_input(tmp_path)), "--out", str(store)]
+    assert main([*argv, "--tokenizer", str(hf_tokenizer_json)]) == 0
+    info = read_manifest(store).tokenizer
+    assert tokenizer_from_manifest(info, store).vocab_size > 0  # the store's own copy
+    outside = tmp_path / "outside.json"
+    os.replace(store / "tokenizer.json", outside)
+    (store / "tokenizer.json").symlink_to(outside)
+    with pytest.raises(TokentapeError, match=r"tokenizer\.json: tokenizer copy is a symbolic"):
+        tokenizer_from_manifest(info, store)

@@ -35,6 +35,7 @@ import tiktoken
 import tokenizers
 
 from tokentape.errors import TokentapeError
+from tokentape.store.confine import open_inside
 
 GPT2_SPLIT_PATTERN = (
     r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -615,8 +616,9 @@ def tokenizer_from_manifest(
                 f"{where}: field tokenizer.file is {name!r}; expected {expected_name!r}"
             )
         path = store_dir / name
-        if data is None:
-            data = _read_file(path, f"the tokenizer copy named in {where}")
+        if data is None:  # the store's own file: never through a link (store.confine)
+            with open(open_inside(store_dir, name, "tokenizer copy"), "rb") as f:
+                data = f.read()
         _check_copy(data, kind, info, where)
         if kind == "hf":
             tok = HFTokenizer.from_bytes(data, path, spec, info["eod_token"])

@@ -616,6 +616,8 @@ def tokenizer_from_manifest(
                 f"{where}: field tokenizer.file is {name!r}; expected {expected_name!r}"
             )
         path = store_dir / name
+        if data is None and not os.path.lexists(path):
+            data = _read_file(path, f"the tokenizer copy named in {where}")  # says: not found
         if data is None:  # the store's own file: never through a link (store.confine)
             with open(open_inside(store_dir, name, "tokenizer copy"), "rb") as f:
                 data = f.read()

@@ -343,3 +343,17 @@ def test_reloading_a_stores_tokenizer_by_path_never_follows_a_link(hf_tokenizer_
     (store / "tokenizer.json").symlink_to(outside)
     with pytest.raises(TokentapeError, match=r"tokenizer\.json: tokenizer copy is a symbolic"):
         tokenizer_from_manifest(info, store)
+
+
+def test_a_directory_at_the_sidecar_name_is_refused_before_the_prefix_is_written(tmp_path, capsys):
+    store = tmp_path / "s"
+    assert main(["tokenize", str(small_input(tmp_path)), "--out", str(store)]) == 0
+    capsys.readouterr()
+    prefix = tmp_path / "m" / "x"
+    prefix.parent.mkdir()
+    planted = prefix.parent / "x.tokentape.json"
+    planted.mkdir()
+    assert main(["convert", "--to", "megatron", str(store), str(prefix)]) == 2
+    line = one_line_error(capsys)
+    assert str(planted) in line and "sidecar" in line, line
+    assert sorted(os.listdir(prefix.parent)) == ["x.tokentape.json"]  # nothing written

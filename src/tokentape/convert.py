@@ -143,6 +143,7 @@ def to_megatron(
     out = Path(prefix)
     with _output_errors(megatron.bin_path(out)), output_lock(out, "convert"):
         _check_prefix_out(out, overwrite)
+        _check_sidecar_names(out)
         _remove_stale_temps(out)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = _temp_path(out, TEMP_NEW)
@@ -182,6 +183,16 @@ def to_megatron(
         seconds=time.monotonic() - started,
         content_hash=identity.content_hash,
     )
+
+
+def _check_sidecar_names(out: Path) -> None:
+    """Refuse, before anything is written, a directory where the output's sidecar goes (beside
+    it or in the cache): it could not be replaced once the prefix is in place."""
+    for path in sidecar_paths(out):
+        if path.is_dir() and not path.is_symlink():
+            raise TokentapeError(
+                f"'{path}': a directory where the sidecar of '{out}' goes; remove it"
+            )
 
 
 def _check_prefix_out(out: Path, overwrite: bool) -> None:

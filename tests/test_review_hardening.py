@@ -357,3 +357,12 @@ def test_a_directory_at_the_sidecar_name_is_refused_before_the_prefix_is_written
     line = one_line_error(capsys)
     assert str(planted) in line and "sidecar" in line, line
     assert sorted(os.listdir(prefix.parent)) == ["x.tokentape.json"]  # nothing written
+
+
+def test_an_out_that_is_a_dangling_link_is_one_line_naming_it(tmp_path, capsys):
+    out = tmp_path / "dl"
+    out.symlink_to("absent")
+    assert main(["tokenize", str(small_input(tmp_path)), "--out", str(out)]) == 2
+    line = one_line_error(capsys)
+    assert "a symbolic link to 'absent', which does not exist" in line, line
+    assert out.is_symlink() and not (tmp_path / "absent").exists()

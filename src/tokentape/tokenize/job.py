@@ -314,6 +314,11 @@ def inspect_out(
     tokenizer copy this job writes (checked in a complete store)."""
     if out.exists() and not out.is_dir():
         raise TokentapeError(f"--out '{out}': exists and is not a directory")
+    if out.is_symlink() and not out.exists():
+        raise TokentapeError(
+            f"--out '{out}': a symbolic link to {os.readlink(out)!r}, which does not exist; "
+            "create that directory or remove the link"
+        )
     staging = staging_dir(out)
     if not out.exists():
         if _ours_only(staging):  # an interrupted replacement whose old store is gone

@@ -366,3 +366,35 @@ def test_an_out_that_is_a_dangling_link_is_one_line_naming_it(tmp_path, capsys):
     line = one_line_error(capsys)
     assert "a symbolic link to 'absent', which does not exist" in line, line
     assert out.is_symlink() and not (tmp_path / "absent").exists()
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda m: m["inputs"].pop("units"),
+        lambda m: m["inputs"].update(units="x"),
+        lambda m: m["filters"].update(docs_in="x"),
+        lambda m: m["filters"].update(text_bytes=-1),
+        lambda m: m["filters"].update(dropped_docs=5),
+        lambda m: m["filters"].update(dropped_tokens={"min-tokens": "\n" * 9}),
+        lambda m: m["filters"].pop("dropped_docs"),
+    ],
+    ids=["no-units", "units-text", "docs-in-text", "negative", "not-object", "odd", "missing"],
+)
+def test_a_rerun_on_a_store_whose_summary_fields_were_edited_is_one_line(edit, tmp_path, capsys):
+    """A rerun of a finished job reports counts from its manifest; fields of the wrong kind
+    (hand-edited, the job hash kept) were tracebacks (KeyError, AttributeError, ValueError)."""
+    data = small_input(tmp_path)
+    out = tmp_path / "s"
+    assert main(["tokenize", str(data), "--out", str(out)]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    edit(manifest)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    for extra in ([], ["--json"]):
+        assert main(["tokenize", str(data), "--out", str(out), *extra]) == 2
+        line = one_line_error(capsys)
+        assert "damaged (manifest.json field " in line and "--overwrite" in line, line
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert main(["tokenize", str(data), "--out", str(out), "--overwrite"]) == 0

@@ -236,7 +236,12 @@ def store_damage(
 ) -> str | None:
     """What is wrong with a store whose manifest is complete, or None: every shard file the
     manifest names must be a regular file of the size it records, and the tokenizer copy must
-    be the tokenizer's exact bytes. (Cheap checks, no hashing: ``tokentape verify`` rehashes.)"""
+    be the tokenizer's exact bytes. (Cheap checks, no hashing: ``tokentape verify`` rehashes.)
+    The counts a rerun reports from the manifest (``filters``, ``inputs.units``) must be of the
+    kinds the writer puts there."""
+    problem = _summary_problem(manifest)
+    if problem is not None:
+        return problem
     itemsize = numpy_dtype(manifest.dtype).itemsize
     for shard in manifest.shards:
         for name, size in (
@@ -259,6 +264,28 @@ def store_damage(
             return f"the tokenizer copy {name} is missing"
         if found != data:
             return f"the tokenizer copy {name} differs from the tokenizer"
+    return None
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _summary_problem(manifest: Manifest) -> str | None:
+    """What is wrong with the manifest fields a rerun's summary shows, or None."""
+    fields = {"inputs.units": manifest.inputs.get("units")}
+    for key in ("docs_in", "text_bytes", "dropped_docs", "dropped_tokens"):
+        fields[f"filters.{key}"] = manifest.filters.get(key)
+    for name, value in fields.items():
+        if name.startswith("filters.dropped_"):
+            ok = isinstance(value, dict) and all(
+                isinstance(k, str) and _count(v) for k, v in value.items()
+            )
+            expected = "an object of counts"
+        else:
+            ok, expected = _count(value), "a count"
+        if not ok:
+            return f"{MANIFEST_NAME} field {name} is {value!r:.60}, expected {expected}"
     return None
 
 

@@ -398,3 +398,26 @@ def test_a_rerun_on_a_store_whose_summary_fields_were_edited_is_one_line(edit, t
         assert "damaged (manifest.json field " in line and "--overwrite" in line, line
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     assert main(["tokenize", str(data), "--out", str(out), "--overwrite"]) == 0
+
+
+def test_every_spelling_of_an_output_takes_the_same_lock(tmp_path, capsys, monkeypatch):
+    """A tokenize or a convert --from naming the locked output another way (relative, with
+    ``./``, a trailing slash, ``..``, through a linked parent or a link to it) is refused."""
+    monkeypatch.chdir(tmp_path)
+    data = small_input(tmp_path)
+    store = tmp_path / "src"
+    assert main(["tokenize", str(data), "--out", str(store)]) == 0
+    assert main(["convert", "--to", "megatron", str(store), str(tmp_path / "m" / "p")]) == 0
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "linked").symlink_to(tmp_path)
+    (tmp_path / "link-to-s").symlink_to("s")
+    capsys.readouterr()
+    spellings = ["s", "./s", "s/", "sub/../s", str(tmp_path / "s"), "linked/s", "link-to-s"]
+    with output_lock(tmp_path / "s", "tokenize"):
+        for out in spellings:
+            assert main(["tokenize", str(data), "--out", out]) == 2, out
+            assert "is being written by tokentape tokenize" in one_line_error(capsys)
+            convert = ["convert", "--from", "megatron", "m/p", out, "--vocab-size", "257"]
+            assert main([*convert, "--eod-id", "256"]) == 2, out
+            assert "is being written by tokentape tokenize" in one_line_error(capsys)
+    assert not (tmp_path / "s").exists()

@@ -421,3 +421,23 @@ def test_every_spelling_of_an_output_takes_the_same_lock(tmp_path, capsys, monke
             assert main([*convert, "--eod-id", "256"]) == 2, out
             assert "is being written by tokentape tokenize" in one_line_error(capsys)
     assert not (tmp_path / "s").exists()
+
+
+def work_files(work: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_mtime_ns for p in work.iterdir()} if work.exists() else {}
+
+
+def test_a_killed_runs_helper_writes_nothing_after_the_run_died(corpus, tmp_path):
+    """The run is SIGKILLed after its first unit while its helper process is tokenizing
+    others. The helper must die with it: a rerun with other settings clears the work directory
+    and starts again, and a helper still writing there broke it ('No such file or directory'
+    of a temporary name, 'Directory not empty') or could slip a unit of the old settings in."""
+    out = tmp_path / "s"
+    argv = [*tokenize_argv(corpus, out), "--workers", "2"]
+    killed = subprocess.run(argv, env={**os.environ, "TOKENTAPE_CRASH_AT": "after-unit"})
+    assert killed.returncode == -signal.SIGKILL
+    work = out / ".tokentape-work"
+    time.sleep(0.05)
+    before = work_files(work)
+    time.sleep(1.5)
+    assert work_files(work) == before

@@ -7,11 +7,14 @@ unit is handed out twice. A unit's output depends only on the unit, never on who
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from multiprocessing import get_context
 from multiprocessing.sharedctypes import Synchronized
@@ -95,11 +98,28 @@ def _let_a_helper_claim_first(next_unit: Synchronized, timeout: float = 60.0) ->
         time.sleep(0.01)
 
 
+PR_SET_PDEATHSIG = 1
+"""Linux ``prctl`` option: the signal this process gets when its parent dies."""
+
+
 def _exit_when_orphaned(parent: int) -> None:
     while True:
         time.sleep(0.5)
         if os.getppid() != parent:
             os._exit(1)
+
+
+def _die_with_parent(parent: int) -> None:
+    """End this helper as soon as the run that started it dies (``kill -9``, out of memory), so
+    that it never writes into a work directory that a rerun has meanwhile taken over (a rerun
+    with other settings clears it and starts again). On Linux the kernel kills it at once
+    (``PR_SET_PDEATHSIG``); elsewhere a thread checks twice a second."""
+    if sys.platform.startswith("linux"):
+        with suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # it died before the above took effect
+        os._exit(1)
+    threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
 
 
 def _helper_main(
@@ -110,7 +130,7 @@ def _helper_main(
     errors: Any,
     parent: int,
 ) -> None:
-    threading.Thread(target=_exit_when_orphaned, args=(parent,), daemon=True).start()
+    _die_with_parent(parent)
     os.environ.update(SINGLE_THREAD_ENV)
     try:
         tokenizer = load_tokenizer(job.tokenizer_spec, job.eod_token)

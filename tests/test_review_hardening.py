@@ -23,6 +23,7 @@ from test_tokenize import make_documents, tree_bytes, write_jsonl
 from tokentape.cli import main
 from tokentape.errors import TokentapeError
 from tokentape.store.lock import OutputLocked, lock_path, output_lock
+from tokentape.store.open import open_store
 
 
 def one_line_error(capsys) -> str:
@@ -441,3 +442,44 @@ def test_a_killed_runs_helper_writes_nothing_after_the_run_died(corpus, tmp_path
     before = work_files(work)
     time.sleep(1.5)
     assert work_files(work) == before
+
+
+@pytest.mark.parametrize(
+    ("crash_at", "whole"), [("prefix-idx-aside", "old"), ("prefix-bin-in", "new")]
+)
+def test_a_prefix_install_killed_between_its_renames_is_made_whole_by_the_next_convert(
+    crash_at, whole, corpus, tmp_path
+):
+    """``convert --to megatron --overwrite`` puts the new pair in with three renames (the old
+    ``.idx`` aside, the new ``.bin`` in, the new ``.idx`` in). Killed between them, the prefix
+    had no ``.idx``: every later convert to it was refused ('exists without a Megatron index
+    ... remove it yourself') and the old index stayed under a hidden name. The next convert
+    puts back the pair the ``.bin`` in place belongs to, then does its own work."""
+    small, big = tmp_path / "small", tmp_path / "big"
+    assert main(["tokenize", str(small_input(tmp_path)), "--out", str(small)]) == 0
+    subprocess.run(tokenize_argv(corpus, big), check=True)
+    prefix = tmp_path / "m" / "p"
+    assert main(["convert", "--to", "megatron", str(small), str(prefix)]) == 0
+
+    def pair() -> tuple[bytes, bytes]:
+        return prefix.with_suffix(".bin").read_bytes(), prefix.with_suffix(".idx").read_bytes()
+
+    old = pair()
+    argv = [sys.executable, "-m", "tokentape.cli", "convert", "--to", "megatron", str(big)]
+    killed = subprocess.run(
+        [*argv, str(prefix), "--overwrite"],
+        env={**os.environ, "TOKENTAPE_CRASH_AT": crash_at},
+        capture_output=True,
+    )
+    assert killed.returncode == -signal.SIGKILL
+    assert not prefix.with_suffix(".idx").exists()
+    again = subprocess.run([*argv, str(prefix)], capture_output=True, text=True)
+    assert again.returncode == 2 and "exists; pass --overwrite" in again.stderr, again.stderr
+    if whole == "old":
+        assert pair() == old
+    else:
+        assert pair() != old and open_store(prefix, vocab_size=257, eod_id=256).n_docs > 0
+    assert [n for n in os.listdir(prefix.parent) if ".tokentape-" in n and "-old-" in n] == []
+    done = subprocess.run([*argv, str(prefix), "--overwrite"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert sorted(os.listdir(prefix.parent)) == ["p.bin", "p.idx", "p.tokentape.json"]

@@ -52,6 +52,7 @@ from tokentape.tokenize.job import (
     check_mb,
     check_path,
     check_text,
+    crashpoint,
     discard_store,
     is_store_file,
 )
@@ -142,6 +143,7 @@ def to_megatron(
         )
     out = Path(prefix)
     with _output_errors(megatron.bin_path(out)), output_lock(out, "convert"):
+        _finish_install(out)
         _check_prefix_out(out, overwrite)
         _check_sidecar_names(out)
         _remove_stale_temps(out)
@@ -183,6 +185,47 @@ def to_megatron(
         seconds=time.monotonic() - started,
         content_hash=identity.content_hash,
     )
+
+
+def _finish_install(out: Path) -> None:
+    """Make whole a prefix whose install (``_install_prefix``) a convert on this host did not
+    finish (killed between its renames): no ``OUT.idx``, and that dead convert's old index
+    aside and/or its new files under temporary names. If its new ``.bin`` is still under its
+    temporary name, the ``.bin`` in place is the old one: the old index goes back. Otherwise
+    the new ``.bin`` is in place: its new index follows it. Either only if that index
+    describes the ``.bin`` in place (its size); anything else is left alone."""
+    idx_file = megatron.idx_path(out)
+    if os.name != "posix" or os.path.lexists(idx_file) or not out.parent.is_dir():
+        return
+    name_re = re.escape(f".{out.name}.tokentape-")
+    stem = rf"{name_re}(convert|old)-{re.escape(_host())}-(\d+)-[0-9a-f]{{8}}"
+    found: dict[int, dict[str, str]] = {}
+    for name in os.listdir(out.parent):
+        match = re.fullmatch(stem + r"\.(bin|idx)", name)
+        if match is not None:
+            kind = "old" if match.group(1) == TEMP_OLD else f"new {match.group(3)}"
+            found.setdefault(int(match.group(2)), {})[kind] = name
+    bin_file = megatron.bin_path(out)
+    for pid, names in sorted(found.items()):
+        if _running(pid):
+            continue
+        in_place = "new idx" if "new bin" not in names else "old"  # the .bin's own index
+        index = out.parent / names.get(in_place, "")
+        if in_place not in names or not _describes(index, bin_file):
+            continue
+        os.rename(index, idx_file)
+        if "old" in names and in_place != "old":
+            (out.parent / names["old"]).unlink(missing_ok=True)
+        fsync_dir(out.parent)
+        return
+
+
+def _describes(idx_file: Path, bin_file: Path) -> bool:
+    """Whether the Megatron index ``idx_file`` describes the ``.bin`` ``bin_file`` (its size)."""
+    try:
+        return bin_file.is_file() and _implied_bin_bytes(idx_file, "") == bin_file.stat().st_size
+    except (TokentapeError, OSError, ValueError):
+        return False
 
 
 def _check_sidecar_names(out: Path) -> None:
@@ -264,7 +307,9 @@ def _install_prefix(tmp: Path, out: Path, overwrite: bool) -> None:
     try:
         if os.path.lexists(idx_file):
             os.rename(idx_file, aside)
+        crashpoint("prefix-idx-aside")
         os.replace(new_bin, bin_file)
+        crashpoint("prefix-bin-in")
         os.replace(new_idx, idx_file)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -483,3 +483,24 @@ def test_a_prefix_install_killed_between_its_renames_is_made_whole_by_the_next_c
     done = subprocess.run([*argv, str(prefix), "--overwrite"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert sorted(os.listdir(prefix.parent)) == ["p.bin", "p.idx", "p.tokentape.json"]
+
+
+def test_a_rerun_never_calls_complete_a_store_whose_tokenizer_copy_is_a_link(
+    hf_tokenizer_json, tmp_path, capsys
+):
+    """The tokenizer copy replaced by a link to an identical file outside: opening the store
+    refuses it, so a rerun must not say 'already complete' (it read through the link)."""
+    data, out = small_input(tmp_path), tmp_path / "s"
+    argv = ["tokenize", str(data), "--out", str(out), "--tokenizer", str(hf_tokenizer_json)]
+    assert main(argv) == 0
+    outside = tmp_path / "outside.json"
+    os.replace(out / "tokenizer.json", outside)
+    (out / "tokenizer.json").symlink_to(outside)
+    with pytest.raises(TokentapeError, match="symbolic link"):
+        open_store(out)
+    capsys.readouterr()
+    assert main(argv) == 2
+    line = one_line_error(capsys)
+    assert "damaged" in line and "symbolic link" in line and "--overwrite" in line, line
+    assert main([*argv, "--overwrite"]) == 0
+    assert open_store(out).n_docs == 50

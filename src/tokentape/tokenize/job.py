@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tokentape.errors import ArgumentError, TokentapeError
+from tokentape.store.confine import open_inside
 from tokentape.store.format import (
     FORMAT_VERSION,
     MANIFEST_NAME,
@@ -259,9 +260,10 @@ def store_damage(
     if stored is not None:
         name, data = stored
         try:
-            found = (directory / name).read_bytes()
-        except FileNotFoundError:
-            return f"the tokenizer copy {name} is missing"
+            with open(open_inside(directory, name, "tokenizer copy"), "rb") as f:
+                found = f.read()
+        except TokentapeError as exc:  # missing, a link (never followed), not a regular file
+            return str(exc)
         if found != data:
             return f"the tokenizer copy {name} differs from the tokenizer"
     return None

@@ -504,3 +504,20 @@ def test_a_rerun_never_calls_complete_a_store_whose_tokenizer_copy_is_a_link(
     assert "damaged" in line and "symbolic link" in line and "--overwrite" in line, line
     assert main([*argv, "--overwrite"]) == 0
     assert open_store(out).n_docs == 50
+
+
+@pytest.mark.parametrize("target", ["copy", "absent"])
+def test_a_rerun_never_calls_complete_a_store_whose_manifest_is_a_link(target, tmp_path, capsys):
+    data, out = small_input(tmp_path), tmp_path / "s"
+    argv = ["tokenize", str(data), "--out", str(out)]
+    assert main(argv) == 0
+    outside = tmp_path / "manifest-copy.json"
+    os.replace(out / "manifest.json", outside)
+    (out / "manifest.json").symlink_to(outside if target == "copy" else tmp_path / "absent")
+    capsys.readouterr()
+    assert main(argv) == 2
+    line = one_line_error(capsys)
+    assert "manifest.json: the manifest is a symbolic link" in line and "--overwrite" in line
+    assert main([*argv, "--overwrite"]) == 0
+    assert open_store(out).n_docs == 50 and not (out / "manifest.json").is_symlink()
+    assert outside.exists()  # the link was replaced, not what it pointed to

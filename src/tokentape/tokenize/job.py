@@ -358,7 +358,7 @@ def inspect_out(
         return OutPlan(OutState.FRESH, out)
     _check_ours(out, "--out")
     manifest_path = out / MANIFEST_NAME
-    if manifest_path.exists():
+    if os.path.lexists(manifest_path):  # a link there is the store's manifest, refused
         manifest = _read_manifest(manifest_path, overwrite)
         if manifest is None:  # unreadable, and --overwrite: replaced like any other store
             return _staged(staging, job_hash, resume_key, stored)
@@ -396,7 +396,8 @@ def _read_manifest(path: Path, overwrite: bool) -> Manifest | None:
     """The manifest at ``path``; one that cannot be read or parsed is an error naming it,
     or None with ``overwrite`` (the store is replaced)."""
     try:
-        return parse_manifest(path.read_text(encoding="utf-8"), str(path))
+        with open(open_inside(path.parent, path.name, "the manifest"), "rb") as f:
+            return parse_manifest(f.read().decode("utf-8"), str(path))
     except UnicodeDecodeError:
         problem = TokentapeError(f"{path}: not UTF-8 text; not a readable manifest")
     except TokentapeError as exc:

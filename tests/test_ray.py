@@ -135,7 +135,7 @@ def test_driver_killed_mid_run_then_rerun_is_byte_identical(
     deadline = time.monotonic() + 120
     try:
         while proc.poll() is None and time.monotonic() < deadline:
-            if work.is_dir() and any(work.glob("unit-*.json")):
+            if work.is_dir() and any(work.glob("units-*/unit-*.json")):
                 break
             time.sleep(0.005)
         assert proc.poll() is None, "the run ended before it could be killed"
@@ -145,7 +145,7 @@ def test_driver_killed_mid_run_then_rerun_is_byte_identical(
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
     assert not (out / "manifest.json").exists()
-    finished = len(list(work.glob("unit-*.json")))
+    finished = len(list(work.glob("units-*/unit-*.json")))
     code, stdout, err = run_main(argv, capsys)
     assert code == 0, err
     summary = json.loads(stdout)
@@ -168,7 +168,7 @@ def test_a_task_whose_worker_dies_is_retried(
     assert code == 2 and out == ""
     assert "1 Ray task(s) failed (unit " in err and "WorkerCrashedError" in err
     assert "finished units are kept: run the same command again to resume" in err
-    assert (tmp_path / "s" / WORK_DIR / ray_executor.CRASH_MARKER).exists()
+    assert any((tmp_path / "s" / WORK_DIR).glob(f"units-*/{ray_executor.CRASH_MARKER}"))
     # The same command resumes.
     monkeypatch.delenv(CRASH_ENV)
     code, out, err = run_main(argv, capsys)

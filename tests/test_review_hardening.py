@@ -425,7 +425,10 @@ def test_every_spelling_of_an_output_takes_the_same_lock(tmp_path, capsys, monke
 
 
 def work_files(work: Path) -> dict[str, int]:
-    return {p.name: p.stat().st_mtime_ns for p in work.iterdir()} if work.exists() else {}
+    """Every file and directory below ``work`` (unit files are in a subdirectory), by mtime."""
+    if not work.exists():
+        return {}
+    return {str(p.relative_to(work)): p.stat().st_mtime_ns for p in work.rglob("*")}
 
 
 def test_a_killed_runs_helper_writes_nothing_after_the_run_died(corpus, tmp_path):
@@ -521,3 +524,33 @@ def test_a_rerun_never_calls_complete_a_store_whose_manifest_is_a_link(target, t
     assert main([*argv, "--overwrite"]) == 0
     assert open_store(out).n_docs == 50 and not (out / "manifest.json").is_symlink()
     assert outside.exists()  # the link was replaced, not what it pointed to
+
+
+def test_unit_files_a_stale_helper_of_other_settings_writes_are_never_used(corpus, tmp_path):
+    """A helper of a killed run can outlive it (a Ray task runs on until Ray ends the dead
+    driver's job) and finish its unit. A rerun with other settings and ``--overwrite`` must
+    not take that unit for one of its own: unit files live in a directory named after the
+    job, so the stale files (planted here where the old run writes them) lie apart."""
+    out, clean = tmp_path / "s", tmp_path / "clean"
+    new_settings = ("--filter", "min-tokens:40")
+
+    def killed_at(point: str, argv: list[str]) -> None:
+        env = {**os.environ, "TOKENTAPE_CRASH_AT": point}
+        assert subprocess.run([*argv, "--workers", "1"], env=env).returncode == -signal.SIGKILL
+
+    killed_at("mid-assembly", tokenize_argv(corpus, out))  # every unit of the old run made
+    work = out / ".tokentape-work"
+    stale = {p.relative_to(work): p.read_bytes() for p in work.rglob("unit-*") if p.is_file()}
+    argv = [*tokenize_argv(corpus, out, *new_settings), "--overwrite"]
+    killed_at("after-unit", argv)  # the new run made its first unit only
+    planted = 0
+    for relative, data in stale.items():  # the stale helper finishes its units now
+        target = work / relative
+        if not target.exists():  # not a file the new run has already made itself
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            planted += 1
+    assert planted >= 3  # units the new run has yet to make
+    assert subprocess.run(argv).returncode == 0
+    subprocess.run(tokenize_argv(corpus, clean, *new_settings), check=True)
+    assert tree_bytes(out) == tree_bytes(clean)

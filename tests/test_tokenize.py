@@ -197,7 +197,7 @@ def test_sigkill_at_a_random_moment_then_rerun(corpus, reference_store, tmp_path
     work = tmp_path / "s" / ".tokentape-work"
     deadline = time.monotonic() + 120
     while proc.poll() is None and time.monotonic() < deadline:
-        if work.is_dir() and any(work.glob("unit-*.json")):
+        if work.is_dir() and any(work.glob("units-*/unit-*.json")):
             proc.send_signal(signal.SIGKILL)
             break
         time.sleep(0.005)
@@ -493,7 +493,7 @@ def test_damaged_unit_files_of_an_interrupted_run_are_made_again(corpus, referen
     args = [*tokenize_args(root, tmp_path / "s"), "--json"]
     killed = run_cli(*args, env={"TOKENTAPE_CRASH_AT": "mid-assembly"})
     assert killed.returncode == -signal.SIGKILL
-    work = tmp_path / "s" / ".tokentape-work"
+    (work,) = (tmp_path / "s" / ".tokentape-work").glob("units-*")  # this job's unit files
     assert len(list(work.glob("unit-*.json"))) >= 4
     with open(work / "unit-000000.bin", "r+b") as f:
         f.truncate(3)

@@ -128,7 +128,7 @@ def test_a_holder_killed_by_sigkill_leaves_a_stale_lock_the_next_run_takes_over(
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # the holder has recorded itself and made a unit
         recorded = lock.exists() and f'"pid": {proc.pid}' in lock.read_text()
-        if recorded and any((out / ".tokentape-work").glob("unit-*.json")):
+        if recorded and any((out / ".tokentape-work").glob("units-*/unit-*.json")):
             break
         time.sleep(0.005)
     proc.send_signal(signal.SIGKILL)

@@ -54,6 +54,7 @@ from tokentape.tokenize.job import (
     discard_store,
     inspect_out,
     job_identity,
+    units_dir,
 )
 from tokentape.tokenize.pool import PoolJob, WorkerDied, run_units
 from tokentape.tokenize.progress import Counters, ProgressBar
@@ -231,8 +232,9 @@ def _run(job: _Job, out: Path, show_progress: bool) -> TokenizeSummary:
     if config.executor == "ray":
         ray = session.enter_context(ray_session(config.ray_address, config.workers))
     created = not build.exists()
+    unit_dir = units_dir(work_dir, job.resume_key)
     try:
-        work_dir.mkdir(parents=True, exist_ok=True)
+        unit_dir.mkdir(parents=True, exist_ok=True)
         if plan.state is OutState.FRESH:
             write_atomic(work_dir / JOB_FILE, json.dumps(job.resume_key).encode())
         itemsize = numpy_dtype(job.dtype).itemsize
@@ -240,9 +242,9 @@ def _run(job: _Job, out: Path, show_progress: bool) -> TokenizeSummary:
             text_key=config.text_key,
             dtype=job.dtype,
             id_limit=min(job.tokenizer.vocab_size, 2 ** (8 * itemsize)),
-            work_dir=str(work_dir),
+            work_dir=str(unit_dir),
         )
-        finished = {u.index: _finished(work_dir, u, job.dtype) for u in units}
+        finished = {u.index: _finished(unit_dir, u, job.dtype) for u in units}
         pending = [u for u in units if finished[u.index] is None]
         counters = Counters()
         reused_bytes = sum(u.n_bytes for u in units if finished[u.index] is not None)
@@ -259,13 +261,13 @@ def _run(job: _Job, out: Path, show_progress: bool) -> TokenizeSummary:
                 dead = []
                 run_ray_tasks(ray, pool_job, job.tokenizer.fingerprint, config.workers, counters)
         session.close()  # a private Ray instance goes before assembly
-        results = [load_result(unit_paths(work_dir, u.index)[2]) for u in units]
+        results = [load_result(unit_paths(unit_dir, u.index)[2]) for u in units]
         missing = [u.index for u, r in zip(units, results, strict=True) if r is None]
         if missing:
-            raise WorkerDied(_unfinished(missing, dead, work_dir))
+            raise WorkerDied(_unfinished(missing, dead, unit_dir))
         done: list[UnitResult] = results  # type: ignore[assignment]
         clear_out(build, keep=(WORK_DIR,))  # what an interrupted assembly left behind
-        shards, n_tokens = _assemble(build, work_dir, done, job.dtype, job.shard_tokens)
+        shards, n_tokens = _assemble(build, unit_dir, done, job.dtype, job.shard_tokens)
         if n_tokens == 0:
             raise TokentapeError(
                 f"inputs {', '.join(config.inputs)}: no document left to store "

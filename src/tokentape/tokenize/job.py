@@ -37,6 +37,10 @@ from tokentape.tokenize.inputs import InputFile
 CRASH_ENV = "TOKENTAPE_CRASH_AT"
 WORK_DIR = ".tokentape-work"
 JOB_FILE = "job.json"
+UNITS_PREFIX = "units-"
+"""Unit files live in ``WORK_DIR/units-<hash of the resume key>/``: a helper of an earlier,
+killed run with other settings (a Ray task that outlives its driver) can only write into its
+own job's directory, never among this run's units."""
 STAGING_SUFFIX = "tokentape-next"
 MIN_AUTO_UNIT = 2**20
 MAX_AUTO_UNIT = 8 * 2**20
@@ -310,6 +314,11 @@ def _ours_only(directory: Path) -> bool:
         return all(is_store_file(name) for name in os.listdir(directory))
     except OSError:
         return False
+
+
+def units_dir(work_dir: Path, resume_key: dict[str, Any]) -> Path:
+    """The directory of this job's unit files inside the work directory."""
+    return work_dir / f"{UNITS_PREFIX}{canonical_hash(resume_key).removeprefix('sha256:')[:16]}"
 
 
 def _same_run(work: Path, resume_key: dict[str, Any]) -> bool:

@@ -135,6 +135,10 @@ def test_open_refuses_an_incomplete_store(tmp_path):
         open_source(tmp_path / "s")
     with pytest.raises(TokentapeError, match="no such directory"):
         open_source(tmp_path / "missing")
+    (tmp_path / "mix.toml").write_text("seq_len = 8\n")
+    for opened in (open_source, read_manifest):  # a file is named as one
+        with pytest.raises(TokentapeError, match=r"'.*mix\.toml': not a directory \(a store is"):
+            opened(tmp_path / "mix.toml")
 
 
 def test_manifest_validation_names_the_field(tmp_path):

@@ -80,6 +80,13 @@ def _kind_problem(path: Path, mode: int) -> str | None:
     return None
 
 
+def no_store_directory(directory: Path) -> str:
+    """The message for a store path that names no directory: a file, or nothing."""
+    if os.path.lexists(directory):
+        return f"store '{directory}': not a directory (a store is a directory with manifest.json)"
+    return f"store '{directory}': no such directory"
+
+
 def open_directory(directory: Path) -> int:
     """A descriptor of the store directory itself (a link at its name is followed: a store
     directory may be one). Files opened relative to it with ``dir_fd`` all come from the same
@@ -87,7 +94,7 @@ def open_directory(directory: Path) -> int:
     try:
         return os.open(directory, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
     except (FileNotFoundError, NotADirectoryError):
-        raise TokentapeError(f"store '{directory}': no such directory") from None
+        raise TokentapeError(no_store_directory(directory)) from None
     except OSError as exc:
         raise TokentapeError(f"store '{directory}': cannot open ({exc.strerror})") from None
 

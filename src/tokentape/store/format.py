@@ -18,7 +18,12 @@ from typing import Any
 import numpy as np
 
 from tokentape.errors import TokentapeError
-from tokentape.store.confine import check_inside, check_shard_names, open_inside
+from tokentape.store.confine import (
+    check_inside,
+    check_shard_names,
+    no_store_directory,
+    open_inside,
+)
 from tokentape.store.confine import shard_name as shard_name  # re-exported: the writer names shards
 
 FORMAT_NAME = "tokentape.store"
@@ -217,7 +222,7 @@ def read_manifest_text(
     refused."""
     path = Path(directory) / MANIFEST_NAME
     if dir_fd is None and not Path(directory).is_dir():
-        raise TokentapeError(f"store '{directory}': no such directory")
+        raise TokentapeError(no_store_directory(Path(directory)))
     try:
         os.lstat(path if dir_fd is None else MANIFEST_NAME, dir_fd=dir_fd)
     except FileNotFoundError:

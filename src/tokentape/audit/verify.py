@@ -34,17 +34,18 @@ from tokentape.report import fmt_bytes, fmt_int
 from tokentape.store.confine import inside_problem, open_directory, open_inside
 from tokentape.store.format import (
     MANIFEST_NAME,
+    NPY_ERRORS,
     Manifest,
     ShardInfo,
     content_hash,
     numpy_dtype,
     parse_manifest,
     read_manifest_text,
+    read_npy_header,
     shard_name,
 )
 from tokentape.store.megatron import is_prefix
 from tokentape.store.megatron_source import MEGATRON
-from tokentape.store.reader import NPY_ERRORS
 from tokentape.tape.plan import load_plan
 from tokentape.tokenize.progress import INPUT_BYTES, TOKENS, Counters, ProgressBar
 from tokentape.tokenize.tokenizers import STORED_NAMES
@@ -509,13 +510,7 @@ def _sha256_file(f: BinaryIO) -> str:
 
 def _map_npy(f: BinaryIO) -> np.ndarray:
     """The array in the open ``.npy`` file ``f``, memory-mapped; never unpickled."""
-    version = np.lib.format.read_magic(f)
-    if version == (1, 0):
-        shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-    elif version == (2, 0):
-        shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-    else:
-        raise ValueError(f"unsupported .npy version {version[0]}.{version[1]}")
+    shape, fortran, dtype = read_npy_header(f)
     if dtype.hasobject:
         raise ValueError("an array of Python objects (never unpickled)")
     if 0 in shape:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tokenize
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -212,6 +213,32 @@ def _check_consistent(manifest: Manifest, where: str) -> None:
             f"{where}: content_hash {manifest.content_hash} does not follow from the shard "
             f"records ({recomputed}); the manifest was edited (run `tokentape verify`)"
         )
+
+
+NPY_ERRORS = (
+    ValueError,
+    TypeError,
+    KeyError,
+    SyntaxError,
+    OverflowError,
+    RecursionError,
+    MemoryError,
+    tokenize.TokenError,
+    EOFError,
+)
+"""What numpy's ``.npy`` header parser raises on a malformed header."""
+
+
+def read_npy_header(f: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """Shape, Fortran order and dtype from the header of the open ``.npy`` file ``f``, which is
+    left at the array's first byte; a malformed header raises one of ``NPY_ERRORS``. Reads no
+    array data and never unpickles."""
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(f)
+    if version == (2, 0):
+        return np.lib.format.read_array_header_2_0(f)
+    raise ValueError(f"unsupported .npy version {version[0]}.{version[1]}")
 
 
 def read_manifest_text(

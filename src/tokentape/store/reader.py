@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import tokenize
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
@@ -28,21 +27,16 @@ import numpy as np
 
 from tokentape.errors import ArgumentError, OutOfRangeError, TokentapeError
 from tokentape.store.confine import open_directory, open_inside, replaced
-from tokentape.store.format import Manifest, ShardInfo, numpy_dtype, read_manifest
+from tokentape.store.format import (
+    NPY_ERRORS,
+    Manifest,
+    ShardInfo,
+    numpy_dtype,
+    read_manifest,
+    read_npy_header,
+)
 from tokentape.tokenize.tokenizers import STORED_NAMES, Tokenizer, tokenizer_from_manifest
 
-NPY_ERRORS = (
-    ValueError,
-    TypeError,
-    KeyError,
-    SyntaxError,
-    OverflowError,
-    RecursionError,
-    MemoryError,
-    tokenize.TokenError,
-    EOFError,
-)
-"""What numpy's ``.npy`` header parser raises on a malformed header."""
 INDEX_DTYPE = np.dtype("<i8")
 _OPEN_ATTEMPTS = 3
 """Opens of a store that is replaced while being opened, before giving up."""
@@ -75,13 +69,7 @@ def _map_index(directory: Path, shard: ShardInfo, dir_fd: int) -> np.ndarray:
     with open(open_inside(directory, shard.idx_file, "document index", dir_fd), "rb") as f:
         _check_size(path, f.fileno(), shard.idx_bytes)
         try:
-            version = np.lib.format.read_magic(f)
-            if version == (1, 0):
-                shape, _, dtype = np.lib.format.read_array_header_1_0(f)
-            elif version == (2, 0):
-                shape, _, dtype = np.lib.format.read_array_header_2_0(f)
-            else:
-                raise ValueError(f"unsupported .npy version {version[0]}.{version[1]}")
+            shape, _, dtype = read_npy_header(f)
         except NPY_ERRORS as exc:
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise _damaged(path, f"not a readable .npy array ({reason})") from None

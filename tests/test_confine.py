@@ -9,52 +9,17 @@ import os
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
+from test_store import write_store
 
 from tokentape import TokentapeError, open_source, open_store
 from tokentape.audit.verify import check_store
 from tokentape.cli import main
-from tokentape.store.atomic import write_atomic
-from tokentape.store.format import MANIFEST_NAME, Manifest, content_hash, read_manifest
-from tokentape.store.writer import ShardWriter
+from tokentape.store.format import MANIFEST_NAME, read_manifest
 from tokentape.tape.plan import load_plan, open_plan_store
-from tokentape.tokenize.tokenizers import Tokenizer, load_tokenizer, tokenizer_manifest
+from tokentape.tokenize.tokenizers import load_tokenizer
 
 EOD = 256
-
-
-def build_store(
-    directory: Path, docs: list[list[int]], shard_tokens: int, tok: Tokenizer | None = None
-) -> Manifest:
-    """A store of ``docs`` (each followed by the EOD id) written by the shard writer, with the
-    tokenizer's copy and a manifest (``tok``: the bytes tokenizer when None)."""
-    tok = tok or load_tokenizer("bytes")
-    directory.mkdir(parents=True, exist_ok=True)
-    dtype = "uint16" if tok.vocab_size <= 2**16 else "uint32"
-    writer = ShardWriter(directory, dtype, shard_tokens, block_bytes=64)
-    flat = np.array([t for d in docs for t in [*d, tok.eod_id]], dtype=np.int64)
-    writer.add(flat, np.array([len(d) + 1 for d in docs]))
-    shards = writer.finish()
-    stored = tok.stored_file()
-    if stored is not None:
-        write_atomic(directory / stored[0], stored[1])
-    manifest = Manifest(
-        dtype=dtype,
-        vocab_size=tok.vocab_size,
-        eod_id=tok.eod_id,
-        tokenizer=tokenizer_manifest(tok),
-        shards=tuple(shards),
-        n_tokens=sum(s.n_tokens for s in shards),
-        n_docs=sum(s.n_docs for s in shards),
-        content_hash=content_hash(shards, dtype),
-        filters={},
-        inputs={},
-        job="test",
-        created_by="test",
-    )
-    write_atomic(directory / MANIFEST_NAME, manifest.to_json().encode())
-    return manifest
 
 
 DOCS = [[(7 * i + j) % 256 for j in range(5 + i % 9)] for i in range(40)]
@@ -62,7 +27,7 @@ DOCS = [[(7 * i + j) % 256 for j in range(5 + i % 9)] for i in range(40)]
 
 @pytest.fixture
 def store(tmp_path: Path) -> Path:
-    build_store(tmp_path / "store", DOCS, shard_tokens=100)
+    write_store(tmp_path / "store", DOCS, shard_tokens=100)
     assert len(read_manifest(tmp_path / "store").shards) >= 3
     return tmp_path / "store"
 
@@ -164,7 +129,7 @@ def test_symlinked_manifest_and_tokenizer_copy_are_refused(
 ) -> None:
     tok = load_tokenizer(str(hf_tokenizer_json))
     store = tmp_path / "hf"
-    build_store(store, [[1, 2, 3], [4, 5]], 100, tok)
+    write_store(store, [[1, 2, 3], [4, 5]], 100, tok=tok)
     assert open_source(store).decode([1, 2]) == tok.decode([1, 2])
     copy = store / "tokenizer.json"
     shutil.move(copy, tmp_path / "tok.json")
@@ -195,7 +160,7 @@ def test_symlinked_manifest_and_tokenizer_copy_are_refused(
 def test_tokenizer_copy_name_is_exact(tmp_path: Path, hf_tokenizer_json: Path) -> None:
     tok = load_tokenizer(str(hf_tokenizer_json))
     store = tmp_path / "hf"
-    build_store(store, [[1, 2, 3]], 100, tok)
+    write_store(store, [[1, 2, 3]], 100, tok=tok)
     shutil.copyfile(store / "tokenizer.json", tmp_path / "tokenizer.json")
     edit_manifest(store, lambda d: d["tokenizer"].update(file="../tokenizer.json"))
     with pytest.raises(TokentapeError, match="is not a plain file name"):

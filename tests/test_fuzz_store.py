@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_confine import build_store
+from test_store import write_store
 
 from tokentape.audit.verify import Target, check_megatron_target, check_store
 from tokentape.errors import TokentapeError
@@ -238,8 +238,8 @@ def hf_store(tmp_path_factory: pytest.TempPathFactory, hf_tokenizer_json: Path) 
     return)."""
     root = tmp_path_factory.mktemp("fuzz")
     tok = load_tokenizer(str(hf_tokenizer_json))
-    build_store(root / "store", DOCS, shard_tokens=60, tok=tok)
-    build_store(root / "decoy", [[t ^ 1 for t in d] for d in DOCS], shard_tokens=60, tok=tok)
+    write_store(root / "store", DOCS, shard_tokens=60, tok=tok)
+    write_store(root / "decoy", [[t ^ 1 for t in d] for d in DOCS], shard_tokens=60, tok=tok)
     return root
 
 
@@ -361,7 +361,7 @@ def tokenizer_stores(tmp_path_factory: pytest.TempPathFactory, hf_store: Path) -
     ranks = root / "small.tiktoken"
     ranks.write_bytes(small_ranks())
     tok = load_tokenizer(f"tiktoken:{ranks}")
-    build_store(root / "tiktoken", [list(b"the abc") for _ in range(4)], 100, tok=tok)
+    write_store(root / "tiktoken", [list(b"the abc") for _ in range(4)], 100, tok=tok)
     return root
 
 

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_confine import build_store
 
 from tokentape import TokentapeError, open_source
 from tokentape.audit.verify import check_store
@@ -27,33 +26,43 @@ from tokentape.store.format import (
     read_manifest,
 )
 from tokentape.store.writer import ShardWriter
-from tokentape.tokenize.tokenizers import load_tokenizer, tokenizer_manifest
+from tokentape.tokenize.tokenizers import Tokenizer, load_tokenizer, tokenizer_manifest
 
 EOD = 256
 
 
 def write_store(
-    directory: Path, docs: list[list[int]], shard_tokens: int, block_bytes: int = 64
+    directory: Path,
+    docs: list[list[int]],
+    shard_tokens: int,
+    block_bytes: int = 64,
+    tok: Tokenizer | None = None,
 ) -> Manifest:
-    """Write ``docs`` (each followed by EOD) with the shard writer, plus a manifest."""
+    """Write ``docs`` (each followed by the EOD id) with the shard writer, plus the tokenizer's
+    copy and a manifest (``tok``: the bytes tokenizer when None)."""
+    tok = tok or load_tokenizer("bytes")
     directory.mkdir(parents=True, exist_ok=True)
-    writer = ShardWriter(directory, "uint16", shard_tokens, block_bytes=block_bytes)
+    dtype = "uint16" if tok.vocab_size <= 2**16 else "uint32"
+    writer = ShardWriter(directory, dtype, shard_tokens, block_bytes=block_bytes)
     # Feed in two calls to exercise appends that continue an open shard.
     half = len(docs) // 2
     for chunk in (docs[:half], docs[half:]):
         if chunk:
-            flat = np.array([t for d in chunk for t in [*d, EOD]], dtype=np.int64)
+            flat = np.array([t for d in chunk for t in [*d, tok.eod_id]], dtype=np.int64)
             writer.add(flat, np.array([len(d) + 1 for d in chunk]))
     shards = writer.finish()
+    stored = tok.stored_file()
+    if stored is not None:
+        write_atomic(directory / stored[0], stored[1])
     manifest = Manifest(
-        dtype="uint16",
-        vocab_size=257,
-        eod_id=EOD,
-        tokenizer=tokenizer_manifest(load_tokenizer("bytes")),
+        dtype=dtype,
+        vocab_size=tok.vocab_size,
+        eod_id=tok.eod_id,
+        tokenizer=tokenizer_manifest(tok),
         shards=tuple(shards),
         n_tokens=sum(s.n_tokens for s in shards),
         n_docs=sum(s.n_docs for s in shards),
-        content_hash=content_hash(shards, "uint16"),
+        content_hash=content_hash(shards, dtype),
         filters={},
         inputs={},
         job="test",
@@ -219,12 +228,12 @@ def test_an_open_store_survives_replacement(tmp_path, hf_tokenizer_json, then):
     old_docs = [hf.encode(f"old document {i} " * (1 + i % 4)) for i in range(30)]
     new_docs = [hf.encode(f"a new text {i}") for i in range(11)]
     path = tmp_path / "store"
-    build_store(path, old_docs, shard_tokens=50, tok=hf)
+    write_store(path, old_docs, shard_tokens=50, tok=hf)
     expected = _views(open_source(path))
     src = open_source(path)  # nothing beyond the headers read yet
     path.rename(tmp_path / "old")
     if then == "swapped":  # a new store at the path: other documents, other shard layout
-        build_store(path, new_docs, shard_tokens=13, tok=hf)
+        write_store(path, new_docs, shard_tokens=13, tok=hf)
         assert _views(open_source(path)) != expected
     shutil.rmtree(tmp_path / "old")
     assert _views(src) == expected
@@ -358,7 +367,7 @@ def test_a_tokenizer_copy_missing_at_open_is_never_read_later(tmp_path, hf_token
     """Tokens read without the tokenizer; asking for it names the missing copy, even once a
     file appears there (the store seen is the one opened)."""
     hf = load_tokenizer(str(hf_tokenizer_json))
-    build_store(tmp_path / "s", [hf.encode("some text")] * 3, shard_tokens=50, tok=hf)
+    write_store(tmp_path / "s", [hf.encode("some text")] * 3, shard_tokens=50, tok=hf)
     copy = tmp_path / "s" / "tokenizer.json"
     data = copy.read_bytes()
     copy.unlink()

@@ -880,7 +880,7 @@ CASES: list[Case] = [
         TokentapeError, "consumed"),
     api("state-consumed-wrong", lambda w: _resume(w, lambda d: d.update(consumed=13)),
         TokentapeError, "consumed"),
-    api("state-consumed-2-62", lambda w: _resume(w, lambda d: d.update(consumed=2**62)),
+    api("state-consumed-2-62", lambda w: _resume(w, lambda d: d.update(consumed=2**62 + 4)),
         TokentapeError, "2**62"),
     api("state-consumed-huge", lambda w: _resume(w, lambda d: d.update(consumed=10**5000)),
         TokentapeError, "consumed"),

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_plan import PLAN, SIZES, make_store, plan_of
 
-from tokentape.errors import TokentapeError
+from tokentape.errors import OutOfRangeError, TokentapeError
 from tokentape.train.partition import BatchConfig
 from tokentape.train.state import DataState, identity_hash
 
@@ -153,10 +153,23 @@ def test_a_state_whose_identity_disagrees_with_its_index_hash_is_refused(plan_di
         DataState.from_dict(edited)
 
 
-@pytest.mark.parametrize("consumed", [2**62, 2**62 + 8, 10**30])
-def test_a_state_at_or_past_2_62_is_refused(consumed):
+@pytest.mark.parametrize("consumed", [2**62 + 8, 10**30])
+def test_a_state_past_2_62_is_refused(consumed):
     saved = bare_state().to_dict()
     saved.update(consumed=consumed, step=consumed // 8)
     saved["history"] = [{"step": 0, "consumed": 0, "dp_size": 2, "micro": 4, "accum": 1}]
-    with pytest.raises(TokentapeError, match=r"'consumed' must be below 2\*\*62"):
+    with pytest.raises(TokentapeError, match=r"'consumed' must be at most 2\*\*62"):
         DataState.from_dict(saved)
+
+
+def test_a_state_committed_up_to_2_62_loads_again():
+    """commit may reach 2**62 (the last step ends at the last position): that state is saved
+    and loaded like any other, and its next step is refused."""
+    saved = bare_state().to_dict()
+    saved.update(consumed=2**62 - 8, step=2**59 - 1)
+    saved["history"] = [{"step": 0, "consumed": 0, "dp_size": 2, "micro": 4, "accum": 1}]
+    at_end = DataState.from_dict(saved).commit(BatchConfig(2, 4))
+    assert at_end.consumed == 2**62
+    assert DataState.from_dict(at_end.to_dict()) == at_end
+    with pytest.raises(OutOfRangeError, match=r"2\*\*62"):
+        at_end.commit(BatchConfig(1, 1))

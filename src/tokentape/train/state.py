@@ -70,8 +70,8 @@ def _count(data: dict[str, Any], key: str, where: str, least: int) -> int:
     value = data.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise TokentapeError(f"{where}: '{key}' must be an integer >= {least}, got {_shown(value)}")
-    if value >= MAX_POSITION:
-        raise TokentapeError(f"{where}: '{key}' must be below 2**62, got {_shown(value)}")
+    if value > MAX_POSITION:  # a state may sit at 2**62: every position was consumed
+        raise TokentapeError(f"{where}: '{key}' must be at most 2**62, got {_shown(value)}")
     return value
 
 

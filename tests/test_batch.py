@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from test_plan import PLAN, SIZES, write_docs
 
-from tokentape.errors import TokentapeError
+from tokentape.errors import ArgumentError, TokentapeError
 from tokentape.store.reader import open_source
 from tokentape.tape.plan import load_plan_spec, resolve_plan
 from tokentape.tokenize.driver import tokenize
@@ -91,3 +91,12 @@ def test_segment_ids_and_positions_follow_the_documents(root):
         assert seqlens.sum() == seq_len and len(seqlens) == len(set(b.segment_ids[i, :-1]))
     # Some windows hold several documents.
     assert int(b.segment_ids[:, -1].max()) >= 1
+
+
+def test_positions_that_are_not_integers_are_refused(root):
+    """Float positions were truncated (1.5 read position 1); the tape refuses them, so does
+    the batcher."""
+    batcher = Batcher(resolve_plan(load_plan_spec(root / "mix.toml")))
+    with pytest.raises(ArgumentError, match="positions must be integers, got dtype float64"):
+        batcher.batch(np.array([1.5, 2.0]))
+    assert batcher.batch(np.array([1, 2], dtype=np.uint32)).positions.tolist() == [1, 2]

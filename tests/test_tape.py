@@ -141,3 +141,29 @@ def test_positions_must_be_integers():
     with pytest.raises(OutOfRangeError):
         tape.resolve(np.array([2**63], dtype=np.uint64))  # would wrap to a negative int64
     assert tape.resolve([]).source.size == 0
+
+
+def test_numpy_sample_counts_build_the_same_tape():
+    """Sample counts from numpy (np.int64, an array) are integers, as they were before."""
+    tape = golden_tape()
+    again = Tape.build(NAMES, np.array(N_SAMPLES), rational_weights(WEIGHTS, NAMES), SEED)
+    assert again.n_samples == tape.n_samples and type(again.n_samples[0]) is int
+    assert digest(again, np.arange(1000)) == digest(tape, np.arange(1000))
+
+
+def test_an_epoch_whose_draws_overflow_is_refused_not_wrapped():
+    """epoch * n_samples past int64 wrapped round to a small draw: a wrong position, served."""
+    tape = golden_tape()
+    n = tape.n_samples[3]
+    epoch = -(-(2**64) // n)  # epoch * n is just past 2**64: it wrapped to a small draw
+    with pytest.raises(OutOfRangeError, match=f"epoch {epoch}"):
+        tape.position_of(3, 0, epoch)
+    last = int(tape.blend.count(3, 2**62)) // n - 1  # a whole pass before 2**62: served
+    assert 2**61 < int(tape.position_of(3, 0, last)[0]) < 2**62
+
+
+@pytest.mark.parametrize("positions", [5, np.array([[1, 5], [9, 3]]), np.array([[1, 2, 3]])])
+def test_positions_other_than_one_dimension_are_refused(positions):
+    """A scalar or a 2-D array was an IndexError or 'object too deep' ValueError."""
+    with pytest.raises(ArgumentError, match="one-dimensional"):
+        golden_tape().resolve(positions)

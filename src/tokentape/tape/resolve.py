@@ -20,6 +20,17 @@ from tokentape.tape.blend import MAX_POSITION, Blend
 from tokentape.tape.permutation import Permutation, permute_epochs
 
 
+def as_positions(positions: np.ndarray | Sequence[int] | int) -> np.ndarray:
+    """``positions`` as int64 (no copy when they already are): integers only (a float is
+    refused, never truncated), unsigned ones below 2**62 (they would wrap)."""
+    given = np.asarray(positions)
+    if given.size and given.dtype.kind not in "iu":
+        raise ArgumentError(f"positions must be integers, got dtype {given.dtype}")
+    if given.dtype.kind == "u" and given.size and int(given.max()) >= MAX_POSITION:
+        raise OutOfRangeError(f"position {given.max()}: expected positions in [0, 2**62)")
+    return given.astype(np.int64, copy=False)
+
+
 @lru_cache(maxsize=4096)
 def _permutation(n: int, seed: int, name: str, epoch: int) -> Permutation:
     return Permutation.for_epoch(n, seed, name, epoch)
@@ -50,18 +61,17 @@ class Tape:
         """``weights`` are the exact integers W_d of the blend (summing to its denominator)."""
         if len(names) != len(n_samples) or len(names) != len(weights):
             raise ArgumentError("tape: names, n_samples and weights must have the same length")
-        if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in n_samples):
+        if any(
+            isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1 for n in n_samples
+        ):
             raise ArgumentError(f"tape: n_samples {list(n_samples)}: expected integers >= 1")
         return cls(tuple(names), tuple(int(n) for n in n_samples), int(seed), Blend.build(weights))
 
     def resolve(self, positions: np.ndarray | Sequence[int]) -> Resolved:
         """Vectorised: the (source, epoch, sample) of each position."""
-        given = np.asarray(positions)
-        if given.size and given.dtype.kind not in "iu":
-            raise ArgumentError(f"tape: positions must be integers, got dtype {given.dtype}")
-        p = given.astype(np.int64)
-        if given.dtype.kind == "u" and p.size and int(given.max()) >= MAX_POSITION:
-            raise OutOfRangeError(f"tape: position {given.max()}: expected [0, 2**62)")
+        p = as_positions(positions)
+        if p.ndim != 1:
+            raise ArgumentError(f"tape: positions must be one-dimensional, got shape {p.shape}")
         consecutive = p.ndim == 1 and p.size > 1 and int(p[-1]) - int(p[0]) == p.size - 1
         if consecutive and np.all(np.diff(p) == 1):  # a run of positions: the fast path
             return self.resolve_range(int(p[0]), p.size)
@@ -141,6 +151,10 @@ class Tape:
             raise OutOfRangeError(f"tape: sample {bad}: expected samples in [0, {n})")
         if epochs.size and int(epochs.min()) < 0:
             raise OutOfRangeError(f"tape: epoch {epochs.min()}: expected epochs >= 0")
+        if epochs.size and int(epochs.max()) > MAX_POSITION // n:  # its draws overflow int64
+            raise OutOfRangeError(
+                f"tape: epoch {epochs.max()} of source '{name}': its positions lie beyond 2**62"
+            )
         offsets = permute_epochs(n, self.seed, name, epochs, samples, forward=False)
         draws = epochs * self.n_samples[source] + offsets
         return np.asarray(self.blend.position(source, draws), dtype=np.int64)

@@ -10,7 +10,7 @@ import numpy as np
 from tokentape.errors import ArgumentError, OutOfRangeError, TokentapeError
 from tokentape.store.reader import TokenStream
 from tokentape.tape.plan import Plan, load_plan, open_plan_store
-from tokentape.tape.resolve import Tape
+from tokentape.tape.resolve import Tape, as_positions
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ class Batcher:
         return cls(load_plan(plan_path), dtype)
 
     def batch(self, positions: np.ndarray) -> Batch:
-        p = np.asarray(positions, dtype=np.int64).reshape(-1)
+        p = as_positions(positions).reshape(-1)
         r = self.tape.resolve(p)
         seq_len = self.plan.seq_len
         shape = (p.size, seq_len + 1)

@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 from test_batch import small_shard_stores  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
+from tokentape.errors import OutOfRangeError  # noqa: E402
 from tokentape.tape.plan import load_plan_spec, resolve_plan  # noqa: E402
 from tokentape.train.loader import Loader  # noqa: E402
 from tokentape.train.partition import BatchConfig  # noqa: E402
@@ -58,3 +59,13 @@ def test_sampler_misuse_names_the_argument():
     with pytest.raises(OutOfRangeError, match=r"beyond position 2\*\*62"):
         TapeSampler(0, BatchConfig(2, 2), 2**62 - 8, 3)
     assert len(TapeSampler(0, BatchConfig(2, 2), 2**62 - 8, 2)) == 4
+
+
+def test_sampler_takes_numpy_integers_and_checks_their_sum_without_overflow():
+    """np.int64 steps were refused (accepted before the hardening); an np.int64 consumed made
+    the 2**62 check overflow: an OverflowError, or a wrapped sum that passed."""
+    config = BatchConfig(2, 2)
+    assert list(TapeSampler(1, config, np.int64(4), np.int64(2))) == [6, 7, 10, 11]
+    for steps in (2**62, 2**62 + 5):
+        with pytest.raises(OutOfRangeError, match=r"2\*\*62"):
+            TapeSampler(0, BatchConfig(1, 1), np.int64(2**62 - 2), steps)

@@ -44,8 +44,9 @@ class TapeSampler(Sampler[int]):
 
     def __init__(self, dp_rank: int, config: BatchConfig, consumed: int, steps: int) -> None:
         positions_for(consumed, dp_rank, config)  # validates the arguments
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        if isinstance(steps, bool) or not isinstance(steps, int | np.integer) or steps < 0:
             raise ArgumentError(f"steps must be an integer >= 0, got {steps!r}")
+        consumed, steps = int(consumed), int(steps)  # numpy integers would overflow below
         if consumed + steps * config.global_batch > MAX_POSITION:
             raise OutOfRangeError(
                 f"{steps} steps of {config.global_batch} samples from consumed {consumed} go "

@@ -100,6 +100,9 @@ def _saved() -> dict:
                       {"step": 2, "consumed": 9, "dp_size": 3, "micro": 2, "accum": 1}]},
          "history[1] (step 2, consumed 9) does not follow"),
         ({"index_hash": 5}, "'index_hash'"),
+        ({"step": 1, "consumed": 2**62,
+          "history": [{"step": 0, "consumed": 0, "dp_size": 2**61, "micro": 4, "accum": 1}]},
+         "data state: history[0]: BatchConfig: a global batch"),
     ],
 )  # fmt: skip
 def test_an_inconsistent_state_is_refused(edit: dict, message: str):

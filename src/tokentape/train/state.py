@@ -105,13 +105,18 @@ def identity_hash(identity: Any) -> str | None:
 def _change(data: Any, where: str) -> BatchChange:
     if not isinstance(data, dict):
         raise TokentapeError(f"{where}: expected an object")
-    return BatchChange(
+    change = BatchChange(
         step=_count(data, "step", where, 0),
         consumed=_count(data, "consumed", where, 0),
         dp_size=_count(data, "dp_size", where, 1),
         micro=_count(data, "micro", where, 1),
         accum=_count(data, "accum", where, 1),
     )
+    try:
+        change.config  # noqa: B018 -- a step of more than 2**62 samples is refused here
+    except TokentapeError as exc:
+        raise TokentapeError(f"{where}: {exc}") from None
+    return change
 
 
 @dataclass(frozen=True)

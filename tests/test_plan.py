@@ -270,3 +270,22 @@ def test_plot_in_an_unknown_format_writes_nothing(stores, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown image format 'xyz'" in err, err
     assert not out.exists() and not plot.exists()
+
+
+@pytest.mark.parametrize("bad", ["out", "plot"])
+def test_an_output_that_cannot_be_written_writes_neither(stores, tmp_path, capsys, bad):
+    """--out was written, then --plot into a missing directory failed (exit 2, a file left);
+    both are checked before either is written."""
+    pytest.importorskip("matplotlib")
+    shutil.copytree(stores / "stores", tmp_path / "stores")
+    (tmp_path / "mix.toml").write_text(PLAN)
+    out, plot = tmp_path / "p.json", tmp_path / "p.png"
+    if bad == "out":
+        out = tmp_path / "nodir" / "p.json"
+    else:
+        plot = tmp_path / "nodir" / "p.png"
+    assert main(["plan", str(tmp_path / "mix.toml"), "--out", str(out), "--plot", str(plot)]) == 2
+    err = capsys.readouterr().err
+    missing = out if bad == "out" else plot
+    assert err == f"tokentape: error: '{missing}': No such file or directory\n"
+    assert not out.exists() and not plot.exists()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import fields
@@ -224,6 +225,8 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
 def cmd_plan(args: argparse.Namespace) -> int:
     plan = resolve_plan(load_plan_spec(args.plan), args.plan)
     check_budgets(plan, args.plan)
+    for path in (args.out, args.plot):
+        _check_output_file(path)  # both, before either is written
     drawing = None
     if args.plot:  # drawn before anything is written: a bad --plot writes nothing
         from tokentape.plot import draw_plan  # matplotlib: imported only when drawing
@@ -235,6 +238,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
         write_atomic(args.plot, drawing)
     print(plan.to_json() if args.json else plan_text(plan), end="" if args.json else "\n")
     return 0
+
+
+def _check_output_file(path: str | None) -> None:
+    """Refuse an output file that cannot be written (no directory, or a directory there), in
+    the words the atomic writer would use."""
+    if path is None:
+        return
+    if os.path.isdir(path):
+        raise TokentapeError(f"'{path}': Is a directory")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise TokentapeError(f"'{path}': No such file or directory")
 
 
 def _add_smoke(sub: argparse._SubParsersAction) -> None:

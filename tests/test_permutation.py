@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tokentape.errors import ArgumentError
 from tokentape.tape.permutation import (
     MAX_N,
     ROUNDS,
@@ -363,3 +364,11 @@ def test_permute_epochs_equals_one_permutation_per_pass(n: int, seed: int, pairs
     got = permute_epochs(n, seed, "code", epochs, x)
     assert np.array_equal(got, expected)
     assert np.array_equal(permute_epochs(n, seed, "code", epochs, got, forward=False), x)
+
+
+@pytest.mark.parametrize("n", [np.int64(10), "10", 2.5, None])
+def test_for_epoch_names_a_sample_count_of_the_wrong_type(n):
+    """It was an AttributeError ('numpy.int64' object has no attribute 'bit_length') or a
+    TypeError from the arithmetic, not the ArgumentError naming n."""
+    with pytest.raises(ArgumentError, match="permutation: n must be an int"):
+        Permutation.for_epoch(n, 1, "web", 0)

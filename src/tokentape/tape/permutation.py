@@ -177,7 +177,8 @@ class Permutation:
     @classmethod
     def for_epoch(cls, n: int, seed: int, name: str, epoch: int) -> Permutation:
         """The shuffle of pass ``epoch`` over source ``name``'s ``n`` samples under ``seed``."""
-        return cls(n, round_keys(seed, name, epoch), half_bits_for(n))
+        half = half_bits_for(n) if type(n) is int else 1  # a bad n: __post_init__ names it
+        return cls(n, round_keys(seed, name, epoch), half)
 
     def __call__(self, x: np.ndarray | int) -> np.ndarray | int:
         """Index -> permuted index (int in, int out; array in, int64 array of its shape out)."""

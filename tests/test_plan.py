@@ -289,3 +289,17 @@ def test_an_output_that_cannot_be_written_writes_neither(stores, tmp_path, capsy
     missing = out if bad == "out" else plot
     assert err == f"tokentape: error: '{missing}': No such file or directory\n"
     assert not out.exists() and not plot.exists()
+
+
+def test_plot_leaves_a_callers_figures_open(stores, tmp_path):
+    """draw_plan closed every open figure (plt.close('all')), a notebook's included."""
+    plt = pytest.importorskip("matplotlib.pyplot")
+    from tokentape.plot import plot_plan
+
+    mine = plt.figure()
+    try:
+        plot_plan(plan_of(stores), tmp_path / "p.svg")
+        assert plt.fignum_exists(mine.number)
+        assert (tmp_path / "p.svg").read_bytes().lstrip().startswith(b"<?xml")
+    finally:
+        plt.close(mine)

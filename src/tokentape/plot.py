@@ -31,8 +31,9 @@ def draw_plan(plan: Plan, path: str | Path) -> bytes:
     if plt is None:
         raise TokentapeError("--plot needs matplotlib: pip install 'tokentape[plot]'")
     kind = Path(path).suffix.lower().removeprefix(".")
-    formats = plt.figure().canvas.get_supported_filetypes()
-    plt.close("all")
+    probe = plt.figure()
+    formats = probe.canvas.get_supported_filetypes()
+    plt.close(probe)  # only our own figure: a caller's open figures stay open
     if kind not in formats:
         raise TokentapeError(
             f"--plot {path}: unknown image format '{kind}'; name a file ending in one of "

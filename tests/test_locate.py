@@ -376,7 +376,7 @@ def count_log_parses(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 def test_a_store_other_than_the_planned_one_is_refused(plan, stores) -> None:
-    with pytest.raises(TokentapeError, match="not the store of source 'web'"):
+    with pytest.raises(TokentapeError, match=r"\(source 'web'\) changed since the plan was made"):
         locate(plan, "web", 0, store=stores[1])
 
 

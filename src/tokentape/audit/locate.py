@@ -25,8 +25,6 @@ from tokentape.audit.runs import (
     SCHEDULE_HELP,
     add_schedule_args,
     check_fits,
-    check_store,
-    open_plan_source,
     schedule_from_args,
     source_index,
     tape_of,
@@ -38,6 +36,7 @@ from tokentape.tape.blend import MAX_POSITION
 from tokentape.tape.permutation import Permutation
 from tokentape.tape.plan import Plan, load_plan
 from tokentape.tape.resolve import Tape
+from tokentape.train.batch import check_planned, open_planned
 from tokentape.train.schedule import Placement, Schedule
 
 DEFAULT_LIMIT = 50
@@ -160,7 +159,7 @@ def locate(
 
     ``store`` is the source's opened store (opened from the plan's path when None)."""
     d = source_index(plan, source)
-    store = open_plan_source(plan, d) if store is None else check_store(plan, d, store)
+    store = open_planned(plan, d) if store is None else check_planned(plan, d, store)
     if not 0 <= doc_id < store.n_docs:
         raise OutOfRangeError(
             f"source '{source}': document {doc_id} out of range; it has documents "

@@ -11,9 +11,8 @@ from functools import lru_cache
 
 from tokentape.errors import TokentapeError
 from tokentape.report import fmt_bytes
-from tokentape.store.reader import TokenStream
 from tokentape.tape.blend import MAX_POSITION
-from tokentape.tape.plan import Plan, open_plan_store
+from tokentape.tape.plan import Plan
 from tokentape.tape.resolve import Tape
 from tokentape.train.partition import BatchConfig
 from tokentape.train.schedule import Schedule
@@ -58,33 +57,6 @@ def source_index(plan: Plan, name: str) -> int:
     if name not in names:
         raise TokentapeError(f"unknown source '{name}'; the plan has: {', '.join(names)}")
     return names.index(name)
-
-
-def open_plan_source(plan: Plan, index: int) -> TokenStream:
-    """Open source ``index`` of the plan's stores."""
-    try:
-        store = open_plan_store(plan.sources[index])
-    except TokentapeError as exc:
-        raise TokentapeError(f"plan source '{plan.sources[index].name}': {exc}") from None
-    return check_store(plan, index, store)
-
-
-def check_store(plan: Plan, index: int, store: TokenStream) -> TokenStream:
-    """Refuse a store that is not (or no longer) the one source ``index`` was planned with."""
-    spec = plan.sources[index]
-    if store.manifest.content_hash != spec.content_hash:
-        raise TokentapeError(
-            f"store '{store.directory}' is not the store of source '{spec.name}' the plan was "
-            "made with (content hash differs); re-run `tokentape plan`"
-        )
-    m = store.manifest
-    if (m.n_tokens, m.dtype) != (spec.n_tokens, spec.dtype):
-        raise TokentapeError(
-            f"store '{store.directory}' has {m.n_tokens} {m.dtype} tokens, the plan says "
-            f"{spec.n_tokens} {spec.dtype} for source '{spec.name}' (edited by hand?); re-run "
-            "`tokentape plan`"
-        )
-    return store
 
 
 def open_step_log(path: str, plan: Plan, steps: Iterable[int] = ()) -> StepLog:

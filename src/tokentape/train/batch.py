@@ -47,27 +47,32 @@ class Batch:
         return self.tokens[:, 1:]
 
 
-def _open_checked(plan: Plan) -> list[TokenStream]:
-    sources = []
-    for s in plan.sources:
-        try:
-            src = open_plan_store(s)
-        except TokentapeError as exc:
-            raise TokentapeError(f"plan source '{s.name}': {exc}") from None
-        found = src.manifest.content_hash
-        m = src.manifest
-        if found == s.content_hash and (m.n_tokens, m.dtype) != (s.n_tokens, s.dtype):
-            raise TokentapeError(
-                f"store '{s.path}' (source '{s.name}') has {m.n_tokens} {m.dtype} tokens, the "
-                f"plan says {s.n_tokens} {s.dtype} (edited by hand?); re-run `tokentape plan`"
-            )
-        if found != s.content_hash:
-            raise TokentapeError(
-                f"store '{s.path}' (source '{s.name}') changed since the plan was made: content "
-                f"hash {s.content_hash[:19]}… → {found[:19]}…; re-run `tokentape plan`"
-            )
-        sources.append(src)
-    return sources
+def open_planned(plan: Plan, index: int) -> TokenStream:
+    """Open the store of source ``index``, refusing one that is not (or no longer) the store
+    the plan was made with."""
+    spec = plan.sources[index]
+    try:
+        store = open_plan_store(spec)
+    except TokentapeError as exc:
+        raise TokentapeError(f"plan source '{spec.name}': {exc}") from None
+    return check_planned(plan, index, store)
+
+
+def check_planned(plan: Plan, index: int, store: TokenStream) -> TokenStream:
+    """``store`` when it is the one source ``index`` was planned with (same content hash,
+    token count and dtype); otherwise an error naming the source and what differs."""
+    s, m = plan.sources[index], store.manifest
+    if m.content_hash != s.content_hash:
+        raise TokentapeError(
+            f"store '{s.path}' (source '{s.name}') changed since the plan was made: content "
+            f"hash {s.content_hash[:19]}… → {m.content_hash[:19]}…; re-run `tokentape plan`"
+        )
+    if (m.n_tokens, m.dtype) != (s.n_tokens, s.dtype):
+        raise TokentapeError(
+            f"store '{s.path}' (source '{s.name}') has {m.n_tokens} {m.dtype} tokens, the "
+            f"plan says {s.n_tokens} {s.dtype} (edited by hand?); re-run `tokentape plan`"
+        )
+    return store
 
 
 class Batcher:
@@ -89,7 +94,11 @@ class Batcher:
                 f"token dtype {self.dtype} cannot hold ids up to {top}; use int32 or int64"
             )
         self.tape: Tape = plan.tape()
-        self.sources = sources if sources is not None else _open_checked(plan)
+        self.sources = (
+            sources
+            if sources is not None
+            else [open_planned(plan, i) for i in range(len(plan.sources))]
+        )
         for source in self.sources:
             source.advise_random()
         self.segments = segments

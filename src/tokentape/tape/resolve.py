@@ -72,7 +72,7 @@ class Tape:
         p = as_positions(positions)
         if p.ndim != 1:
             raise ArgumentError(f"tape: positions must be one-dimensional, got shape {p.shape}")
-        consecutive = p.ndim == 1 and p.size > 1 and int(p[-1]) - int(p[0]) == p.size - 1
+        consecutive = p.size > 1 and int(p[-1]) - int(p[0]) == p.size - 1
         if consecutive and np.all(np.diff(p) == 1):  # a run of positions: the fast path
             return self.resolve_range(int(p[0]), p.size)
         source, draw = self.blend.source_and_draw(p)

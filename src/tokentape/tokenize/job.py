@@ -429,14 +429,13 @@ def _staged(
         return OutPlan(OutState.FRESH, staging, replace=True)
     _check_ours(staging, "staging directory")
     manifest_path = staging / MANIFEST_NAME
-    if manifest_path.exists():
-        try:
-            text = manifest_path.read_text(encoding="utf-8")
-            manifest: Manifest | None = parse_manifest(text, str(manifest_path))
-        except (TokentapeError, UnicodeDecodeError):
-            manifest = None
-        finished = manifest is not None and manifest.job == job_hash
-        if finished and store_damage(staging, manifest, stored) is None:  # type: ignore[arg-type]
+    if os.path.lexists(manifest_path):
+        manifest = _read_manifest(manifest_path, overwrite=True)  # None: unreadable, built anew
+        if (
+            manifest is not None
+            and manifest.job == job_hash
+            and store_damage(staging, manifest, stored) is None
+        ):
             return OutPlan(OutState.COMPLETE, staging, manifest, replace=True)
     elif _same_run(staging / WORK_DIR, resume_key):
         return OutPlan(OutState.RESUME, staging, replace=True)

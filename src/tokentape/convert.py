@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +40,14 @@ from tokentape.errors import ArgumentError, TokentapeError
 from tokentape.report import fmt_bytes, fmt_int, key_values
 from tokentape.store import megatron
 from tokentape.store.atomic import fsync_dir, replace_directory, write_atomic
-from tokentape.store.format import MANIFEST_NAME, Manifest, choose_dtype, content_hash, numpy_dtype
+from tokentape.store.format import (
+    MANIFEST_NAME,
+    Manifest,
+    choose_dtype,
+    content_hash,
+    numpy_dtype,
+    sha256_stream,
+)
 from tokentape.store.lock import output_lock
 from tokentape.store.megatron_identity import file_keys, sidecar_paths, write_sidecar
 from tokentape.store.megatron_source import MEGATRON, MegatronSource
@@ -555,7 +562,7 @@ def _index_sha256(src: MegatronSource, prefix: str, chunk_bytes: int = 8 * 2**20
     path = megatron.idx_path(prefix)
     with megatron.open_for_reading(path) as f:
         before = megatron.FileKey.of(os.fstat(f.fileno()))
-        digest = _sha256_stream(f, chunk_bytes)
+        digest = sha256_stream(f, chunk_bytes)
         after = megatron.FileKey.of(os.fstat(f.fileno()))
     read = src.index.keys.idx if src.index.keys is not None else before
     if not before == after == read:
@@ -569,14 +576,7 @@ def _index_sha256(src: MegatronSource, prefix: str, chunk_bytes: int = 8 * 2**20
 def _sha256_file(path: Path, chunk_bytes: int = 8 * 2**20) -> str:
     """sha256 of a file, read a chunk at a time."""
     with open(path, "rb") as f:
-        return _sha256_stream(f, chunk_bytes)
-
-
-def _sha256_stream(f: BinaryIO, chunk_bytes: int) -> str:
-    digest = hashlib.sha256()
-    while chunk := f.read(chunk_bytes):
-        digest.update(chunk)
-    return digest.hexdigest()
+        return sha256_stream(f, chunk_bytes)
 
 
 def _tokenizer(config: FromMegatron) -> Tokenizer | None:

@@ -42,6 +42,7 @@ from tokentape.store.format import (
     parse_manifest,
     read_manifest_text,
     read_npy_header,
+    sha256_stream,
     shard_name,
 )
 from tokentape.store.megatron import is_prefix
@@ -501,13 +502,6 @@ def _check_shard(
     return problems
 
 
-def _sha256_file(f: BinaryIO) -> str:
-    h = hashlib.sha256()
-    while chunk := f.read(CHUNK_BYTES):
-        h.update(chunk)
-    return h.hexdigest()
-
-
 def _map_npy(f: BinaryIO) -> np.ndarray:
     """The array in the open ``.npy`` file ``f``, memory-mapped; never unpickled."""
     shape, fortran, dtype = read_npy_header(f)
@@ -530,7 +524,7 @@ def _check_index(ctx: _Store, shard: ShardInfo) -> tuple[np.ndarray | None, list
     if size != shard.idx_bytes:
         problems.append(Problem(where, "size", f"{shard.idx_bytes} bytes", f"{size} bytes"))
     with ctx.open(shard.idx_file) as f:
-        digest = _sha256_file(f)
+        digest = sha256_stream(f, CHUNK_BYTES)
         f.seek(0)
         try:
             idx = _map_npy(f)

@@ -229,6 +229,14 @@ NPY_ERRORS = (
 """What numpy's ``.npy`` header parser raises on a malformed header."""
 
 
+def sha256_stream(f: BinaryIO, chunk_bytes: int = 8 * 2**20) -> str:
+    """Hex sha256 of what is left to read in the binary file ``f``, a chunk at a time."""
+    digest = hashlib.sha256()
+    while chunk := f.read(chunk_bytes):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
 def read_npy_header(f: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype]:
     """Shape, Fortran order and dtype from the header of the open ``.npy`` file ``f``, which is
     left at the array's first byte; a malformed header raises one of ``NPY_ERRORS``. Reads no

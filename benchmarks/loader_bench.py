@@ -32,12 +32,12 @@ from pathlib import Path
 
 import numpy as np
 
-from tokentape.tape.plan import load_plan_spec, resolve_plan
-from tokentape.tokenize.driver import tokenize
-from tokentape.tokenize.job import TokenizeConfig
-from tokentape.train.batch import Batcher
-from tokentape.train.loader import Loader, hash_dtype, step_tokens_hash
-from tokentape.train.partition import BatchConfig
+from tokentape._src.plan.plan import load_plan_spec, resolve_plan
+from tokentape._src.tokenize.driver import tokenize
+from tokentape._src.tokenize.job import TokenizeConfig
+from tokentape._src.train.batch import Batcher
+from tokentape._src.train.loader import Loader, hash_dtype, step_tokens_hash
+from tokentape._src.train.partition import BatchConfig
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "bench-out" / "loader"

@@ -84,9 +84,9 @@ from typing import Any
 
 import numpy as np
 
-from tokentape.store.atomic import write_atomic
-from tokentape.store.format import MANIFEST_NAME, Manifest, content_hash
-from tokentape.store.writer import ShardWriter
+from tokentape._src.store.atomic import write_atomic
+from tokentape._src.store.format import MANIFEST_NAME, Manifest, content_hash
+from tokentape._src.store.writer import ShardWriter
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "bench-out" / "megatron"
@@ -255,10 +255,10 @@ def generate_corpora(root: Path) -> Data:
     """The built-in corpora, tokenized by tokentape (bytes), exported to Megatron per document."""
     from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
-    from tokentape.corpora import write_builtin_corpora
-    from tokentape.store.reader import open_source
-    from tokentape.tokenize.driver import tokenize
-    from tokentape.tokenize.job import TokenizeConfig
+    from tokentape._src.demo.corpora import write_builtin_corpora
+    from tokentape._src.store.reader import open_source
+    from tokentape._src.tokenize.driver import tokenize
+    from tokentape._src.tokenize.job import TokenizeConfig
 
     dirs = write_builtin_corpora(root / "corpora")
     names, n_tokens, n_docs = [], [], []
@@ -304,7 +304,7 @@ def in_place_available() -> bool:
     """Whether this tokentape reads Megatron prefixes in place (a plan source with
     ``format = "megatron"``)."""
     try:
-        from tokentape.tape import plan
+        from tokentape._src.plan import plan
     except ImportError:
         return False
     keys = getattr(plan, "_SOURCE_KEYS", set())
@@ -548,8 +548,8 @@ def child_megatron(root: Path, data: Data, horizon: int, deviation: bool) -> dic
 def child_tokentape(
     root: Path, data: Data, horizon: int, deviation: bool, in_place: bool
 ) -> dict[str, Any]:
-    from tokentape.tape.blend import Blend, rational_weights
-    from tokentape.tape.plan import load_plan_spec, resolve_plan
+    from tokentape._src.plan.plan import load_plan_spec, resolve_plan
+    from tokentape._src.tape.blend import Blend, rational_weights
 
     plan_path = plan_file(root, horizon, in_place)
     peak = PeakMemory()
@@ -651,9 +651,9 @@ def bench_access(
     import torch
     from torch.utils.data import default_collate
 
-    from tokentape.tape.plan import load_plan_spec, resolve_plan
-    from tokentape.train.batch import Batcher
-    from tokentape.train.torch_data import TapeDataset
+    from tokentape._src.plan.plan import load_plan_spec, resolve_plan
+    from tokentape._src.train.batch import Batcher
+    from tokentape._src.train.torch_data import TapeDataset
 
     mg = import_megatron()
     clear_megatron_cache(root, data)
@@ -734,7 +734,7 @@ def bench_access(
 
 def check_same_tokens(root: Path, data: Data, in_place: bool) -> str:
     """The Megatron prefixes and the tokentape stores hold the same token stream."""
-    from tokentape.store.reader import open_source
+    from tokentape._src.store.reader import open_source
 
     for name, n_tokens in zip(data.names, data.n_tokens, strict=True):
         bin_tokens = np.memmap(f"{megatron_prefix(root, name)}.bin", dtype=np.uint16, mode="r")

@@ -44,8 +44,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from tokentape.tape.blend import Blend, rational_weights
-from tokentape.tape.resolve import Tape
+from tokentape._src.tape.blend import Blend, rational_weights
+from tokentape._src.tape.resolve import Tape
 
 SEED = 1234
 SEQ_LEN = 4096

@@ -62,10 +62,10 @@ def note(message: str) -> None:
 def _builtin_texts(work: Path) -> list[str] | None:
     """Documents of tokentape's built-in corpora, or None when the writer is not available."""
     try:
-        from tokentape.corpora import write_builtin_corpora
+        from tokentape._src.demo.corpora import write_builtin_corpora
     except ImportError:
         return None
-    from tokentape.tokenize.inputs import expand_inputs, plan_units, read_documents
+    from tokentape._src.tokenize.inputs import expand_inputs, plan_units, read_documents
 
     sources = write_builtin_corpora(work / "builtin")
     files = expand_inputs([str(d) for d in sources.values()])
@@ -95,7 +95,7 @@ def _stdlib_texts() -> list[str]:
 def source_texts(work: Path) -> tuple[str, list[str]]:
     texts = _builtin_texts(work)
     if texts:
-        return "tokentape.corpora (built-in corpora)", texts
+        return "tokentape._src.demo.corpora (built-in corpora)", texts
     return "pydoc_data topics + stdlib .py files", _stdlib_texts()
 
 
@@ -157,7 +157,7 @@ def read_texts(files: list[str]) -> list[str]:
 
 def train_hf(work: Path, corpus: Corpus, vocab_size: int, train_mb: float) -> Path:
     """A byte-level BPE (``<|endoftext|>`` its one special token) trained on the corpus."""
-    from tokentape.demo import train_bpe
+    from tokentape._src.demo.run import train_bpe
 
     path = work / f"bpe-{vocab_size}.json"
     stamp = work / f"bpe-{vocab_size}.key"
@@ -241,7 +241,7 @@ def bare_child(spec: str, files: list[str], shard: str, check: bool) -> dict:
 
         fast = encode_fast
     else:
-        from tokentape.tokenize.tokenizers import load_tokenizer
+        from tokentape._src.store.tokenizers import load_tokenizer
 
         enc = load_tokenizer(spec).encoding  # a plain tiktoken.Encoding, GPT-2 split pattern
 
@@ -329,8 +329,8 @@ def measure_bare(spec: str, files: list[str], procs: int, check: bool) -> dict:
 
 def tokentape_child(spec: str, files: list[str], workers: int, store: str, unit_mb: float) -> dict:
     """``tokenize(...)`` end to end from the files, with the CPU time it used (workers too)."""
-    from tokentape.tokenize.driver import tokenize
-    from tokentape.tokenize.job import TokenizeConfig
+    from tokentape._src.tokenize.driver import tokenize
+    from tokentape._src.tokenize.job import TokenizeConfig
 
     config = TokenizeConfig(
         inputs=tuple(files), out=store, tokenizer=spec, workers=workers, unit_mb=unit_mb

@@ -35,13 +35,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from tokentape._src.plan.plan import Plan, load_plan
+from tokentape._src.store.atomic import write_atomic
+from tokentape._src.train.loader import Loader
+from tokentape._src.train.partition import BatchConfig
+from tokentape._src.train.smoke import check_step
+from tokentape._src.train.torch_data import to_torch
 from tokentape.errors import TokentapeError
-from tokentape.store.atomic import write_atomic
-from tokentape.tape.plan import Plan, load_plan
-from tokentape.train.loader import Loader
-from tokentape.train.partition import BatchConfig
-from tokentape.train.smoke import check_step
-from tokentape.train.torch_data import to_torch
 
 CHECKPOINT = "checkpoint.npz"
 

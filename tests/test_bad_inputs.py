@@ -26,18 +26,18 @@ import numpy as np
 import pytest
 from test_plan import PLAN, SIZES, make_store
 
-from tokentape.audit.locate import locate
-from tokentape.cli import main
+from tokentape._src.audit.locate import locate
+from tokentape._src.cli.main import main
+from tokentape._src.plan.plan import index_hash, load_plan, load_plan_spec, resolve_plan
+from tokentape._src.store.reader import open_source
+from tokentape._src.tape.permutation import Permutation
+from tokentape._src.train.batch import Batcher
+from tokentape._src.train.loader import Loader
+from tokentape._src.train.partition import BatchConfig, positions_for
+from tokentape._src.train.schedule import Schedule
+from tokentape._src.train.state import DataState
+from tokentape._src.train.steplog import read_step_log, scan_step_log
 from tokentape.errors import ArgumentError, OutOfRangeError, TokentapeError
-from tokentape.store.reader import open_source
-from tokentape.tape.permutation import Permutation
-from tokentape.tape.plan import index_hash, load_plan, load_plan_spec, resolve_plan
-from tokentape.train.batch import Batcher
-from tokentape.train.loader import Loader
-from tokentape.train.partition import BatchConfig, positions_for
-from tokentape.train.schedule import Schedule
-from tokentape.train.state import DataState
-from tokentape.train.steplog import read_step_log, scan_step_log
 
 HUGE = str(10**11)
 BEYOND = str(2**63)

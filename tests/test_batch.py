@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from test_plan import PLAN, SIZES, write_docs
 
+from tokentape._src.plan.plan import load_plan_spec, resolve_plan
+from tokentape._src.store.reader import open_source
+from tokentape._src.tokenize.driver import tokenize
+from tokentape._src.tokenize.job import TokenizeConfig
+from tokentape._src.train.batch import Batcher
 from tokentape.errors import ArgumentError, TokentapeError
-from tokentape.store.reader import open_source
-from tokentape.tape.plan import load_plan_spec, resolve_plan
-from tokentape.tokenize.driver import tokenize
-from tokentape.tokenize.job import TokenizeConfig
-from tokentape.train.batch import Batcher
 
 
 def small_shard_stores(root: Path) -> None:

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tokentape._src.tape.blend import MAX_POSITION, Blend, rational_weights
 from tokentape.errors import TokentapeError
-from tokentape.tape.blend import MAX_POSITION, Blend, rational_weights
 
 
 def reference_picks(weights: tuple[int, ...], steps: int) -> list[int]:

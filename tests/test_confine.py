@@ -13,11 +13,11 @@ import pytest
 from test_store import write_store
 
 from tokentape import TokentapeError, open_source, open_store
-from tokentape.audit.verify import check_store
-from tokentape.cli import main
-from tokentape.store.format import MANIFEST_NAME, read_manifest
-from tokentape.tape.plan import load_plan, open_plan_store
-from tokentape.tokenize.tokenizers import load_tokenizer
+from tokentape._src.audit.verify import check_store
+from tokentape._src.cli.main import main
+from tokentape._src.plan.plan import load_plan, open_plan_store
+from tokentape._src.store.format import MANIFEST_NAME, read_manifest
+from tokentape._src.store.tokenizers import load_tokenizer
 
 EOD = 256
 

@@ -18,13 +18,13 @@ import numpy as np
 import pytest
 from test_store import write_store
 
-from tokentape import convert
-from tokentape.cli import main
+from tokentape._src.cli.main import main
+from tokentape._src.megatron import convert
+from tokentape._src.megatron.format import MegatronWriter
+from tokentape._src.megatron.source import MegatronSource
+from tokentape._src.store.reader import open_source
+from tokentape._src.store.writer import ShardWriter
 from tokentape.errors import ArgumentError
-from tokentape.store.megatron import MegatronWriter
-from tokentape.store.megatron_source import MegatronSource
-from tokentape.store.reader import open_source
-from tokentape.store.writer import ShardWriter
 
 with warnings.catch_warnings():  # megatron-core warns that Apex / Transformer Engine are absent
     warnings.simplefilter("ignore")

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tokentape.cli import main
-from tokentape.corpora import LOG_REPEATS, describe_builtin_corpora, write_builtin_corpora
-from tokentape.tokenize.inputs import expand_inputs, plan_units, read_documents
+from tokentape._src.cli.main import main
+from tokentape._src.demo.corpora import LOG_REPEATS, describe_builtin_corpora, write_builtin_corpora
+from tokentape._src.tokenize.inputs import expand_inputs, plan_units, read_documents
 
 MB = 1_000_000
 

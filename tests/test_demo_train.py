@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from test_batch import small_shard_stores
 
-import tokentape.train.loader as loader_module
-from tokentape.demo_audit import worst_step
-from tokentape.demo_train import Phase, read_losses, simulate_training, stand_in_loss
-from tokentape.tape.plan import load_plan_spec, resolve_plan
-from tokentape.train.partition import BatchConfig, positions_for
+import tokentape._src.train.loader as loader_module
+from tokentape._src.demo.audit import worst_step
+from tokentape._src.demo.train import Phase, read_losses, simulate_training, stand_in_loss
+from tokentape._src.plan.plan import load_plan_spec, resolve_plan
+from tokentape._src.train.partition import BatchConfig, positions_for
 
 PHASES = [
     Phase(BatchConfig(3, 2, 2), until_step=8, crash=True),

@@ -6,8 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokentape.errors import TokentapeError
-from tokentape.tokenize.filters import (
+from tokentape._src.tokenize.filters import (
     FilterSet,
     MaxTokens,
     MinTokens,
@@ -15,6 +14,7 @@ from tokentape.tokenize.filters import (
     parse_filter,
     parse_filters,
 )
+from tokentape.errors import TokentapeError
 
 USAGE = "expected unique-lines[:min_lines=N,min_ratio=R], min-tokens:N or max-tokens:N"
 

@@ -16,13 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_batch import small_plan_json
 
+from tokentape._src.plan.plan import Plan, index_hash, load_plan
+from tokentape._src.tape.blend import MAX_POSITION
+from tokentape._src.train.loader import Loader
+from tokentape._src.train.partition import BatchConfig
+from tokentape._src.train.state import DataState, identity_hash
+from tokentape._src.train.steplog import read_step_log, scan_step_log
 from tokentape.errors import TokentapeError
-from tokentape.tape.blend import MAX_POSITION
-from tokentape.tape.plan import Plan, index_hash, load_plan
-from tokentape.train.loader import Loader
-from tokentape.train.partition import BatchConfig
-from tokentape.train.state import DataState, identity_hash
-from tokentape.train.steplog import read_step_log, scan_step_log
 
 pytestmark = pytest.mark.fuzz
 FUZZ = settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -319,7 +319,7 @@ TOML_VALUES = [
 
 
 def _parse_plan_or_error(text: str) -> None:
-    from tokentape.tape.plan import PlanSpec, parse_plan
+    from tokentape._src.plan.plan import PlanSpec, parse_plan
 
     try:
         spec = parse_plan(text, "mix.toml")

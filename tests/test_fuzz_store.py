@@ -29,14 +29,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_store import write_store
 
-from tokentape.audit.verify import Target, check_megatron_target, check_store
+from tokentape._src.audit.verify import Target, check_megatron_target, check_store
+from tokentape._src.megatron import identity as megatron_identity
+from tokentape._src.megatron.format import MegatronWriter, idx_path, parse_header, read_index
+from tokentape._src.megatron.source import MEGATRON, MegatronSource
+from tokentape._src.store.format import MANIFEST_NAME
+from tokentape._src.store.reader import Source, open_source
+from tokentape._src.store.tokenizers import Tokenizer, load_tokenizer
 from tokentape.errors import TokentapeError
-from tokentape.store import megatron_identity
-from tokentape.store.format import MANIFEST_NAME
-from tokentape.store.megatron import MegatronWriter, idx_path, parse_header, read_index
-from tokentape.store.megatron_source import MEGATRON, MegatronSource
-from tokentape.store.reader import Source, open_source
-from tokentape.tokenize.tokenizers import Tokenizer, load_tokenizer
 
 pytestmark = pytest.mark.fuzz
 

@@ -16,9 +16,8 @@ import zstandard
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tokentape.errors import TokentapeError
-from tokentape.tokenize import inputs
-from tokentape.tokenize.inputs import (
+from tokentape._src.tokenize import inputs
+from tokentape._src.tokenize.inputs import (
     SUPPORTED_SUFFIXES,
     InputFile,
     Unit,
@@ -27,6 +26,7 @@ from tokentape.tokenize.inputs import (
     plan_units,
     read_documents,
 )
+from tokentape.errors import TokentapeError
 
 # --- helpers
 

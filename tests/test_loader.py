@@ -11,14 +11,14 @@ import pytest
 from test_batch import small_shard_stores
 from test_plan import PLAN
 
+from tokentape._src.plan.plan import load_plan_spec, parse_plan, resolve_plan
+from tokentape._src.store.reader import open_source
+from tokentape._src.train.batch import Batcher
+from tokentape._src.train.loader import Loader, step_tokens_hash
+from tokentape._src.train.partition import BatchConfig, positions_for
+from tokentape._src.train.state import DataState
+from tokentape._src.train.steplog import read_step_log
 from tokentape.errors import ArgumentError, OutOfRangeError, TokentapeError
-from tokentape.store.reader import open_source
-from tokentape.tape.plan import load_plan_spec, parse_plan, resolve_plan
-from tokentape.train.batch import Batcher
-from tokentape.train.loader import Loader, step_tokens_hash
-from tokentape.train.partition import BatchConfig, positions_for
-from tokentape.train.state import DataState
-from tokentape.train.steplog import read_step_log
 
 
 @pytest.fixture(scope="module")

@@ -17,17 +17,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokentape.audit.locate import Located, locate, samples_overlapping
-from tokentape.audit.runs import log_schedule
-from tokentape.cli import main
+from tokentape._src.audit.locate import Located, locate, samples_overlapping
+from tokentape._src.audit.runs import log_schedule
+from tokentape._src.cli.main import main
+from tokentape._src.plan.plan import Plan, load_plan, parse_plan, resolve_plan
+from tokentape._src.store.reader import Source, open_source
+from tokentape._src.tokenize.driver import tokenize
+from tokentape._src.tokenize.job import TokenizeConfig
+from tokentape._src.train.loader import Loader
+from tokentape._src.train.partition import BatchConfig, positions_for
+from tokentape._src.train.schedule import Schedule
 from tokentape.errors import TokentapeError
-from tokentape.store.reader import Source, open_source
-from tokentape.tape.plan import Plan, load_plan, parse_plan, resolve_plan
-from tokentape.tokenize.driver import tokenize
-from tokentape.tokenize.job import TokenizeConfig
-from tokentape.train.loader import Loader
-from tokentape.train.partition import BatchConfig, positions_for
-from tokentape.train.schedule import Schedule
 
 L = 16
 DOCS = {"web": 60, "code": 30, "math": 8}

@@ -25,19 +25,20 @@ import numpy as np
 import pytest
 from test_store import write_store
 
-from tokentape.audit import verify_megatron
-from tokentape.cli import main
+from tokentape._src.cli.main import main
+from tokentape._src.megatron import format as megatron_mod
+from tokentape._src.megatron import identity as megatron_identity
+from tokentape._src.megatron import source as megatron_source
+from tokentape._src.megatron import verify as verify_megatron
+from tokentape._src.megatron.format import MegatronWriter, read_index
+from tokentape._src.megatron.source import MegatronSource
+from tokentape._src.plan.open import open_store
+from tokentape._src.plan.plan import load_plan, parse_plan, resolve_plan
+from tokentape._src.store.reader import open_source
+from tokentape._src.train.batch import Batcher
+from tokentape._src.train.loader import Loader
+from tokentape._src.train.partition import BatchConfig
 from tokentape.errors import ArgumentError, TokentapeError
-from tokentape.store import megatron as megatron_mod
-from tokentape.store import megatron_identity, megatron_source
-from tokentape.store.megatron import MegatronWriter, read_index
-from tokentape.store.megatron_source import MegatronSource
-from tokentape.store.open import open_store
-from tokentape.store.reader import open_source
-from tokentape.tape.plan import load_plan, parse_plan, resolve_plan
-from tokentape.train.batch import Batcher
-from tokentape.train.loader import Loader
-from tokentape.train.partition import BatchConfig
 
 with warnings.catch_warnings():  # megatron-core warns that Apex / Transformer Engine are absent
     warnings.simplefilter("ignore")
@@ -1084,7 +1085,7 @@ def test_a_fifo_sidecar_counts_as_absent_without_blocking(tmp_path):
     cache.mkdir()
     os.mkfifo(cache / megatron_identity.sidecar_paths(prefix)[1].name)  # the cache entry
     code = (
-        "import sys; from tokentape.store.megatron_source import MegatronSource; "
+        "import sys; from tokentape._src.megatron.source import MegatronSource; "
         f"print(MegatronSource({str(prefix)!r}, 257, 256).manifest.content_hash)"
     )
     env = os.environ | {"TOKENTAPE_CACHE_DIR": str(cache)}

@@ -21,11 +21,11 @@ import pytest
 from test_tokenize import make_documents, run_cli, write_jsonl
 
 from tokentape import TokentapeError, open_source
-from tokentape.cli import main
-from tokentape.store.atomic import WriteFailed, atomic_writer, exchange, replace_directory
-from tokentape.store.format import MANIFEST_NAME
-from tokentape.store.megatron_source import MegatronSource
-from tokentape.store.reader import TokenStream
+from tokentape._src.cli.main import main
+from tokentape._src.megatron.source import MegatronSource
+from tokentape._src.store.atomic import WriteFailed, atomic_writer, exchange, replace_directory
+from tokentape._src.store.format import MANIFEST_NAME
+from tokentape._src.store.reader import TokenStream
 
 SETTINGS = {  # two stores of one corpus with different shard cuts: a mix cannot pass unseen
     "a": ("--unit-mb", "0.05", "--shard-mb", "0.05"),

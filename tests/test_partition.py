@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tokentape._src.train.partition import BatchConfig, positions_for
 from tokentape.errors import ArgumentError, OutOfRangeError
-from tokentape.train.partition import BatchConfig, positions_for
 
 configs = st.builds(
     BatchConfig, dp_size=st.integers(1, 64), micro=st.integers(1, 16), accum=st.integers(1, 8)

@@ -13,8 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokentape.errors import ArgumentError
-from tokentape.tape.permutation import (
+from tokentape._src.tape.permutation import (
     MAX_N,
     ROUNDS,
     SCALAR_MAX,
@@ -24,6 +23,7 @@ from tokentape.tape.permutation import (
     permute_epochs,
     round_keys,
 )
+from tokentape.errors import ArgumentError
 
 MASK64 = (1 << 64) - 1
 
@@ -199,7 +199,7 @@ def test_same_tuple_same_permutation_in_another_process() -> None:
     ]
     program = (
         "import json, sys, numpy as np\n"
-        "from tokentape.tape.permutation import Permutation, round_keys\n"
+        "from tokentape._src.tape.permutation import Permutation, round_keys\n"
         "tuples = json.loads(sys.argv[1])\n"
         "print(json.dumps([[list(round_keys(s, m, e)),"
         " Permutation.for_epoch(n, s, m, e)(np.arange(100)).tolist()] for n, s, m, e in tuples]))\n"

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tokentape.cli import main
+from tokentape._src.cli.main import main
+from tokentape._src.plan.plan import load_plan, load_plan_spec, parse_plan, resolve_plan
+from tokentape._src.tokenize.driver import tokenize
+from tokentape._src.tokenize.job import TokenizeConfig
 from tokentape.errors import TokentapeError
-from tokentape.tape.plan import load_plan, load_plan_spec, parse_plan, resolve_plan
-from tokentape.tokenize.driver import tokenize
-from tokentape.tokenize.job import TokenizeConfig
 
 SIZES = {"web": 120, "code": 60, "math": 15}  # documents per source
 
@@ -248,7 +248,7 @@ def test_a_malformed_plan_json_names_the_field(stores, tmp_path, edit, message):
 def test_a_forged_plan_json_with_a_matching_hash_is_refused(stores, tmp_path):
     """Weight units that do not sum to the denominator change the tape's period: refused even
     when the index hash was recomputed to match."""
-    from tokentape.tape.plan import plan_index_hash
+    from tokentape._src.plan.plan import plan_index_hash
 
     plan = plan_of(stores)
     data = json.loads(plan.to_json())
@@ -294,7 +294,7 @@ def test_an_output_that_cannot_be_written_writes_neither(stores, tmp_path, capsy
 def test_plot_leaves_a_callers_figures_open(stores, tmp_path):
     """draw_plan closed every open figure (plt.close('all')), a notebook's included."""
     plt = pytest.importorskip("matplotlib.pyplot")
-    from tokentape.plot import plot_plan
+    from tokentape._src.render.plot import plot_plan
 
     mine = plt.figure()
     try:

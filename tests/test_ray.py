@@ -24,10 +24,10 @@ import pyarrow.parquet as pq
 import pytest
 from test_tokenize import make_documents, run_cli, tree_bytes, write_jsonl
 
-from tokentape.cli import main
-from tokentape.store.lock import output_lock
-from tokentape.tokenize import ray_executor
-from tokentape.tokenize.job import CRASH_ENV, WORK_DIR
+from tokentape._src.cli.main import main
+from tokentape._src.store.lock import output_lock
+from tokentape._src.tokenize import ray_executor
+from tokentape._src.tokenize.job import CRASH_ENV, WORK_DIR
 
 ray = pytest.importorskip("ray")
 
@@ -126,7 +126,7 @@ def test_driver_killed_mid_run_then_rerun_is_byte_identical(
     out = tmp_path / "s"
     argv = args(corpus, out, str(hf_tokenizer_json), "--executor", "ray", "--workers", "2")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tokentape.cli", *argv],
+        [sys.executable, "-m", "tokentape", *argv],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # its own process group: Ray's helpers are cleaned up below

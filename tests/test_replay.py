@@ -11,16 +11,16 @@ import numpy as np
 import pytest
 from test_batch import small_plan_json
 
-from tokentape.audit.replay import replay, top_documents
-from tokentape.audit.runs import log_schedule
-from tokentape.cli import main
+from tokentape._src.audit.replay import replay, top_documents
+from tokentape._src.audit.runs import log_schedule
+from tokentape._src.cli.main import main
+from tokentape._src.plan.plan import load_plan
+from tokentape._src.store.reader import open_source
+from tokentape._src.train.batch import Batcher
+from tokentape._src.train.loader import Loader, hash_dtype
+from tokentape._src.train.partition import BatchConfig
+from tokentape._src.train.schedule import Schedule
 from tokentape.errors import TokentapeError
-from tokentape.store.reader import open_source
-from tokentape.tape.plan import load_plan
-from tokentape.train.batch import Batcher
-from tokentape.train.loader import Loader, hash_dtype
-from tokentape.train.partition import BatchConfig
-from tokentape.train.schedule import Schedule
 
 SHAPES = [BatchConfig(2, 2, 2), BatchConfig(3, 1, 2), BatchConfig(1, 5, 1)]  # B = 8, 6, 5
 

@@ -20,10 +20,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_tokenize import make_documents, tree_bytes, write_jsonl
 
-from tokentape.cli import main
+from tokentape._src.cli.main import main
+from tokentape._src.plan.open import open_store
+from tokentape._src.store.lock import OutputLocked, lock_path, output_lock
 from tokentape.errors import TokentapeError
-from tokentape.store.lock import OutputLocked, lock_path, output_lock
-from tokentape.store.open import open_store
 
 
 def one_line_error(capsys) -> str:
@@ -147,7 +147,7 @@ def tokenize_argv(corpus: Path, out: Path, *extra: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "tokentape.cli",
+        "tokentape",
         "tokenize",
         str(corpus),
         "--out",
@@ -227,7 +227,7 @@ def test_verify_never_reads_through_a_link_swapped_in_after_its_check(tmp_path):
     """Another process swaps a shard file back and forth with a link to a file outside the
     store (atomic renames) while ``verify`` runs again and again: no report ever shows the
     outside file's size or hash (it was never read); each one is clean or names the link."""
-    from tokentape.audit.verify import check_store
+    from tokentape._src.audit.verify import check_store
 
     store = tmp_path / "s"
     assert main(["tokenize", str(small_input(tmp_path)), "--out", str(store), "--json"]) == 0
@@ -304,7 +304,15 @@ def test_convert_from_never_records_the_hash_of_an_index_swapped_in_meanwhile(co
     original = hashlib.sha256(idx.read_bytes()).hexdigest()
     other = tmp_path / "q" / "b.idx"
     out = tmp_path / "conv"
-    argv = [sys.executable, "-m", "tokentape.cli", "convert", "--from", "megatron", str(prefix)]
+    argv = [
+        sys.executable,
+        "-m",
+        "tokentape",
+        "convert",
+        "--from",
+        "megatron",
+        str(prefix),
+    ]
     argv += [str(out), "--vocab-size", "257", "--eod-id", "256", "--shard-mb", "0.01", "--json"]
     converting = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
@@ -331,8 +339,8 @@ def test_convert_from_never_records_the_hash_of_an_index_swapped_in_meanwhile(co
 def test_reloading_a_stores_tokenizer_by_path_never_follows_a_link(hf_tokenizer_json, tmp_path):
     """``tokenizer_from_manifest`` without the copy's bytes reads ``tokenizer.json`` from the
     store itself: a link there (even to an identical file outside) is refused, not read."""
-    from tokentape.store.format import read_manifest
-    from tokentape.tokenize.tokenizers import tokenizer_from_manifest
+    from tokentape._src.store.format import read_manifest
+    from tokentape._src.store.tokenizers import tokenizer_from_manifest
 
     store = tmp_path / "s"
     argv = ["tokenize", str(small_input(tmp_path)), "--out", str(store)]
@@ -468,7 +476,15 @@ def test_a_prefix_install_killed_between_its_renames_is_made_whole_by_the_next_c
         return prefix.with_suffix(".bin").read_bytes(), prefix.with_suffix(".idx").read_bytes()
 
     old = pair()
-    argv = [sys.executable, "-m", "tokentape.cli", "convert", "--to", "megatron", str(big)]
+    argv = [
+        sys.executable,
+        "-m",
+        "tokentape",
+        "convert",
+        "--to",
+        "megatron",
+        str(big),
+    ]
     killed = subprocess.run(
         [*argv, str(prefix), "--overwrite"],
         env={**os.environ, "TOKENTAPE_CRASH_AT": crash_at},

@@ -10,11 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_steplog import record
 
+from tokentape._src.train.partition import BatchConfig, positions_for
+from tokentape._src.train.schedule import Schedule
+from tokentape._src.train.state import DataState
+from tokentape._src.train.steplog import read_step_log, schedule_of
 from tokentape.errors import TokentapeError
-from tokentape.train.partition import BatchConfig, positions_for
-from tokentape.train.schedule import Schedule
-from tokentape.train.state import DataState
-from tokentape.train.steplog import read_step_log, schedule_of
 
 configs = st.builds(
     BatchConfig,

@@ -16,14 +16,14 @@ pytest.importorskip("torch")
 import torch.distributed as dist
 from test_batch import small_plan_json
 
-from tokentape.cli import main
+from tokentape._src.cli.main import main
+from tokentape._src.plan.plan import load_plan
+from tokentape._src.train import smoke
+from tokentape._src.train.batch import Batcher
+from tokentape._src.train.loader import Loader, Step
+from tokentape._src.train.partition import BatchConfig, positions_for
+from tokentape._src.train.smoke import RankReport, check_step, launch, verify
 from tokentape.errors import TokentapeError
-from tokentape.tape.plan import load_plan
-from tokentape.train import smoke
-from tokentape.train.batch import Batcher
-from tokentape.train.loader import Loader, Step
-from tokentape.train.partition import BatchConfig, positions_for
-from tokentape.train.smoke import RankReport, check_step, launch, verify
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_plan import PLAN, SIZES, make_store, plan_of
 
+from tokentape._src.train.partition import BatchConfig
+from tokentape._src.train.state import DataState, identity_hash
 from tokentape.errors import OutOfRangeError, TokentapeError
-from tokentape.train.partition import BatchConfig
-from tokentape.train.state import DataState, identity_hash
 
 configs = st.builds(
     BatchConfig, dp_size=st.integers(1, 8), micro=st.integers(1, 4), accum=st.integers(1, 4)

@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tokentape._src.train.partition import BatchConfig
+from tokentape._src.train.state import BatchChange
+from tokentape._src.train.steplog import StepRecord, read_step_log, scan_step_log, schedule_of
 from tokentape.errors import TokentapeError
-from tokentape.train.partition import BatchConfig
-from tokentape.train.state import BatchChange
-from tokentape.train.steplog import StepRecord, read_step_log, scan_step_log, schedule_of
 
 HASH = "sha256:" + "ab" * 32
 

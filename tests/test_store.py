@@ -15,18 +15,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokentape import TokentapeError, open_source
-from tokentape.audit.verify import check_store
-from tokentape.errors import ArgumentError, OutOfRangeError
-from tokentape.store.atomic import write_atomic
-from tokentape.store.format import (
+from tokentape._src.audit.verify import check_store
+from tokentape._src.store.atomic import write_atomic
+from tokentape._src.store.format import (
     MANIFEST_NAME,
     Manifest,
     choose_dtype,
     content_hash,
     read_manifest,
 )
-from tokentape.store.writer import ShardWriter
-from tokentape.tokenize.tokenizers import Tokenizer, load_tokenizer, tokenizer_manifest
+from tokentape._src.store.tokenizers import Tokenizer, load_tokenizer, tokenizer_manifest
+from tokentape._src.store.writer import ShardWriter
+from tokentape.errors import ArgumentError, OutOfRangeError
 
 EOD = 256
 

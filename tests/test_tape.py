@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tokentape._src.tape.blend import rational_weights
+from tokentape._src.tape.resolve import Tape
 from tokentape.errors import ArgumentError, OutOfRangeError
-from tokentape.tape.blend import rational_weights
-from tokentape.tape.resolve import Tape
 
 NAMES = ("web", "code", "books", "math")
 N_SAMPLES = (1_000_003, 250_000, 77_777, 5_000)
@@ -32,7 +32,7 @@ def digest(tape: Tape, positions: np.ndarray) -> str:
 
 # Computed once with algorithm version 1 (blend: earliest deadline over 2^16; permutation:
 # tokentape-perm-v1) and checked forever. Changing the tape on purpose means bumping
-# tokentape.tape.plan.ALGORITHM_VERSION and recomputing these.
+# tokentape._src.plan.plan.ALGORITHM_VERSION and recomputing these.
 GOLDEN_FIRST_100K = "39fe358bc0ac4593f596b0230c94b965d1f978a358244f4bc1f37fb731945eaf"
 GOLDEN_NEAR_2_40 = "01c30a926010aae86caa9aec8ad6aedec536b1bf0d9e47e059a7982c64a63344"
 

@@ -26,10 +26,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tokentape import TokentapeError, open_source
-from tokentape.cli import main
+from tokentape._src.cli.main import main
+from tokentape._src.store.tokenizers import GPT2_SPLIT_PATTERN
+from tokentape._src.tokenize.job import TokenizeConfig
 from tokentape.errors import ArgumentError
-from tokentape.tokenize.job import TokenizeConfig
-from tokentape.tokenize.tokenizers import GPT2_SPLIT_PATTERN
 
 WORDS = ["alpha", "beta", "γάμμα", "δέλτα", "日本語", "emoji😀", "tab\tbed", "x" * 30, "42", "!?"]
 
@@ -66,7 +66,7 @@ def corpus(tmp_path_factory) -> tuple[Path, list[str]]:
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tokentape.cli", *args],
+        [sys.executable, "-m", "tokentape", *args],
         capture_output=True,
         text=True,
         env={**os.environ, **(env or {})},
@@ -190,7 +190,7 @@ def test_sigkill_at_a_random_moment_then_rerun(corpus, reference_store, tmp_path
     root, _ = corpus
     args = [*tokenize_args(root, tmp_path / "s"), "--workers", "2", "--json"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tokentape.cli", *args],
+        [sys.executable, "-m", "tokentape", *args],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -336,7 +336,7 @@ def test_info_shows_the_manifest(corpus, tmp_path, capsys):
 
 def test_a_worker_killed_mid_run_keeps_finished_units(hf_tokenizer_json, tmp_path):
     # With the crash hook set, the calling process waits until the helper has claimed a unit
-    # (see tokentape.tokenize.pool.HELPER_CRASH), so the helper dies holding one.
+    # (see tokentape._src.tokenize.pool.HELPER_CRASH), so the helper dies holding one.
     data = tmp_path / "big.jsonl"
     lines = [json.dumps({"text": t}) for t in make_documents(600, seed=3)]
     write_jsonl(data, lines * 3)

@@ -17,8 +17,7 @@ from conftest import EOD, big_vocab_text, pydoc_texts
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokentape.errors import TokentapeError
-from tokentape.tokenize.tokenizers import (
+from tokentape._src.store.tokenizers import (
     GPT2_SPLIT_PATTERN,
     ByteTokenizer,
     HFTokenizer,
@@ -28,6 +27,7 @@ from tokentape.tokenize.tokenizers import (
     tokenizer_from_manifest,
     tokenizer_manifest,
 )
+from tokentape.errors import TokentapeError
 
 DOCS = [
     "",
@@ -230,7 +230,7 @@ def test_hf_encode_batch_starts_no_threads(hf_tokenizer_json: Path) -> None:
     # the library's own encode_batch, run last, shows that the count does see a rayon pool.
     script = (
         "import os, sys\n"
-        "from tokentape.tokenize.tokenizers import load_tokenizer\n"
+        "from tokentape._src.store.tokenizers import load_tokenizer\n"
         "def threads(): return len(os.listdir('/proc/self/task'))\n"
         "tok = load_tokenizer(sys.argv[1])\n"
         "docs = ['some text to encode %d ' % i * 20 for i in range(3000)]\n"

@@ -10,12 +10,12 @@ torch = pytest.importorskip("torch")
 from test_batch import small_shard_stores  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
+from tokentape._src.plan.plan import load_plan_spec, resolve_plan  # noqa: E402
+from tokentape._src.train.loader import Loader  # noqa: E402
+from tokentape._src.train.partition import BatchConfig  # noqa: E402
+from tokentape._src.train.state import DataState  # noqa: E402
+from tokentape._src.train.torch_data import TapeDataset, TapeSampler, to_torch  # noqa: E402
 from tokentape.errors import OutOfRangeError  # noqa: E402
-from tokentape.tape.plan import load_plan_spec, resolve_plan  # noqa: E402
-from tokentape.train.loader import Loader  # noqa: E402
-from tokentape.train.partition import BatchConfig  # noqa: E402
-from tokentape.train.state import DataState  # noqa: E402
-from tokentape.train.torch_data import TapeDataset, TapeSampler, to_torch  # noqa: E402
 
 
 @pytest.fixture(scope="module")

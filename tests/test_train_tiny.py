@@ -18,10 +18,10 @@ import pytest
 import torch
 from test_batch import small_plan_json
 
-from tokentape.tape.plan import load_plan
-from tokentape.train.batch import Batcher
-from tokentape.train.loader import step_tokens_hash
-from tokentape.train.steplog import read_step_log
+from tokentape._src.plan.plan import load_plan
+from tokentape._src.train.batch import Batcher
+from tokentape._src.train.loader import step_tokens_hash
+from tokentape._src.train.steplog import read_step_log
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "train_tiny.py"
 GLOBAL_BATCH = 8

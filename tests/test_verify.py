@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from test_store import write_store
 
-from tokentape.audit import verify
-from tokentape.audit.verify import check_store, quick_blocks, verify_store
-from tokentape.cli import main
-from tokentape.store.format import MANIFEST_NAME
-from tokentape.store.megatron import MegatronWriter
-from tokentape.tokenize.driver import tokenize
-from tokentape.tokenize.job import TokenizeConfig
+from tokentape._src.audit import verify
+from tokentape._src.audit.verify import check_store, quick_blocks, verify_store
+from tokentape._src.cli.main import main
+from tokentape._src.megatron.format import MegatronWriter
+from tokentape._src.store.format import MANIFEST_NAME
+from tokentape._src.tokenize.driver import tokenize
+from tokentape._src.tokenize.job import TokenizeConfig
 
 EOD = 256  # the bytes tokenizer: ids 0..255 are bytes, 256 ends a document
 VOCAB = 257

@@ -18,8 +18,8 @@ import pytest
 from test_tokenize import make_documents, run_cli, tree_bytes, write_jsonl
 
 from tokentape import open_source
-from tokentape.cli import main
-from tokentape.store.lock import OutputLocked, lock_path, output_lock
+from tokentape._src.cli.main import main
+from tokentape._src.store.lock import OutputLocked, lock_path, output_lock
 
 UNITS = ("--unit-mb", "0.05", "--shard-mb", "0.1")
 
@@ -40,7 +40,15 @@ def reference(corpus, tmp_path_factory) -> dict[str, bytes]:
 
 
 def tokenize_cmd(corpus: Path, out: Path) -> list[str]:
-    return [sys.executable, "-m", "tokentape.cli", "tokenize", str(corpus), "--out", str(out)]
+    return [
+        sys.executable,
+        "-m",
+        "tokentape",
+        "tokenize",
+        str(corpus),
+        "--out",
+        str(out),
+    ]
 
 
 def start(corpus: Path, out: Path) -> subprocess.Popen[str]:
@@ -96,7 +104,7 @@ def test_a_second_writer_is_refused_at_once_and_touches_nothing(corpus, referenc
     assert main(["convert", "--to", "megatron", str(store), str(prefix), "--json"]) == 0
     before, names = tree_bytes(tmp_path), sorted(os.listdir(tmp_path))
     back = tmp_path / "back"
-    cli = [sys.executable, "-m", "tokentape.cli", "convert"]
+    cli = [sys.executable, "-m", "tokentape", "convert"]
     vocabulary = ["--vocab-size", "257", "--eod-id", "256"]
     commands = [
         [*tokenize_cmd(corpus, store), *UNITS, "--overwrite"],

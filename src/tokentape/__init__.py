@@ -1,11 +1,10 @@
 """tokentape: a deterministic, replayable data pipeline for LLM pretraining."""
 
-__version__ = "0.1.0"
-
+from tokentape._src.megatron.source import MegatronSource
+from tokentape._src.plan.open import open_store
+from tokentape._src.store.reader import Source, open_source
+from tokentape._src.util.version import __version__
 from tokentape.errors import TokentapeError
-from tokentape.store.megatron_source import MegatronSource
-from tokentape.store.open import open_store
-from tokentape.store.reader import Source, open_source
 
 __all__ = [
     "MegatronSource",

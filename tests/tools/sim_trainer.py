@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from tokentape.store.atomic import write_atomic
-from tokentape.tape.plan import load_plan
-from tokentape.train.loader import Loader
-from tokentape.train.partition import BatchConfig
+from tokentape._src.plan.plan import load_plan
+from tokentape._src.store.atomic import write_atomic
+from tokentape._src.train.loader import Loader
+from tokentape._src.train.partition import BatchConfig
 
 
 def add_runs(runs: list[list[int]], positions: np.ndarray) -> None:

@@ -15,11 +15,11 @@ import numpy as np
 from sim_trainer import expand_runs
 from soak_procs import Child, Outcome, child_env
 
+from tokentape._src.plan.plan import load_plan
+from tokentape._src.train.batch import Batcher
+from tokentape._src.train.loader import hash_dtype, step_tokens_hash
+from tokentape._src.train.steplog import read_step_log
 from tokentape.errors import TokentapeError
-from tokentape.tape.plan import load_plan
-from tokentape.train.batch import Batcher
-from tokentape.train.loader import hash_dtype, step_tokens_hash
-from tokentape.train.steplog import read_step_log
 
 TRAINER = Path(__file__).parent / "sim_trainer.py"
 NO_END = 2**40  # the total of a run that is to be killed: it never finishes by itself

@@ -1,0 +1,866 @@
+"""``tokentape verify``: check token stores against their manifests.
+
+Full mode streams every shard once: its sha256, the sha256 of each ``block_bytes`` block and the
+range of every token id. ``--quick`` hashes (and range-checks) only a few blocks per shard: the
+first, the last and some picked by a seeded hash of the shard name. Both modes check file sizes,
+the document index (``.idx.npy``: hash, int64, starts at 0, strictly ascending, in range, one
+entry per document), the end-of-document id at every document end, the manifest's totals and
+its content hash. Shards are read in chunks and through memory maps, never whole into memory.
+
+A Megatron prefix (``PREFIX.bin`` + ``PREFIX.idx``, given directly or as a plan's source) is
+checked by ``audit.verify_megatron``: its structure, its bytes against the identity recorded in
+its sidecar, and its ids and end-of-document ids where the vocabulary is known.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, BinaryIO, TextIO
+
+import numpy as np
+
+from tokentape._src.megatron.format import is_prefix
+from tokentape._src.megatron.source import MEGATRON
+from tokentape._src.megatron.verify import check_megatron, planned_bytes
+from tokentape._src.plan.plan import load_plan
+from tokentape._src.render.text import fmt_bytes, fmt_int
+from tokentape._src.store.confine import inside_problem, open_directory, open_inside
+from tokentape._src.store.format import (
+    MANIFEST_NAME,
+    NPY_ERRORS,
+    Manifest,
+    ShardInfo,
+    content_hash,
+    numpy_dtype,
+    parse_manifest,
+    read_manifest_text,
+    read_npy_header,
+    sha256_stream,
+    shard_name,
+)
+from tokentape._src.store.tokenizers import STORED_NAMES
+from tokentape._src.util.progress import INPUT_BYTES, TOKENS, Counters, ProgressBar
+from tokentape.errors import TokentapeError
+
+DEFAULT_QUICK_BLOCKS = 4
+"""Blocks hashed per shard by ``--quick``: the first, the last and two picked by a seeded hash."""
+CHUNK_BYTES = 8 * 2**20
+"""Bytes read (and hashed) at a time."""
+INDEX_CHUNK = 2**20
+"""Document starts checked at a time."""
+
+Progress = Callable[[int, int], None]
+"""Called with the bytes and tokens just read."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a store: which file, what, what the manifest says, what is there."""
+
+    file: str
+    what: str
+    expected: str
+    found: str
+
+    def __str__(self) -> str:
+        return f"{self.file}: {self.what}: expected {self.expected}, found {self.found}"
+
+
+@dataclass(frozen=True)
+class PlanRef:
+    """A plan that names a store, with the content hash it recorded for it."""
+
+    plan: str
+    source: str
+    content_hash: str
+
+
+@dataclass(frozen=True)
+class StoreReport:
+    """The outcome of verifying one store."""
+
+    path: str
+    quick: bool
+    n_shards: int
+    n_tokens: int
+    n_docs: int
+    blocks_checked: int
+    blocks_total: int
+    bytes_hashed: int
+    seconds: float
+    problems: tuple[Problem, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["seconds"] = round(self.seconds, 3)
+        data["problems"] = [asdict(p) for p in self.problems]
+        return {"path": self.path, "ok": self.ok} | data
+
+
+@dataclass(frozen=True)
+class Target:
+    """A store to verify: its directory (or Megatron prefix), how to name it, and the plans
+    that refer to it."""
+
+    path: Path
+    label: str
+    plans: tuple[PlanRef, ...] = ()
+    kind: str = "tokentape"  # or "megatron"
+    vocab_size: int | None = None  # Megatron: ids are below it (from a plan, or --vocab-size)
+    eod_id: int | None = None  # Megatron: every document ends with it (plan, or --eod-id)
+
+
+@dataclass
+class _Work:
+    bytes_hashed: int = 0
+    blocks_checked: int = 0
+    blocks_total: int = 0
+
+
+@dataclass(frozen=True)
+class _Store:
+    """What the shard checks need to know about the store being verified."""
+
+    directory: Path
+    label: str
+    manifest: Manifest
+    progress: Progress | None
+    dir_fd: int | None = None
+    """The store directory, opened once: every file is looked up in it."""
+
+    @property
+    def dtype(self) -> np.dtype:
+        return numpy_dtype(self.manifest.dtype)
+
+    def file(self, name: str) -> str:
+        return str(Path(self.label) / name)
+
+    def open(self, name: str) -> BinaryIO:
+        """The store's file ``name``, opened without following a link at its name (one put
+        there after the confinement check is refused, never read): ``TokentapeError``."""
+        return open(open_inside(self.directory, name, "store file", self.dir_fd), "rb")
+
+    def size(self, name: str) -> int:
+        """The size of the file ``name`` (``FileNotFoundError`` when missing)."""
+        return os.stat(name, dir_fd=self.dir_fd, follow_symlinks=False).st_size
+
+    def tell_data(self, data: memoryview) -> None:
+        if self.progress is not None:
+            self.progress(len(data), len(data) // self.dtype.itemsize)
+
+
+# --- manifest and targets --------------------------------------------------------------------
+
+
+def load_manifest(store: str | Path, dir_fd: int | None = None) -> tuple[Manifest, list[Problem]]:
+    """Parse ``STORE/manifest.json`` (looked up in ``dir_fd`` when given). Totals that disagree
+    with the shards are problems (the sums are used from then on); a manifest that cannot be
+    read at all is a ``TokentapeError``."""
+    text, path = read_manifest_text(store, dir_fd)
+    problems: list[Problem] = []
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = None  # parse_manifest says why
+    if isinstance(data, dict):
+        problems = _fix_totals(data, str(path))
+        if problems:
+            text = json.dumps(data)
+    return parse_manifest(text, str(path), strict=False), problems
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _fix_totals(data: dict[str, Any], where: str) -> list[Problem]:
+    """Compare ``n_tokens``/``n_docs`` with the sums over shards; put the sums in ``data``."""
+    shards = data.get("shards")
+    if not isinstance(shards, list) or not all(isinstance(s, dict) for s in shards):
+        return []
+    problems = []
+    for key in ("n_tokens", "n_docs"):
+        values = [s.get(key) for s in shards]
+        if not _is_int(data.get(key)) or not all(_is_int(v) for v in values):
+            continue
+        total = sum(values)
+        if data[key] != total:
+            expected = f"{total} (the sum over shards)"
+            problems.append(Problem(where, f"{key} total", expected, str(data[key])))
+            data[key] = total
+    return problems
+
+
+def find_targets(paths: Iterable[str]) -> list[Target]:
+    """The stores named by ``paths`` (store directories or plan JSON files), each once."""
+    found: dict[Path, Target] = {}
+    for raw in paths:
+        for target in _expand(raw):
+            key = target.path.resolve()
+            first = found.setdefault(key, target)
+            if first is not target:
+                found[key] = replace(
+                    first,
+                    plans=first.plans + target.plans,
+                    vocab_size=first.vocab_size
+                    if first.vocab_size is not None
+                    else target.vocab_size,
+                    eod_id=first.eod_id if first.eod_id is not None else target.eod_id,
+                )
+    return list(found.values())
+
+
+def _expand(raw: str) -> list[Target]:
+    path = Path(raw)
+    if not (path / MANIFEST_NAME).is_file() and is_prefix(path):
+        return [Target(path, raw, kind=MEGATRON)]
+    if path.is_dir():
+        if not (path / MANIFEST_NAME).is_file():
+            raise TokentapeError(
+                f"'{raw}': directory without {MANIFEST_NAME}; expected a complete token store "
+                "or a plan JSON (tokentape plan --out)"
+            )
+        return [Target(path, raw)]
+    if not path.exists():
+        raise TokentapeError(
+            f"'{raw}': no such file or directory; expected a token store directory, a Megatron "
+            "prefix or a plan JSON"
+        )
+    try:
+        plan = load_plan(path)
+    except TokentapeError as exc:
+        raise TokentapeError(
+            f"'{raw}' is neither a token store directory nor a resolved plan JSON "
+            f"(tokentape plan --out): {exc}"
+        ) from None
+    return [
+        Target(
+            Path(s.path),
+            s.path,
+            (PlanRef(raw, s.name, s.content_hash),),
+            s.format,
+            s.vocab_size if s.format == MEGATRON else None,
+            s.eod_id if s.format == MEGATRON else None,
+        )
+        for s in plan.sources
+    ]
+
+
+# --- block choice and planned work ---------------------------------------------------------
+
+
+def quick_blocks(n_blocks: int, count: int, seed: str) -> list[int]:
+    """The blocks ``--quick`` hashes, ascending: all if ``count >= n_blocks``, else the first,
+    the last and ``count - 2`` more ranked by sha256 of ``seed`` and the block number."""
+    if count >= n_blocks:
+        return list(range(n_blocks))
+    if count <= 1:
+        return [0][:count]
+    inner = range(1, n_blocks - 1)
+    ranked = sorted(inner, key=lambda i: hashlib.sha256(f"{seed}:{i}".encode()).digest())
+    return sorted({0, n_blocks - 1, *ranked[: count - 2]})
+
+
+def _n_blocks(n_bytes: int, block_bytes: int) -> int:
+    return -(-n_bytes // block_bytes)
+
+
+def _block_size(index: int, block_bytes: int, n_bytes: int) -> int:
+    return max(0, min(block_bytes, n_bytes - index * block_bytes))
+
+
+def _blocks_usable(shard: ShardInfo, itemsize: int) -> bool:
+    return shard.block_bytes > 0 and shard.block_bytes % itemsize == 0
+
+
+def bytes_to_hash(manifest: Manifest, quick: bool, blocks: int = DEFAULT_QUICK_BLOCKS) -> int:
+    """Bytes of ``.bin`` data a verification reads (by the manifest's sizes)."""
+    itemsize = numpy_dtype(manifest.dtype).itemsize
+    total = 0
+    for shard in manifest.shards:
+        size = shard.n_tokens * itemsize
+        if not quick:
+            total += size
+        elif _blocks_usable(shard, itemsize):
+            chosen = quick_blocks(_n_blocks(size, shard.block_bytes), blocks, shard.name)
+            total += sum(_block_size(i, shard.block_bytes, size) for i in chosen)
+    return total
+
+
+# --- checks ----------------------------------------------------------------------------------
+
+
+def check_store(
+    store: str | Path,
+    quick: bool = False,
+    blocks: int = DEFAULT_QUICK_BLOCKS,
+    progress: Progress | None = None,
+    *,
+    label: str | None = None,
+    plans: Sequence[PlanRef] = (),
+) -> StoreReport:
+    """Verify one store (see the module docstring); ``label`` names it in problems."""
+    started = time.monotonic()
+    with contextlib.ExitStack() as held:
+        dir_fd = open_directory(Path(store))
+        held.callback(os.close, dir_fd)
+        return _check_store(store, quick, blocks, progress, label, plans, dir_fd, started)
+
+
+def _check_store(
+    store: str | Path,
+    quick: bool,
+    blocks: int,
+    progress: Progress | None,
+    label: str | None,
+    plans: Sequence[PlanRef],
+    dir_fd: int,
+    started: float,
+) -> StoreReport:
+    manifest, problems = load_manifest(store, dir_fd)
+    ctx = _Store(Path(store), label or str(store), manifest, progress, dir_fd)
+    problems += _manifest_problems(ctx)
+    problems += _plan_problems(manifest, plans)
+    work = _Work()
+    problems += _tokenizer_copy_problems(ctx)
+    for i, shard in enumerate(manifest.shards):
+        outside = _confinement_problems(ctx, i, shard)
+        if outside:  # never read a file that is not the store's own
+            problems += outside
+            continue
+        try:
+            problems += _check_shard(ctx, shard, quick, blocks, work)
+        except TokentapeError as exc:  # a file replaced by a link (or a FIFO) meanwhile
+            problems.append(Problem(ctx.file(shard.name), "not read", _INSIDE, str(exc)))
+        except OSError as exc:  # permissions, I/O errors: name the file, keep going
+            where = ctx.file(Path(exc.filename).name if exc.filename else shard.name)
+            problems.append(Problem(where, "unreadable", "a readable file", str(exc.strerror)))
+    return StoreReport(
+        path=ctx.label,
+        quick=quick,
+        n_shards=len(manifest.shards),
+        n_tokens=manifest.n_tokens,
+        n_docs=manifest.n_docs,
+        blocks_checked=work.blocks_checked,
+        blocks_total=work.blocks_total,
+        bytes_hashed=work.bytes_hashed,
+        seconds=time.monotonic() - started,
+        problems=tuple(problems),
+    )
+
+
+def check_megatron_target(
+    target: Target,
+    quick: bool = False,
+    blocks: int = DEFAULT_QUICK_BLOCKS,
+    progress: Progress | None = None,
+) -> StoreReport:
+    """Verify a Megatron prefix (see ``audit.verify_megatron``)."""
+    started = time.monotonic()
+    chooser = _chooser(target.path, blocks)
+    tell = None if progress is None else _megatron_progress(progress)
+    plans = [(ref.plan, ref.source, ref.content_hash) for ref in target.plans]
+    found = check_megatron(
+        target.path, quick, chooser, tell, target.vocab_size, target.eod_id, plans
+    )
+    return StoreReport(
+        path=target.label,
+        quick=quick,
+        n_shards=1,
+        n_tokens=found.n_tokens,
+        n_docs=found.n_docs,
+        blocks_checked=found.blocks_checked,
+        blocks_total=found.blocks_total,
+        bytes_hashed=found.bytes_hashed,
+        seconds=time.monotonic() - started,
+        problems=tuple(Problem(*p) for p in found.problems),
+    )
+
+
+def _chooser(prefix: Path, blocks: int) -> Callable[[int], list[int]]:
+    return lambda n_blocks: quick_blocks(n_blocks, blocks, prefix.name)
+
+
+def _megatron_progress(progress: Progress) -> Callable[[int], None]:
+    return lambda n_bytes: progress(n_bytes, 0)
+
+
+def verify_store(
+    store: str | Path,
+    quick: bool = False,
+    blocks: int = DEFAULT_QUICK_BLOCKS,
+    progress: Progress | None = None,
+) -> list[Problem]:
+    """The problems ``check_store`` finds; an empty list means the store is intact."""
+    return list(check_store(store, quick, blocks, progress).problems)
+
+
+def _manifest_problems(ctx: _Store) -> list[Problem]:
+    m, where = ctx.manifest, ctx.file(MANIFEST_NAME)
+    problems = []
+    recomputed = content_hash(m.shards, m.dtype)
+    if recomputed != m.content_hash:
+        problems.append(Problem(where, "content_hash mismatch", m.content_hash, recomputed))
+    if not 0 <= m.eod_id < m.vocab_size:
+        problems.append(Problem(where, "eod_id out of range", f"< {m.vocab_size}", str(m.eod_id)))
+    for shard in m.shards:
+        problems += _block_record_problems(ctx, shard, where)
+    return problems
+
+
+def _confinement_problems(ctx: _Store, i: int, shard: ShardInfo) -> list[Problem]:
+    """A shard name that is not ``part-NNNNN`` after its place, or a shard file that is not a
+    regular file in the store (a symbolic link, anywhere; a directory, a FIFO): the shard is
+    then not read."""
+    if shard.name != shard_name(i):
+        where = ctx.file(MANIFEST_NAME)
+        return [Problem(where, f"shards[{i}] name (shard not read)", shard_name(i), shard.name)]
+    return [
+        problem
+        for name in (shard.bin_file, shard.idx_file)
+        if (problem := _outside(ctx, name)) is not None
+    ]
+
+
+def _outside(ctx: _Store, name: str) -> Problem | None:
+    found = inside_problem(ctx.directory, name, ctx.dir_fd)
+    if found is None:
+        return None
+    found = found.removeprefix("is ")
+    if found.startswith("a symbolic link"):
+        return Problem(ctx.file(name), "not a file of the store (not read)", _INSIDE, found)
+    return Problem(ctx.file(name), "unreadable", "a regular file", found)
+
+
+_INSIDE = "a regular file inside the store"
+
+
+def _tokenizer_copy_problems(ctx: _Store) -> list[Problem]:
+    """The tokenizer copy the manifest names, when there is one: the store's own file."""
+    name = ctx.manifest.tokenizer.get("file")
+    if not isinstance(name, str):
+        return []
+    if name not in STORED_NAMES:
+        where = ctx.file(MANIFEST_NAME)
+        return [Problem(where, "tokenizer.file", " or ".join(STORED_NAMES), repr(name))]
+    problem = _outside(ctx, name)
+    return [] if problem is None else [problem]
+
+
+def _block_record_problems(ctx: _Store, shard: ShardInfo, where: str) -> list[Problem]:
+    itemsize = ctx.dtype.itemsize
+    if not _blocks_usable(shard, itemsize):
+        expected = f"a positive multiple of {itemsize}"
+        return [Problem(where, f"{shard.name} block_bytes", expected, str(shard.block_bytes))]
+    n = _n_blocks(shard.n_tokens * itemsize, shard.block_bytes)
+    found = len(shard.block_sha256)
+    if found != n:
+        return [Problem(where, f"{shard.name} block_sha256 count", str(n), str(found))]
+    return []
+
+
+def _plan_problems(manifest: Manifest, plans: Sequence[PlanRef]) -> list[Problem]:
+    return [
+        Problem(ref.plan, f"source '{ref.source}' content_hash", ref.content_hash, found)
+        for ref in plans
+        if ref.content_hash != (found := manifest.content_hash)
+    ]
+
+
+def _check_shard(
+    ctx: _Store, shard: ShardInfo, quick: bool, blocks: int, work: _Work
+) -> list[Problem]:
+    idx, problems = _check_index(ctx, shard)
+    where = ctx.file(shard.bin_file)
+    expected = shard.n_tokens * ctx.dtype.itemsize
+    try:
+        size = ctx.size(shard.bin_file)
+    except FileNotFoundError:
+        return [*problems, Problem(where, "missing", f"{expected} bytes", "no file")]
+    if size != expected:
+        wanted = f"{expected} bytes ({shard.n_tokens} tokens)"
+        problems.append(Problem(where, "size", wanted, f"{size} bytes"))
+    if _blocks_usable(shard, ctx.dtype.itemsize):
+        work.blocks_total += _n_blocks(expected, shard.block_bytes)
+        hashing = _hash_chosen if quick else _hash_whole
+        problems += hashing(ctx, shard, blocks, work)
+    if idx is not None:
+        problems += _check_eod(ctx, shard, idx, size)
+    return problems
+
+
+def _map_npy(f: BinaryIO) -> np.ndarray:
+    """The array in the open ``.npy`` file ``f``, memory-mapped; never unpickled."""
+    shape, fortran, dtype = read_npy_header(f)
+    if dtype.hasobject:
+        raise ValueError("an array of Python objects (never unpickled)")
+    if 0 in shape:
+        return np.zeros(shape, dtype=dtype)
+    order = "F" if fortran else "C"
+    return np.memmap(f, dtype=dtype, mode="r", offset=f.tell(), shape=shape, order=order)
+
+
+def _check_index(ctx: _Store, shard: ShardInfo) -> tuple[np.ndarray | None, list[Problem]]:
+    """Hash, size and structure of the ``.idx.npy``; the starts (memory-mapped) if sound."""
+    where = ctx.file(shard.idx_file)
+    try:
+        size = ctx.size(shard.idx_file)
+    except FileNotFoundError:
+        return None, [Problem(where, "missing", f"{shard.idx_bytes} bytes", "no file")]
+    problems = []
+    if size != shard.idx_bytes:
+        problems.append(Problem(where, "size", f"{shard.idx_bytes} bytes", f"{size} bytes"))
+    with ctx.open(shard.idx_file) as f:
+        digest = sha256_stream(f, CHUNK_BYTES)
+        f.seek(0)
+        try:
+            idx = _map_npy(f)
+        except (OSError, *NPY_ERRORS) as exc:
+            idx = exc
+    if digest != shard.idx_sha256:
+        problems.append(Problem(where, "sha256 mismatch", shard.idx_sha256, digest))
+    if isinstance(idx, BaseException):
+        exc = idx
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return None, [*problems, Problem(where, "unreadable", "a .npy array", reason)]
+    structure = _index_problems(idx, shard, where)
+    return (None if structure else idx), problems + structure
+
+
+def _index_problems(idx: np.ndarray, shard: ShardInfo, where: str) -> list[Problem]:
+    if idx.dtype != np.dtype("<i8") or idx.ndim != 1:
+        found = f"{idx.dtype} array of shape {idx.shape}"
+        return [Problem(where, "document starts", "a 1-D int64 array", found)]
+    problems = []
+    if len(idx) != shard.n_docs:
+        problems.append(Problem(where, "document count", str(shard.n_docs), str(len(idx))))
+    if len(idx) == 0:
+        if shard.n_tokens:
+            problems.append(Problem(where, "document starts", "a start at 0", "none"))
+        return problems
+    if int(idx[0]) != 0:
+        problems.append(Problem(where, "first document start", "0", str(int(idx[0]))))
+    return problems + _order_and_range(idx, shard.n_tokens, where)
+
+
+def _order_and_range(idx: np.ndarray, n_tokens: int, where: str) -> list[Problem]:
+    """Strictly ascending and within ``[0, n_tokens)``, checked in chunks."""
+    unordered, outside = 0, 0
+    first_unordered = first_outside = ""
+    for lo in range(0, len(idx), INDEX_CHUNK):
+        chunk = np.asarray(idx[max(lo - 1, 0) : lo + INDEX_CHUNK])
+        steps = np.flatnonzero(np.diff(chunk) <= 0)
+        if steps.size and not unordered:
+            i = steps[0] + max(lo - 1, 0)
+            first_unordered = f"entry {i + 1} = {int(idx[i + 1])} after {int(idx[i])}"
+        unordered += steps.size
+        own = chunk[1:] if lo else chunk
+        bad = np.flatnonzero((own < 0) | (own >= n_tokens))
+        if bad.size and not outside:
+            first_outside = f"entry {lo + bad[0]} = {int(own[bad[0]])}"
+        outside += bad.size
+    problems = []
+    if unordered:
+        found = f"{unordered} out of order, first {first_unordered}"
+        what, expected = "document starts not strictly ascending", "each start above the last"
+        problems.append(Problem(where, what, expected, found))
+    if outside:
+        found = f"{outside} outside, first {first_outside}"
+        expected = f"in [0, {n_tokens})"
+        problems.append(Problem(where, "document start out of range", expected, found))
+    return problems
+
+
+class _RangeScan:
+    """Counts token ids at or above ``limit`` in a byte stream fed in arbitrary pieces."""
+
+    def __init__(self, dtype: np.dtype, limit: int, position: int = 0) -> None:
+        self.dtype, self.limit, self.position = dtype, limit, position
+        self.carry = b""
+        self.count = 0
+        self.first: tuple[int, int] | None = None  # (token position, id)
+
+    def feed(self, data: memoryview | bytes) -> None:
+        if self.carry:
+            data = self.carry + bytes(data)
+        whole = len(data) - len(data) % self.dtype.itemsize
+        tokens = np.frombuffer(data, dtype=self.dtype, count=whole // self.dtype.itemsize)
+        self.carry = bytes(data[whole:])
+        if tokens.size and int(tokens.max()) >= self.limit:
+            bad = np.flatnonzero(tokens >= self.limit)
+            if self.first is None:
+                self.first = (self.position + int(bad[0]), int(tokens[bad[0]]))
+            self.count += bad.size
+        self.position += tokens.size
+
+    def problems(self, where: str) -> list[Problem]:
+        if self.first is None:
+            return []
+        pos, value = self.first
+        found = f"{value} at token {pos} ({self.count} out-of-range id(s) in the data read)"
+        return [Problem(where, "token id out of range", f"ids < {self.limit}", found)]
+
+
+Sink = Callable[[memoryview], object]
+
+
+def _stream(f: BinaryIO, n: int, buf: bytearray, sinks: Sequence[Sink]) -> int:
+    """Read up to ``n`` bytes in chunks through ``buf``, handing each to ``sinks``; bytes read."""
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = f.readinto(view[: min(len(buf), n - got)])
+        if not k:
+            break
+        for sink in sinks:
+            sink(view[:k])
+        got += k
+    return got
+
+
+def _hash_whole(ctx: _Store, shard: ShardInfo, _blocks: int, work: _Work) -> list[Problem]:
+    """Stream the whole ``.bin`` once: file hash, block hashes and token range."""
+    where, bb = ctx.file(shard.bin_file), shard.block_bytes
+    whole, scan = hashlib.sha256(), _RangeScan(ctx.dtype, ctx.manifest.vocab_size)
+    found: list[tuple[int, str]] = []
+    buf = bytearray(min(CHUNK_BYTES, bb))
+    with ctx.open(shard.bin_file) as f:
+        got = bb
+        while got == bb:
+            block = hashlib.sha256()
+            got = _stream(f, bb, buf, [whole.update, block.update, scan.feed, ctx.tell_data])
+            work.bytes_hashed += got
+            if got:
+                found.append((len(found), block.hexdigest()))
+    work.blocks_checked += min(len(found), len(shard.block_sha256))
+    problems = []
+    if whole.hexdigest() != shard.bin_sha256:
+        problems.append(_sha_problem(ctx, shard, where, whole.hexdigest()))
+    if len(shard.block_sha256) > 1:  # a single block's hash is the file's: said above
+        problems += _block_problems(shard, where, found)
+    return problems + scan.problems(where)
+
+
+def _hash_chosen(ctx: _Store, shard: ShardInfo, blocks: int, work: _Work) -> list[Problem]:
+    """Hash and range-check only the blocks ``quick_blocks`` picks."""
+    where, bb = ctx.file(shard.bin_file), shard.block_bytes
+    chosen = quick_blocks(len(shard.block_sha256), blocks, shard.name)
+    found: list[tuple[int, str]] = []
+    problems: list[Problem] = []
+    buf = bytearray(min(CHUNK_BYTES, bb))
+    with ctx.open(shard.bin_file) as f:
+        for i in chosen:
+            f.seek(i * bb)
+            block = hashlib.sha256()
+            scan = _RangeScan(ctx.dtype, ctx.manifest.vocab_size, i * bb // ctx.dtype.itemsize)
+            work.bytes_hashed += _stream(f, bb, buf, [block.update, scan.feed, ctx.tell_data])
+            found.append((i, block.hexdigest()))
+            problems += scan.problems(where)
+    work.blocks_checked += len(chosen)
+    return _block_problems(shard, where, found) + problems
+
+
+def _sha_problem(ctx: _Store, shard: ShardInfo, where: str, digest: str) -> Problem:
+    others = [s.bin_file for s in ctx.manifest.shards if s.bin_sha256 == digest]
+    note = f" (the recorded sha256 of {others[0]})" if others else ""
+    return Problem(where, "sha256 mismatch", shard.bin_sha256, digest + note)
+
+
+def _block_problems(shard: ShardInfo, where: str, found: list[tuple[int, str]]) -> list[Problem]:
+    return [
+        Problem(where, f"block {i} sha256 mismatch", shard.block_sha256[i], digest)
+        for i, digest in found
+        if i < len(shard.block_sha256) and digest != shard.block_sha256[i]
+    ]
+
+
+def _check_eod(ctx: _Store, shard: ShardInfo, idx: np.ndarray, size: int) -> list[Problem]:
+    """The token before each next document start, and the shard's last, is the EOD id."""
+    n = min(shard.n_tokens, size // ctx.dtype.itemsize)
+    if n == 0 or len(idx) == 0:
+        return []
+    with ctx.open(shard.bin_file) as f:
+        tokens = np.memmap(f, dtype=ctx.dtype, mode="r", shape=(n,))
+    eod, missing, first = ctx.manifest.eod_id, 0, ""
+    for lo in range(0, len(idx), INDEX_CHUNK):
+        nxt = np.asarray(idx[lo + 1 : lo + INDEX_CHUNK + 1])
+        if lo + INDEX_CHUNK >= len(idx):
+            nxt = np.append(nxt, shard.n_tokens)
+        ends = nxt - 1
+        inside = ends < n  # a truncated shard: its size is reported already
+        values = tokens[ends[inside]]
+        bad = np.flatnonzero(values != eod)
+        if bad.size and not missing:
+            doc = lo + int(np.flatnonzero(inside)[bad[0]])
+            first = f"document {doc} ends at token {int(ends[inside][bad[0]])} with id "
+            first += str(int(values[bad[0]]))
+        missing += bad.size
+    del tokens
+    if not missing:
+        return []
+    found = f"{missing} document(s) without it; first: {first}"
+    expected = f"id {eod} at every document end"
+    return [Problem(ctx.file(shard.bin_file), "missing end-of-document id", expected, found)]
+
+
+# --- command line ----------------------------------------------------------------------------
+
+EPILOG = """\
+checks (every mode):
+  file sizes against n_tokens x itemsize; shard files missing; .idx.npy sha256 and size,
+  int64, starting at 0, strictly ascending, within the shard, one entry per document; the
+  end-of-document id at every document end; manifest totals and content_hash; for a plan,
+  that each store still has the content hash the plan recorded.
+full mode (default):
+  rehash every .bin (sha256 and each 64 MiB block) and check every token id < vocab_size.
+--quick:
+  hash and range-check only N blocks per shard (the first, the last, and N-2 picked by a
+  seeded hash of the shard name: the same blocks every run).
+
+Megatron prefixes (PREFIX.bin + PREFIX.idx, given directly or named by a plan):
+  the .idx structure; both files rehashed against the identity recorded in the sidecar
+  PREFIX.tokentape.json (--quick: the .idx and N blocks of .bin); the plan's content hash;
+  ids in [0, vocab) and the EOD id at every document end, with the plan's vocabulary or
+  --vocab-size/--eod-id.
+
+examples:
+  tokentape verify stores/web stores/code
+  tokentape verify mix.json --quick --blocks 8
+  tokentape verify stores/web --json
+  tokentape verify data/web_text_document --vocab-size 50257 --eod-id 50256
+
+Exit status: 0 when every store is intact, 1 when a problem was found (one line each),
+2 when a path is not a store or plan, or a manifest cannot be read.
+"""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "verify",
+        help="rehash token stores against their manifests; check offsets and token ids",
+        description=(
+            "Verify token stores (directories, or every store of a resolved plan JSON)\n"
+            "against their manifests: hashes, sizes, document index, token ids and\n"
+            "end-of-document ids. Prints one line per problem."
+        ),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("paths", nargs="+", metavar="STORE_OR_PLAN", help="store dir or PLAN.json")
+    p.add_argument("--quick", action="store_true", help="spot-check blocks, no full rehash")
+    p.add_argument(
+        "--blocks",
+        type=int,
+        metavar="N",
+        help=f"blocks per shard hashed by --quick (default {DEFAULT_QUICK_BLOCKS})",
+    )
+    p.add_argument(
+        "--vocab-size", type=int, metavar="V", help="Megatron prefix: check every id is below V"
+    )
+    p.add_argument(
+        "--eod-id", type=int, metavar="E", help="Megatron prefix: check every document ends with E"
+    )
+    p.add_argument("--json", action="store_true", help="print a JSON report, no progress bar")
+    p.set_defaults(func=cmd)
+
+
+class _VerifyBar(ProgressBar):
+    """The tokenize progress bar, showing bytes and tokens verified."""
+
+    def line(self) -> str:
+        snap = self.counters.snapshot()
+        done, tokens = snap[INPUT_BYTES], snap[TOKENS]
+        elapsed = max(time.monotonic() - self._start, 1e-9)
+        frac = min(done / max(self.total_input_bytes, 1), 1.0)
+        bar = "#" * int(frac * 24) + "-" * (24 - int(frac * 24))
+        eta = f"{elapsed * (1 - frac) / frac:.0f} s" if frac > 0 else "?"
+        return (
+            f"{self.label} [{bar}] {frac:6.1%}  {fmt_bytes(done / elapsed)}/s  "
+            f"{tokens / elapsed / 1e6:.1f}M tok/s  elapsed {elapsed:.0f} s  ETA {eta}"
+        )
+
+
+@contextlib.contextmanager
+def _progress(total: int, stream: TextIO | None) -> Iterator[Progress | None]:
+    if stream is None or not stream.isatty():
+        yield None
+        return
+    counters = Counters()
+    with _VerifyBar(counters, total, label="verify", stream=stream):
+        yield lambda n_bytes, n_tokens: counters.add(tokens=n_tokens, input_bytes=n_bytes)
+
+
+def _summary(r: StoreReport) -> str:
+    counts = f"{r.n_shards} shards, {fmt_int(r.n_tokens)} tokens"
+    hashed = f"{fmt_bytes(r.bytes_hashed)} hashed in {r.seconds:.2f} s"
+    if r.quick:
+        hashed = f"quick check: {r.blocks_checked} of {r.blocks_total} blocks, {hashed}"
+    if r.ok:
+        tail = "; run without --quick for a full rehash" if r.quick else ""
+        return f"{r.path}: ok ({counts}, {hashed}){tail}"
+    return f"{r.path}: FAILED, {len(r.problems)} problem(s) ({counts}, {hashed})"
+
+
+def _with_vocabulary(target: Target, args: argparse.Namespace) -> Target:
+    """A Megatron target with --vocab-size/--eod-id where its plan gave none."""
+    if target.kind != MEGATRON:
+        return target
+    return replace(
+        target,
+        vocab_size=target.vocab_size if target.vocab_size is not None else args.vocab_size,
+        eod_id=target.eod_id if target.eod_id is not None else args.eod_id,
+    )
+
+
+def _check_vocabulary_flags(vocab_size: int | None, eod_id: int | None) -> None:
+    if vocab_size is not None and vocab_size <= 0:
+        raise TokentapeError(f"--vocab-size must be positive, got {vocab_size}")
+    if eod_id is not None and eod_id < 0:
+        raise TokentapeError(f"--eod-id must be a token id (>= 0), got {eod_id}")
+    if vocab_size is not None and eod_id is not None and eod_id >= vocab_size:
+        raise TokentapeError(f"--eod-id {eod_id} is not below --vocab-size {vocab_size}")
+
+
+def cmd(args: argparse.Namespace) -> int:
+    if args.blocks is not None and not args.quick:
+        raise TokentapeError("--blocks applies to --quick only")
+    blocks = DEFAULT_QUICK_BLOCKS if args.blocks is None else args.blocks
+    if blocks < 1:
+        raise TokentapeError(f"--blocks must be at least 1, got {blocks}")
+    _check_vocabulary_flags(args.vocab_size, args.eod_id)
+    targets = [_with_vocabulary(t, args) for t in find_targets(args.paths)]
+    total = 0
+    for t in targets:  # an unreadable manifest fails here, before any hashing
+        if t.kind == MEGATRON:
+            total += planned_bytes(t.path, args.quick, _chooser(t.path, blocks))
+        else:
+            total += bytes_to_hash(load_manifest(t.path)[0], args.quick, blocks)
+    with _progress(total, None if args.json else sys.stderr) as progress:
+        reports = [
+            check_megatron_target(t, args.quick, blocks, progress)
+            if t.kind == MEGATRON
+            else check_store(t.path, args.quick, blocks, progress, label=t.label, plans=t.plans)
+            for t in targets
+        ]
+    ok = all(r.ok for r in reports)
+    if args.json:
+        data = {"ok": ok, "quick": args.quick, "stores": [r.to_json() for r in reports]}
+        print(json.dumps(data, indent=2))
+    else:
+        for r in reports:
+            for problem in r.problems:
+                print(problem)
+            print(_summary(r))
+    return 0 if ok else 1

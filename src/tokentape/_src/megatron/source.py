@@ -1,0 +1,310 @@
+"""A Megatron prefix (``PREFIX.bin`` + ``PREFIX.idx``) read in place as a tokentape source.
+
+The tokens are a read-only memory map of ``.bin``; the document starts come from the ``.idx``
+(itself memory-mapped), computed only when documents or segments are asked for. A tokentape
+document is a Megatron *document* (a run of sequences delimited by the document index), so a
+document made of several sequences (sentences) is one document here. tokentape's contract needs
+every document to end with the end-of-document id; the ``.idx`` records no vocabulary, so the
+caller gives ``vocab_size`` and ``eod_id`` (or a tokenizer that has them).
+
+Both files are opened once and their keys taken (``megatron.PrefixFiles``); an identity
+recorded for those keys (by the plan, or in a sidecar: ``store.megatron_identity``) is
+*current*. Opening checks, cheaply:
+
+- the ``.idx`` header, sizes and counts, always; the document index and back-to-back sequences
+  (an O(sequences) scan, ``store.megatron.read_index``) only without a current identity, whose
+  sha256 of the ``.idx`` covers an index checked when it was recorded;
+- that no document is empty and every document's last token is the EOD id. The identity
+  records the id every document ends with, found while the data was hashed: while it is
+  current, that id is compared and no token is read. Otherwise (the first open, changed files,
+  an older sidecar, ``identify=False`` without a current identity) one vectorised gather reads
+  every document's last token (a page of ``.bin`` per short document) and refuses the first
+  offending document;
+- the smallest and largest token id, recorded with the identity when the data is first hashed:
+  no negative id, none at or above ``vocab_size``.
+
+Without a current identity the data is hashed, unless ``hash_missing=False`` (the loader, on
+every rank), which refuses the prefix naming the command to run once instead.
+
+A tokenizer given as a spec is loaded only when something needs it (decoding, a preview, the
+manifest's tokenizer fields) if the vocabulary size and EOD id are given too: a training rank
+reads tokens without it. When it is loaded it must agree with them and, when the caller gives
+one (a plan), with the recorded fingerprint.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokentape._src.megatron.format import (
+    CHUNK,
+    FileKeys,
+    MegatronIdentity,
+    MegatronIndex,
+    PrefixFiles,
+    bin_path,
+    read_index,
+)
+from tokentape._src.megatron.identity import (
+    SIDECAR,
+    MegatronRecord,
+    current_identity,
+    megatron_identity,
+    no_identity,
+    racy,
+    record_end_id,
+)
+from tokentape._src.store.reader import TokenStream
+from tokentape._src.store.tokenizers import (
+    NoTokenizer,
+    Tokenizer,
+    load_tokenizer,
+    tokenizer_manifest,
+)
+from tokentape.errors import ArgumentError, TokentapeError
+
+MEGATRON = "megatron"
+
+APPEND_EOD_HINT = (
+    "tokentape needs every document to end with it (Megatron's preprocess_data.py "
+    "--append-eod); `tokentape convert --from megatron --append-eod` makes a store that does"
+)
+
+
+@dataclass(frozen=True)
+class MegatronManifest:
+    """A Megatron source's counterpart of a store's ``manifest.json``: its identity and the
+    vocabulary it is read with. ``tokenizer`` (the tokenizer's manifest fields) loads the
+    tokenizer on first use."""
+
+    prefix: str
+    dtype: str
+    vocab_size: int
+    eod_id: int
+    n_tokens: int
+    n_docs: int
+    n_sequences: int
+    content_hash: str
+    identity: MegatronIdentity
+    format: str = MEGATRON
+    tokenizer_of: Callable[[], Tokenizer] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def tokenizer(self) -> dict[str, Any]:
+        if self.tokenizer_of is None:
+            return tokenizer_manifest(NoTokenizer(self.vocab_size, self.eod_id))
+        return tokenizer_manifest(self.tokenizer_of())
+
+
+def resolve_vocabulary(
+    vocab_size: int | None, eod_id: int | None, tokenizer: Tokenizer | None, where: str
+) -> tuple[int, int]:
+    """``vocab_size`` and ``eod_id`` as given, or taken from the tokenizer; checked."""
+    if tokenizer is not None:
+        for name, given, known in (
+            ("vocab_size", vocab_size, tokenizer.vocab_size),
+            ("eod_id", eod_id, tokenizer.eod_id),
+        ):
+            if given is not None and given != known:
+                raise TokentapeError(
+                    f"{where}: {name} {given} differs from the tokenizer's ({known}); give the "
+                    "tokenizer's values or leave them out"
+                )
+        vocab_size, eod_id = tokenizer.vocab_size, tokenizer.eod_id
+    for name, value in (("vocab_size", vocab_size), ("eod_id", eod_id)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int | np.integer)
+        ):
+            raise ArgumentError(f"{where}: {name} must be an integer, got {value!r}")
+    if vocab_size is None or eod_id is None:
+        missing = "vocab_size" if vocab_size is None else "eod_id"
+        raise TokentapeError(
+            f"{where}: a Megatron .idx records no vocabulary: give {missing} (or a tokenizer)"
+        )
+    if vocab_size <= 0:
+        raise TokentapeError(f"{where}: vocab_size must be positive, got {vocab_size}")
+    if not 0 <= eod_id < vocab_size:
+        raise TokentapeError(f"{where}: eod_id {eod_id} is not in [0, vocab_size = {vocab_size})")
+    return vocab_size, eod_id
+
+
+def check_documents(tokens: np.ndarray, doc_starts: np.ndarray, eod_id: int, where: str) -> None:
+    """Refuse the first document that is empty or whose last token is not ``eod_id``."""
+    n_docs, n_tokens = len(doc_starts), len(tokens)
+    for lo in range(0, n_docs, CHUNK):
+        starts = doc_starts[lo : lo + CHUNK]
+        ends = doc_starts[lo + 1 : lo + CHUNK + 1]
+        if lo + CHUNK >= n_docs:
+            ends = np.append(ends, n_tokens)
+        empty = ends <= starts
+        last = tokens[np.maximum(ends - 1, 0)] if n_tokens else np.zeros(len(ends), np.int64)
+        bad = np.flatnonzero(empty | (last != eod_id))
+        if not bad.size:
+            continue
+        j = int(bad[0])
+        if empty[j]:
+            raise TokentapeError(
+                f"{where}: document {lo + j} is empty, so it cannot end with the end-of-document "
+                f"id {eod_id}; {APPEND_EOD_HINT}"
+            )
+        raise TokentapeError(
+            f"{where}: document {lo + j} (tokens [{int(starts[j])}, {int(ends[j])})) ends "
+            f"with id {int(last[j])}, not the end-of-document id {eod_id}; {APPEND_EOD_HINT}"
+        )
+
+
+class MegatronSource(TokenStream):
+    """A Megatron prefix opened for reading, with the interface of ``reader.Source``."""
+
+    def __init__(
+        self,
+        prefix: str | os.PathLike[str],
+        vocab_size: int | None = None,
+        eod_id: int | None = None,
+        tokenizer: str | Tokenizer | None = None,
+        *,
+        check_eod: bool = True,
+        identify: bool = True,
+        show_progress: bool = True,
+        planned: tuple[FileKeys, MegatronIdentity] | None = None,
+        hash_missing: bool = True,
+        fingerprint: str | None = None,
+    ) -> None:
+        """Open ``prefix``; ``tokenizer`` is a tokenizer or its spec (as for ``tokentape
+        tokenize``).
+
+        ``check_eod=False`` skips the end-of-document check (conversion appending the EOD);
+        ``identify=False`` defers the identity (hash and id range) to the first use of
+        ``manifest``; ``show_progress`` draws a bar on a terminal while hashing.
+        ``planned``: the files' keys and identity a plan recorded (used while the keys match);
+        ``hash_missing=False`` refuses a prefix without a current identity instead of hashing
+        it; ``fingerprint``: the tokenizer's fingerprint a plan recorded.
+        """
+        self.directory = Path(prefix)  # where the source lives, as for a store
+        where = f"Megatron prefix '{prefix}'"
+        self._where, self._fingerprint = where, fingerprint
+        self._spec = tokenizer if isinstance(tokenizer, str) else None
+        self._tokenizer = None if isinstance(tokenizer, str) else tokenizer
+        if self._spec is not None and (vocab_size is None or eod_id is None):
+            self._tokenizer = self._load_tokenizer(self._spec)  # it gives the vocabulary
+        self._vocab_size, self._eod_id = resolve_vocabulary(
+            vocab_size, eod_id, self._tokenizer, where
+        )
+        self._show_progress = show_progress
+        with PrefixFiles(prefix) as files:
+            known, origin = current_identity(files, planned)
+            if known is None and not hash_missing:
+                raise no_identity(self.directory, planned is not None)
+            self.index: MegatronIndex = read_index(
+                prefix, files, None if known is None else known.n_tokens
+            )
+            if self.index.n_tokens:
+                shape = (self.index.n_tokens,)
+                data = np.memmap(files.bin, dtype=self.index.dtype, mode="r", shape=shape)
+            else:
+                data = np.zeros(0, dtype=self.index.dtype)
+        self._known, self._origin = known, origin
+        super().__init__(self.index.dtype, [data], self.index.doc_starts, self.index.n_docs)
+        if check_eod:
+            self._check_ends(data, where, update_sidecar=hash_missing)
+        if identify:
+            _ = self.manifest
+
+    def _check_ends(self, data: np.ndarray, where: str, update_sidecar: bool) -> None:
+        """Every document ends with the EOD id: known from a current identity's end id without
+        reading ``.bin``, else checked at every document end (before any hashing, so bad data
+        is refused at once) and, for a sidecar that lacks the end id, recorded (when
+        ``update_sidecar``)."""
+        known = self._known
+        if known is not None and known.end_id == self._eod_id:
+            return
+        check_documents(data, self.doc_starts, self._eod_id, where)
+        if known is not None and self.n_docs:
+            self._known = replace(known, end_id=self._eod_id)
+            if update_sidecar and self._origin == SIDECAR:
+                record_end_id(self.index, known, self._eod_id)
+
+    def _load_tokenizer(self, spec: str) -> Tokenizer:
+        """Load the tokenizer ``spec``; it must have the recorded fingerprint (when known)."""
+        tok = load_tokenizer(spec)
+        if self._fingerprint is not None and tok.fingerprint != self._fingerprint:
+            raise TokentapeError(
+                f"{self._where}: tokenizer '{spec}' has fingerprint {tok.fingerprint}, the plan "
+                f"recorded {self._fingerprint}: the tokenizer changed since the plan was made"
+            )
+        return tok
+
+    @property
+    def eod_id(self) -> int:
+        return self._eod_id
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab_size
+
+    @property
+    def n_sequences(self) -> int:
+        return self.index.n_sequences
+
+    @cached_property
+    def manifest(self) -> MegatronManifest:
+        """The identity (current, or hashed now) and the vocabulary; refuses data with a
+        negative id or one at or above ``vocab_size``."""
+        identity = self._known
+        if identity is None:
+            identity = self._known = megatron_identity(self.index, self._show_progress)
+        where = bin_path(self.directory)
+        if identity.min_id is not None and identity.min_id < 0:
+            raise TokentapeError(f"{where}: holds the negative token id {identity.min_id}")
+        if identity.max_id is not None and identity.max_id >= self._vocab_size:
+            raise TokentapeError(
+                f"{where}: holds token id {identity.max_id}, not below vocab_size "
+                f"{self._vocab_size}"
+            )
+        return MegatronManifest(
+            prefix=str(self.directory),
+            dtype=identity.dtype,
+            vocab_size=self._vocab_size,
+            eod_id=self._eod_id,
+            n_tokens=identity.n_tokens,
+            n_docs=identity.n_docs,
+            n_sequences=identity.n_sequences,
+            content_hash=identity.content_hash,
+            identity=identity,
+            tokenizer_of=lambda: self.tokenizer,
+        )
+
+    def plan_record(self) -> MegatronRecord | None:
+        """What a plan records of this source (its identity, hashed now if need be, and the
+        files' keys); None while the files are too recent for their keys to vouch for them."""
+        identity = self.manifest.identity
+        keys = self.index.keys
+        if keys is None or racy(keys, self.index.taken_ns):
+            return None
+        return MegatronRecord.of(keys, identity)
+
+    @cached_property
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer given (a spec is loaded now, and checked), or a stand-in that shows ids
+        (no tokenizer known)."""
+        if self._tokenizer is None and self._spec is not None:
+            tok = self._load_tokenizer(self._spec)
+            resolve_vocabulary(self._vocab_size, self._eod_id, tok, self._where)
+            self._tokenizer = tok
+        if self._tokenizer is not None:
+            return self._tokenizer
+        return NoTokenizer(self._vocab_size, self._eod_id)
+
+    def __repr__(self) -> str:
+        return (
+            f"MegatronSource({str(self.directory)!r}, n_tokens={self.n_tokens}, "
+            f"n_docs={self.n_docs}, n_sequences={self.n_sequences}, "
+            f"dtype={self.index.dtype_name})"
+        )

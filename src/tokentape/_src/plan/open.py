@@ -1,0 +1,78 @@
+"""Open any kind of source: a tokentape store directory or a Megatron prefix.
+
+``open_store`` returns a ``reader.Source`` or a ``megatron_source.MegatronSource``; both offer
+the same reading interface (``reader.TokenStream``) and a ``manifest`` with ``content_hash``,
+``dtype``, ``vocab_size``, ``eod_id`` and ``tokenizer``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tokentape._src.megatron.format import is_prefix
+from tokentape._src.megatron.source import MEGATRON, MegatronSource
+from tokentape._src.store.format import MANIFEST_NAME
+from tokentape._src.store.reader import Source, TokenStream
+from tokentape.errors import TokentapeError
+
+TOKENTAPE = "tokentape"
+FORMATS = (TOKENTAPE, MEGATRON)
+
+
+def detect_format(path: str | os.PathLike[str]) -> str:
+    """``tokentape`` for a directory with ``manifest.json``, ``megatron`` for a prefix with
+    ``.bin`` and ``.idx``; otherwise an error saying what was looked for."""
+    p = Path(path)
+    if os.path.lexists(p / MANIFEST_NAME):  # a link or a directory there: refused at open
+        return TOKENTAPE
+    if is_prefix(p):
+        return MEGATRON
+    if p.suffix in (".bin", ".idx") and is_prefix(p.with_suffix("")):
+        raise TokentapeError(
+            f"'{path}': give the Megatron prefix without {p.suffix} ('{p.with_suffix('')}')"
+        )
+    if p.is_dir():
+        raise TokentapeError(
+            f"store '{path}': no {MANIFEST_NAME}; not a complete tokentape store (nor a Megatron "
+            "prefix: no .bin/.idx)"
+        )
+    raise TokentapeError(
+        f"store '{path}': no such directory, nor a Megatron prefix ({p.name}.bin and {p.name}.idx)"
+    )
+
+
+def open_store(
+    path: str | os.PathLike[str],
+    format: str | None = None,
+    *,
+    vocab_size: int | None = None,
+    eod_id: int | None = None,
+    tokenizer: str | None = None,
+    show_progress: bool = True,
+) -> Source | MegatronSource:
+    """Open the source at ``path``: a tokentape store, or a Megatron prefix (which needs
+    ``vocab_size`` and ``eod_id``, or a ``tokenizer`` spec that has them; for a store they are
+    checked against its manifest when given). ``format`` is ``"tokentape"``, ``"megatron"`` or
+    None (detected from the files)."""
+    kind = detect_format(path) if format is None else format
+    if kind == TOKENTAPE:
+        if tokenizer is not None:
+            raise TokentapeError(
+                f"store '{path}': a tokenizer applies to a Megatron source only; a tokentape "
+                "store records its own"
+            )
+        store = Source(path)
+        for key, given in (("vocab_size", vocab_size), ("eod_id", eod_id)):
+            if given is not None and given != getattr(store.manifest, key):
+                raise TokentapeError(
+                    f"store '{path}': {key} {given} was expected, its manifest says "
+                    f"{getattr(store.manifest, key)}"
+                )
+        return store
+    if kind == MEGATRON:
+        return MegatronSource(path, vocab_size, eod_id, tokenizer, show_progress=show_progress)
+    raise TokentapeError(f"'{path}': unknown format '{kind}'; expected one of {', '.join(FORMATS)}")
+
+
+__all__ = ["FORMATS", "MEGATRON", "TOKENTAPE", "TokenStream", "detect_format", "open_store"]

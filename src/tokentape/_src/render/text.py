@@ -1,0 +1,130 @@
+"""Plain-text tables for the command-line program (no terminal library needed)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tokentape._src.plan.plan import Plan
+from tokentape._src.store.format import Manifest, numpy_dtype
+
+
+def fmt_int(n: int) -> str:
+    return f"{n:,}"
+
+
+def fmt_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+def key_values(rows: Sequence[tuple[str, Any]], indent: str = "  ") -> str:
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{indent}{k:<{width}}  {v}" for k, v in rows)
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[Any]], indent: str = "  ") -> str:
+    """Columns left-aligned for text, right-aligned for numbers."""
+    cells = [[str(c) for c in header]] + [[_cell(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    numeric = [all(_is_number(r[i]) for r in rows) and rows for i in range(len(header))]
+
+    def line(r: Sequence[str]) -> str:
+        cols = zip(r, widths, numeric, strict=True)
+        parts = [c.rjust(w) if num else c.ljust(w) for c, w, num in cols]
+        return indent + "  ".join(parts).rstrip()
+
+    rule = indent + "  ".join("-" * w for w in widths)
+    return "\n".join([line(cells[0]), rule, *(line(r) for r in cells[1:])])
+
+
+def _cell(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def dropped_text(docs: dict[str, int], tokens: dict[str, int]) -> str:
+    if not docs:
+        return "none"
+    return "; ".join(
+        f"{name}: {fmt_int(n)} docs, {fmt_int(tokens.get(name, 0))} tokens"
+        for name, n in docs.items()
+    )
+
+
+def manifest_text(directory: str, m: Manifest) -> str:
+    """``tokentape info``: a manifest in human form."""
+    tok = m.tokenizer
+    stats = m.filters
+    size = m.n_tokens * numpy_dtype(m.dtype).itemsize
+    filters = ", ".join(
+        f["name"] + "".join(f" {k}={v}" for k, v in f.items() if k != "name")
+        for f in stats.get("config", [])
+    )
+    head = key_values(
+        [
+            ("store", directory),
+            ("format", f"{m.format} v{m.format_version}, created by {m.created_by}"),
+            ("tokens", f"{fmt_int(m.n_tokens)} ({m.dtype}, {fmt_bytes(size)})"),
+            ("documents", fmt_int(m.n_docs)),
+            ("tokenizer", f"{tok.get('kind')} {tok.get('spec', '')}".rstrip()),
+            ("vocabulary", f"{fmt_int(m.vocab_size)} ids, end-of-document id {m.eod_id}"),
+            ("fingerprint", tok.get("fingerprint", "?")),
+            ("content hash", m.content_hash),
+            ("filters", filters or "none"),
+            ("documents read", fmt_int(stats.get("docs_in", m.n_docs))),
+            (
+                "dropped",
+                dropped_text(stats.get("dropped_docs", {}), stats.get("dropped_tokens", {})),
+            ),
+            ("input files", fmt_int(len(m.inputs.get("files", [])))),
+        ]
+    )
+    shards = table(
+        ["shard", "tokens", "docs", "bin sha256"],
+        [[s.name, s.n_tokens, s.n_docs, s.bin_sha256[:16]] for s in m.shards],
+    )
+    return f"{head}\n\n{shards}"
+
+
+def plan_text(plan: Plan) -> str:
+    """``tokentape plan``: the plan's identity and its repeat table."""
+    total_weight = sum(s.weight for s in plan.sources)
+    head = key_values(
+        [
+            ("seq_len", fmt_int(plan.seq_len)),
+            ("seed", str(plan.seed)),
+            (
+                "horizon",
+                f"{fmt_int(plan.horizon_samples)} samples = "
+                f"{fmt_int(plan.horizon_samples * plan.seq_len)} tokens",
+            ),
+            ("weights", f"exact rationals over {fmt_int(plan.denominator)}"),
+            ("index hash", plan.index_hash),
+        ]
+    )
+    rows = [
+        [
+            s.name,
+            s.n_tokens,
+            s.n_samples,
+            f"{s.weight / total_weight:.4%}",
+            f"{s.weight_units}/{plan.denominator} = {s.weight_units / plan.denominator:.4%}",
+            s.draws,
+            f"{s.passes:.3f}",
+            f"{s.max_repeats:g}",
+            s.draws * plan.seq_len,
+        ]
+        for s in plan.sources
+    ]
+    header = [
+        "source", "tokens", "samples", "target", "effective share", "draws", "passes",
+        "budget", "tokens trained",
+    ]  # fmt: skip
+    return f"{head}\n\n{table(header, rows)}"

@@ -1,0 +1,299 @@
+"""The on-disk format of a token store: names, dtype rule and the manifest schema.
+
+A source is a directory holding ``manifest.json`` and shards ``part-NNNNN.bin`` (raw
+little-endian token ids) with ``part-NNNNN.idx.npy`` (int64 ascending document starts, local to
+the shard). ``docs/format.md`` describes every field. Every file a manifest names lies in the
+store's own directory under its exact name (``store.confine``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tokenize
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from tokentape._src.store.confine import (
+    check_inside,
+    check_shard_names,
+    no_store_directory,
+    open_inside,
+)
+from tokentape._src.store.confine import (
+    shard_name as shard_name,  # re-exported: the writer names shards
+)
+from tokentape.errors import TokentapeError
+
+FORMAT_NAME = "tokentape.store"
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+DEFAULT_BLOCK_BYTES = 64 * 2**20
+UINT16_MAX_VOCAB = 2**16
+
+_DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
+
+
+def choose_dtype(vocab_size: int) -> str:
+    """``uint16`` when every id fits (vocabulary of at most 65,536 ids), else ``uint32``."""
+    if vocab_size <= 0:
+        raise TokentapeError(f"vocabulary size must be positive, got {vocab_size}")
+    if vocab_size <= UINT16_MAX_VOCAB:
+        return "uint16"
+    if vocab_size <= 2**32:
+        return "uint32"
+    raise TokentapeError(f"vocabulary of {vocab_size} ids does not fit uint32")
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The little-endian numpy dtype of a manifest dtype name."""
+    try:
+        return _DTYPES[name]
+    except KeyError:
+        raise TokentapeError(f"unknown dtype '{name}'; expected uint16 or uint32") from None
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One shard: its token and document counts and the hashes of its two files."""
+
+    name: str
+    n_tokens: int
+    n_docs: int
+    bin_sha256: str
+    idx_sha256: str
+    idx_bytes: int
+    block_bytes: int
+    block_sha256: tuple[str, ...]
+
+    @property
+    def bin_file(self) -> str:
+        return self.name + ".bin"
+
+    @property
+    def idx_file(self) -> str:
+        return self.name + ".idx.npy"
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Everything a reader needs to trust a source, written last and atomically."""
+
+    dtype: str
+    vocab_size: int
+    eod_id: int
+    tokenizer: dict[str, Any]
+    shards: tuple[ShardInfo, ...]
+    n_tokens: int
+    n_docs: int
+    content_hash: str
+    filters: dict[str, Any]
+    inputs: dict[str, Any]
+    job: str
+    created_by: str
+    format: str = FORMAT_NAME
+    format_version: int = FORMAT_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["shards"] = [asdict(s) | {"block_sha256": list(s.block_sha256)} for s in self.shards]
+        order = ["format", "format_version", "dtype", "vocab_size", "eod_id", "n_tokens", "n_docs"]
+        ordered = {k: data.pop(k) for k in order} | data
+        return json.dumps(ordered, indent=2, ensure_ascii=False) + "\n"
+
+
+def content_hash(shards: list[ShardInfo] | tuple[ShardInfo, ...], dtype: str) -> str:
+    """One hash over the dtype and every shard's token hash, in order: the source's identity."""
+    h = hashlib.sha256(f"{FORMAT_NAME}/{FORMAT_VERSION}/{dtype}".encode())
+    for s in shards:
+        h.update(f"\n{s.n_tokens}:{s.n_docs}:{s.bin_sha256}:{s.idx_sha256}".encode())
+    return "sha256:" + h.hexdigest()
+
+
+def _field(data: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in data:
+        raise TokentapeError(f"{where}: missing field '{key}'")
+    value = data[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        expected = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise TokentapeError(
+            f"{where}: field '{key}' is {type(value).__name__}, expected {expected}"
+        )
+    return value
+
+
+def _count(data: dict[str, Any], key: str, where: str) -> int:
+    value = _field(data, key, int, where)
+    if value < 0:
+        raise TokentapeError(f"{where}: field '{key}' is {value}, expected a count (>= 0)")
+    return value
+
+
+def _parse_shard(data: Any, where: str) -> ShardInfo:
+    if not isinstance(data, dict):
+        raise TokentapeError(f"{where}: expected an object")
+    blocks = _field(data, "block_sha256", list, where)
+    if not all(isinstance(b, str) for b in blocks):
+        raise TokentapeError(f"{where}: field 'block_sha256' must be a list of strings")
+    return ShardInfo(
+        name=_field(data, "name", str, where),
+        n_tokens=_count(data, "n_tokens", where),
+        n_docs=_count(data, "n_docs", where),
+        bin_sha256=_field(data, "bin_sha256", str, where),
+        idx_sha256=_field(data, "idx_sha256", str, where),
+        idx_bytes=_count(data, "idx_bytes", where),
+        block_bytes=_count(data, "block_bytes", where),
+        block_sha256=tuple(blocks),
+    )
+
+
+def parse_manifest(text: str, where: str, *, strict: bool = True) -> Manifest:
+    """Validate and parse manifest JSON; ``where`` names the file in error messages.
+
+    ``strict`` also refuses what ``tokentape verify`` reports as problems instead: shards not
+    named ``part-NNNNN`` after their place, an ``eod_id`` not below ``vocab_size``, and a
+    ``content_hash`` that does not follow from the shard records (an edited manifest)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TokentapeError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    except (ValueError, RecursionError) as exc:  # nested too deep, an integer of 5,000 digits
+        raise TokentapeError(f"{where}: not valid JSON ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
+        raise TokentapeError(f"{where}: not a tokentape store manifest (field 'format')")
+    version = _field(data, "format_version", int, where)
+    if version != FORMAT_VERSION:
+        raise TokentapeError(
+            f"{where}: format_version {version} is not supported; expected {FORMAT_VERSION}"
+        )
+    dtype = _field(data, "dtype", str, where)
+    numpy_dtype(dtype)
+    shards_raw = _field(data, "shards", list, where)
+    shards = tuple(_parse_shard(s, f"{where}: shards[{i}]") for i, s in enumerate(shards_raw))
+    if strict:
+        check_shard_names([s.name for s in shards], where)
+    extra = data.get("extra", {})
+    if not isinstance(extra, dict):
+        raise TokentapeError(f"{where}: field 'extra' is {type(extra).__name__}, expected dict")
+    manifest = Manifest(
+        dtype=dtype,
+        vocab_size=_count(data, "vocab_size", where),
+        eod_id=_count(data, "eod_id", where),
+        tokenizer=_field(data, "tokenizer", dict, where),
+        shards=shards,
+        n_tokens=_count(data, "n_tokens", where),
+        n_docs=_count(data, "n_docs", where),
+        content_hash=_field(data, "content_hash", str, where),
+        filters=_field(data, "filters", dict, where),
+        inputs=_field(data, "inputs", dict, where),
+        job=_field(data, "job", str, where),
+        created_by=_field(data, "created_by", str, where),
+        extra=extra,
+    )
+    if manifest.n_tokens != sum(s.n_tokens for s in shards):
+        raise TokentapeError(f"{where}: n_tokens does not equal the sum over shards")
+    if manifest.n_docs != sum(s.n_docs for s in shards):
+        raise TokentapeError(f"{where}: n_docs does not equal the sum over shards")
+    if strict:
+        _check_consistent(manifest, where)
+    return manifest
+
+
+def _check_consistent(manifest: Manifest, where: str) -> None:
+    if manifest.eod_id >= manifest.vocab_size:
+        raise TokentapeError(
+            f"{where}: eod_id {manifest.eod_id} is not below vocab_size {manifest.vocab_size}"
+        )
+    recomputed = content_hash(manifest.shards, manifest.dtype)
+    if manifest.content_hash != recomputed:
+        raise TokentapeError(
+            f"{where}: content_hash {manifest.content_hash} does not follow from the shard "
+            f"records ({recomputed}); the manifest was edited (run `tokentape verify`)"
+        )
+
+
+NPY_ERRORS = (
+    ValueError,
+    TypeError,
+    KeyError,
+    SyntaxError,
+    OverflowError,
+    RecursionError,
+    MemoryError,
+    tokenize.TokenError,
+    EOFError,
+)
+"""What numpy's ``.npy`` header parser raises on a malformed header."""
+
+
+def sha256_stream(f: BinaryIO, chunk_bytes: int = 8 * 2**20) -> str:
+    """Hex sha256 of what is left to read in the binary file ``f``, a chunk at a time."""
+    digest = hashlib.sha256()
+    while chunk := f.read(chunk_bytes):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_npy_header(f: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """Shape, Fortran order and dtype from the header of the open ``.npy`` file ``f``, which is
+    left at the array's first byte; a malformed header raises one of ``NPY_ERRORS``. Reads no
+    array data and never unpickles."""
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(f)
+    if version == (2, 0):
+        return np.lib.format.read_array_header_2_0(f)
+    raise ValueError(f"unsupported .npy version {version[0]}.{version[1]}")
+
+
+def read_manifest_text(
+    directory: str | os.PathLike[str], dir_fd: int | None = None
+) -> tuple[str, Path]:
+    """The text of ``DIR/manifest.json`` (looked up in ``dir_fd`` when given) and its path; a
+    directory without one is not a complete store, and a manifest that is a symbolic link is
+    refused."""
+    path = Path(directory) / MANIFEST_NAME
+    if dir_fd is None and not Path(directory).is_dir():
+        raise TokentapeError(no_store_directory(Path(directory)))
+    try:
+        os.lstat(path if dir_fd is None else MANIFEST_NAME, dir_fd=dir_fd)
+    except FileNotFoundError:
+        raise TokentapeError(
+            f"store '{directory}': no {MANIFEST_NAME}; not a complete tokentape store"
+        ) from None
+    except OSError:
+        pass  # open_inside below names what is wrong
+    fd = open_inside(Path(directory), MANIFEST_NAME, "the manifest", dir_fd)
+    try:
+        with open(fd, "rb") as f:
+            return f.read().decode("utf-8"), path
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TokentapeError(f"{path}: cannot read ({exc})") from None
+
+
+def store_files(manifest: Manifest) -> list[tuple[str, str]]:
+    """(name, what it is) of every file the manifest names in its store: each shard's two
+    files and the tokenizer copy (when its kind has one)."""
+    files = []
+    for shard in manifest.shards:
+        files += [(shard.bin_file, "shard file"), (shard.idx_file, "document index")]
+    name = manifest.tokenizer.get("file")
+    if isinstance(name, str):
+        files.append((name, "tokenizer copy"))
+    return files
+
+
+def read_manifest(directory: str | os.PathLike[str], dir_fd: int | None = None) -> Manifest:
+    """Read and validate ``DIR/manifest.json``, and check that every file it names is a regular
+    file inside ``DIR`` (or missing: opening the store says so), without reading them; with
+    ``dir_fd``, everything is looked up in that open directory."""
+    text, path = read_manifest_text(directory, dir_fd)
+    manifest = parse_manifest(text, str(path))
+    for name, what in store_files(manifest):
+        check_inside(Path(directory), name, what, dir_fd)
+    return manifest

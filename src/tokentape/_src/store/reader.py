@@ -1,0 +1,404 @@
+"""Memory-mapped, read-only access to a token store.
+
+A source is the concatenation of its shards in manifest order. Sample ``k`` at sequence length
+``L`` is the window of ``L + 1`` tokens starting at token ``k * L``; a window may span shards.
+Opening is cheap and any number of processes may open one store at once. An open store holds
+everything it reads: the manifest, each shard's ``.bin`` and ``.idx.npy`` and the tokenizer copy
+are opened at open time, all through one descriptor of the store directory (only regular files
+inside the store: ``store.confine``), and memory-mapped, with only the ``.npy`` headers read.
+So an open sees one whole store even while ``tokenize --overwrite`` swaps in a new directory
+(an open that met the old one being removed starts again on the new one), and replacing or
+deleting the store afterwards does not change what an open ``Source`` reads.
+
+``TokenStream`` holds what every kind of source shares (windows, documents, segments over
+memory-mapped pieces); ``Source`` is a tokentape store, ``store.megatron_source.MegatronSource``
+a Megatron ``.bin``/``.idx`` prefix read in place.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Callable
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from tokentape._src.store.confine import open_directory, open_inside, replaced
+from tokentape._src.store.format import (
+    NPY_ERRORS,
+    Manifest,
+    ShardInfo,
+    numpy_dtype,
+    read_manifest,
+    read_npy_header,
+)
+from tokentape._src.store.tokenizers import STORED_NAMES, Tokenizer, tokenizer_from_manifest
+from tokentape.errors import ArgumentError, OutOfRangeError, TokentapeError
+
+INDEX_DTYPE = np.dtype("<i8")
+_OPEN_ATTEMPTS = 3
+"""Opens of a store that is replaced while being opened, before giving up."""
+
+
+def _damaged(path: Path, what: str) -> TokentapeError:
+    return TokentapeError(f"{path}: {what}; the store is damaged (run `tokentape verify`)")
+
+
+def _check_size(path: Path, fd: int, expected: int) -> None:
+    found = os.fstat(fd).st_size
+    if found != expected:
+        raise _damaged(path, f"size is {found} bytes, the manifest says {expected}")
+
+
+def _map_tokens(directory: Path, shard: ShardInfo, dtype: np.dtype, dir_fd: int) -> np.ndarray:
+    """The shard's ``.bin``, memory-mapped (read-only), after checking its size."""
+    path = directory / shard.bin_file
+    with open(open_inside(directory, shard.bin_file, "shard file", dir_fd), "rb") as f:
+        _check_size(path, f.fileno(), shard.n_tokens * dtype.itemsize)
+        if shard.n_tokens == 0:
+            return np.zeros(0, dtype=dtype)
+        return np.memmap(f, dtype=dtype, mode="r", shape=(shard.n_tokens,))
+
+
+def _map_index(directory: Path, shard: ShardInfo, dir_fd: int) -> np.ndarray:
+    """The shard's ``.idx.npy`` memory-mapped: its header read and checked (a 1-D int64 array
+    of ``n_docs`` entries filling the file), no entry read; never unpickled."""
+    path = directory / shard.idx_file
+    with open(open_inside(directory, shard.idx_file, "document index", dir_fd), "rb") as f:
+        _check_size(path, f.fileno(), shard.idx_bytes)
+        try:
+            shape, _, dtype = read_npy_header(f)
+        except NPY_ERRORS as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise _damaged(path, f"not a readable .npy array ({reason})") from None
+        if dtype != INDEX_DTYPE or shape != (shard.n_docs,):
+            raise _damaged(
+                path,
+                f"expected {shard.n_docs} int64 document starts, found shape {shape} dtype {dtype}",
+            )
+        offset = f.tell()
+        if offset + INDEX_DTYPE.itemsize * shard.n_docs != shard.idx_bytes:
+            raise _damaged(path, f"{shard.idx_bytes} bytes do not hold its {shape} array")
+        if shard.n_docs == 0:
+            return np.zeros(0, dtype=INDEX_DTYPE)
+        return np.memmap(f, dtype=INDEX_DTYPE, mode="r", offset=offset, shape=(shard.n_docs,))
+
+
+def _check_starts(local: np.ndarray, shard: ShardInfo, path: Path) -> None:
+    """A shard's document starts: 0 first, strictly ascending, below its token count (so every
+    token lies in a document and none is empty)."""
+    if not len(local):
+        if shard.n_tokens:
+            raise _damaged(path, f"no document starts for {shard.n_tokens} tokens")
+        return
+    if int(local[0]) != 0:
+        raise _damaged(path, f"the first document starts at {int(local[0])}, expected 0")
+    outside = np.flatnonzero((local < 0) | (local >= shard.n_tokens))
+    if outside.size:  # checked first: with every start in range, no difference overflows
+        i = int(outside[0])
+        raise _damaged(
+            path,
+            f"document {i} starts at {int(local[i])}, not inside the shard's "
+            f"{shard.n_tokens} tokens",
+        )
+    down = np.flatnonzero(np.diff(local) <= 0)
+    if down.size:
+        i = int(down[0]) + 1
+        raise _damaged(
+            path,
+            f"document {i} starts at {int(local[i])}, not after document {i - 1} "
+            f"({int(local[i - 1])}); starts must ascend",
+        )
+
+
+def _index_arg(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise ArgumentError(f"{name} must be an integer, got {value!r}")
+    return int(value)
+
+
+class TokenStream:
+    """A source's token stream (the concatenation of memory-mapped pieces) and its document
+    starts: the sample windows, documents and segments every kind of source shares.
+
+    Subclasses (``Source`` for a tokentape store, ``MegatronSource`` for a Megatron prefix)
+    provide ``manifest`` (with ``content_hash``, ``dtype``, ``vocab_size``, ``eod_id``),
+    ``eod_id``, ``directory`` and ``tokenizer``.
+    """
+
+    def __init__(
+        self,
+        dtype: np.dtype,
+        pieces: list[np.ndarray],
+        doc_starts: np.ndarray | Callable[[], np.ndarray],
+        n_docs: int | None = None,
+    ) -> None:
+        """``doc_starts``: the documents' first tokens in the stream, or a function that loads
+        them when first needed (a training run that asks for no segments never does)."""
+        self.dtype = dtype
+        self._shards = pieces
+        sizes = np.array([len(p) for p in pieces], dtype=np.int64)
+        # Token offset of each piece in the stream, with the total appended.
+        self._shard_offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self._doc_starts = doc_starts
+        self._n_docs = n_docs
+
+    def advise_random(self) -> None:
+        """Tell the kernel these maps are read at random (sample windows all over the store),
+        so a cold read does not pull megabytes of read-ahead around each window."""
+        for piece in self._shards:
+            mapped = getattr(piece, "_mmap", None)  # np.memmap keeps its mmap.mmap here
+            if mapped is not None and hasattr(mmap, "MADV_RANDOM"):
+                mapped.madvise(mmap.MADV_RANDOM)
+
+    @cached_property
+    def doc_starts(self) -> np.ndarray:
+        """int64 first token of each document in the stream, ascending."""
+        starts = self._doc_starts
+        return starts() if callable(starts) else starts
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self._shard_offsets[-1])
+
+    @property
+    def n_docs(self) -> int:
+        return self._n_docs if self._n_docs is not None else len(self.doc_starts)
+
+    @property
+    def eod_id(self) -> int:
+        raise NotImplementedError
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        raise NotImplementedError
+
+    def n_samples(self, seq_len: int) -> int:
+        """Windows of ``seq_len + 1`` tokens at stride ``seq_len``."""
+        _check_seq_len(seq_len)
+        return max(0, (self.n_tokens - 1) // seq_len)
+
+    def tokens(self, start: int, stop: int) -> np.ndarray:
+        """Tokens ``[start, stop)`` of the source, copied out of the shards they lie in."""
+        start, stop = _index_arg("start", start), _index_arg("stop", stop)
+        if not 0 <= start <= stop <= self.n_tokens:
+            raise OutOfRangeError(
+                f"token range [start, stop) = [{start}, {stop}) is not inside [0, "
+                f"{self.n_tokens}) with start <= stop"
+            )
+        first = int(np.searchsorted(self._shard_offsets, start, side="right")) - 1
+        pieces, pos = [], start
+        shard = max(first, 0)
+        while pos < stop:
+            off = int(self._shard_offsets[shard])
+            end = min(stop, int(self._shard_offsets[shard + 1]))
+            if end > pos:
+                pieces.append(self._shards[shard][pos - off : end - off])
+            pos = max(pos, end)
+            shard += 1
+        if not pieces:
+            return np.zeros(0, dtype=self.dtype)
+        return pieces[0].copy() if len(pieces) == 1 else np.concatenate(pieces)
+
+    def window(self, k: int, seq_len: int) -> np.ndarray:
+        """Sample ``k``: tokens ``[k*L, k*L + L + 1)``."""
+        k = self._check_sample(k, seq_len)
+        return self.tokens(k * seq_len, k * seq_len + seq_len + 1)
+
+    def windows_into(
+        self, samples: np.ndarray, seq_len: int, out: np.ndarray, rows: np.ndarray | None = None
+    ) -> None:
+        """Copy samples ``samples`` (at ``seq_len``) into rows of ``out`` (width L+1): row i
+        of the result goes to ``out[rows[i]]``, or ``out[i]`` without ``rows``.
+
+        One slice copy per row from the memory map (rows that cross a shard boundary are
+        stitched); ``out`` may have any integer dtype wide enough for the ids.
+        """
+        k = self._check_samples(samples, seq_len)
+        targets = np.arange(k.size) if rows is None else np.asarray(rows)
+        if out.ndim != 2 or out.shape[1] != seq_len + 1:
+            raise ArgumentError(f"out must have rows of seq_len + 1 = {seq_len + 1} tokens")
+        if targets.shape != k.shape:
+            raise ArgumentError(
+                f"rows must have one entry per sample ({k.shape}), got {targets.shape}"
+            )
+        starts = k * seq_len
+        shard_of = np.searchsorted(self._shard_offsets, starts, side="right") - 1
+        triples = zip(targets.tolist(), starts.tolist(), shard_of.tolist(), strict=True)
+        for row, start, shard in triples:
+            local = start - int(self._shard_offsets[shard])
+            stop = local + seq_len + 1
+            if start + seq_len + 1 <= self._shard_offsets[shard + 1]:
+                out[row] = self._shards[shard][local:stop]
+            else:
+                out[row] = self.tokens(start, start + seq_len + 1)
+
+    def segments_into(
+        self, samples: np.ndarray, seq_len: int, segment: np.ndarray, position: np.ndarray
+    ) -> None:
+        """Per token of each window: which document it belongs to, counted from 0 within the
+        window (``segment``), and its offset inside that document (``position``).
+
+        Both outputs have shape (n, L+1). A model masks attention between different segment ids
+        and restarts position embeddings where ``position`` is 0; a window's first segment
+        usually starts before the window, so its positions need not start at 0.
+        """
+        k = self._check_samples(samples, seq_len)
+        width = seq_len + 1
+        for name, array in (("segment", segment), ("position", position)):
+            if array.shape != (k.size, width):
+                raise ArgumentError(f"{name} must have shape {(k.size, width)}, got {array.shape}")
+        columns = np.arange(width, dtype=np.int64)
+        for row, start in enumerate((k * seq_len).tolist()):
+            first = int(np.searchsorted(self.doc_starts, start, side="right")) - 1
+            last = int(np.searchsorted(self.doc_starts, start + seq_len, side="right")) - 1
+            inner = self.doc_starts[first + 1 : last + 1] - start  # starts inside the window
+            marks = np.zeros(width, dtype=np.int64)
+            marks[inner] = 1
+            np.cumsum(marks, out=segment[row])
+            begins = np.concatenate([[int(self.doc_starts[first]) - start], inner])
+            position[row] = columns - begins[segment[row]]
+
+    def docs_in(self, k: int, seq_len: int) -> list[int]:
+        """Ids of the documents that overlap sample ``k``."""
+        k = self._check_sample(k, seq_len)
+        start, last = k * seq_len, k * seq_len + seq_len
+        first_doc = int(np.searchsorted(self.doc_starts, start, side="right")) - 1
+        last_doc = int(np.searchsorted(self.doc_starts, last, side="right")) - 1
+        return list(range(first_doc, last_doc + 1))
+
+    def _check_sample(self, k: int, seq_len: int) -> int:
+        n = self.n_samples(seq_len)
+        k = _index_arg("k", k)
+        if not 0 <= k < n:
+            raise OutOfRangeError(f"sample k = {k} is not in [0, {n}) at seq_len {seq_len}")
+        return k
+
+    def _check_samples(self, samples: np.ndarray, seq_len: int) -> np.ndarray:
+        n = self.n_samples(seq_len)
+        raw = np.asarray(samples)
+        if raw.size and raw.dtype.kind not in "iu":
+            raise ArgumentError(f"samples must be integers, got an array of {raw.dtype}")
+        if raw.ndim > 1:
+            raise ArgumentError(f"samples must be one-dimensional, got shape {raw.shape}")
+        k = raw.astype(np.int64).reshape(-1) if raw.size else np.zeros(0, dtype=np.int64)
+        if k.size and (int(k.min()) < 0 or int(k.max()) >= n):
+            bad = int(k[(k < 0) | (k >= n)][0])
+            raise OutOfRangeError(f"samples: {bad} is not in [0, {n}) at seq_len {seq_len}")
+        return k
+
+    def doc_span(self, i: int) -> tuple[int, int]:
+        """Token range of document ``i``, its end-of-document token included."""
+        i = _index_arg("i", i)
+        if not 0 <= i < self.n_docs:
+            raise OutOfRangeError(f"document i = {i} is not in [0, {self.n_docs})")
+        end = int(self.doc_starts[i + 1]) if i + 1 < self.n_docs else self.n_tokens
+        return int(self.doc_starts[i]), end
+
+    def doc(self, i: int) -> np.ndarray:
+        """The tokens of document ``i``, without its end-of-document token."""
+        start, end = self.doc_span(i)
+        return self.tokens(start, end - 1)
+
+    def decode(self, tokens: np.ndarray | list[int]) -> str:
+        return self.tokenizer.decode([int(t) for t in tokens])
+
+
+class Source(TokenStream):
+    """One token store opened for reading; see ``open_source``."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        if not isinstance(directory, str | os.PathLike):
+            raise ArgumentError(f"directory must be a path, got {directory!r}")
+        self.directory = Path(directory)
+        for attempt in range(1, _OPEN_ATTEMPTS + 1):
+            dir_fd = open_directory(self.directory)
+            try:
+                self._open_in(dir_fd)
+                return
+            except TokentapeError:
+                # A store swapped in at this name while we opened (tokenize --overwrite): the
+                # files came from the old directory as it was being removed. Open the new one.
+                if attempt == _OPEN_ATTEMPTS or not replaced(self.directory, dir_fd):
+                    raise
+            finally:
+                os.close(dir_fd)
+
+    def _open_in(self, dir_fd: int) -> None:
+        """Read the manifest and map every file it names, all from the open directory."""
+        self.manifest: Manifest = read_manifest(self.directory, dir_fd)
+        dtype = numpy_dtype(self.manifest.dtype)
+        shards, self._indexes = [], []
+        for shard in self.manifest.shards:
+            shards.append(_map_tokens(self.directory, shard, dtype, dir_fd))
+            self._indexes.append(_map_index(self.directory, shard, dir_fd))
+        self._tokenizer_copy = _map_tokenizer_copy(self.directory, self.manifest, dir_fd)
+        super().__init__(dtype, shards, self._load_doc_starts, self.manifest.n_docs)
+
+    def _load_doc_starts(self) -> np.ndarray:
+        """Every shard's document starts (mapped at open), checked, offset into the stream and
+        concatenated."""
+        starts, offset = [], 0
+        for shard, local in zip(self.manifest.shards, self._indexes, strict=True):
+            _check_starts(local, shard, self.directory / shard.idx_file)
+            starts.append(local + offset)
+            offset += shard.n_tokens
+        return np.concatenate(starts or [np.zeros(0, dtype=np.int64)]).astype(np.int64)
+
+    @property
+    def eod_id(self) -> int:
+        return self.manifest.eod_id
+
+    @cached_property
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer recorded in the manifest (loaded from the copy inside the store, as it
+        was when the store was opened)."""
+        copy, name = self._tokenizer_copy, self.manifest.tokenizer.get("file")
+        if copy is None and name in STORED_NAMES:  # never read by path after the open
+            raise TokentapeError(
+                f"{self.directory / name}: the tokenizer copy the manifest names was missing "
+                "when the store was opened"
+            )
+        data = None if copy is None else bytes(copy)
+        return tokenizer_from_manifest(self.manifest.tokenizer, self.directory, data)
+
+    def __repr__(self) -> str:
+        return (
+            f"Source({str(self.directory)!r}, n_tokens={self.n_tokens}, n_docs={self.n_docs}, "
+            f"dtype={self.manifest.dtype}, shards={len(self._shards)})"
+        )
+
+
+def _map_tokenizer_copy(
+    directory: Path, manifest: Manifest, dir_fd: int
+) -> mmap.mmap | bytes | None:
+    """The tokenizer copy the manifest names, mapped (not read) at open; None when the
+    manifest names none or the file is missing (the tokenizer is then refused when asked
+    for, as the store reads fine without it)."""
+    name = manifest.tokenizer.get("file")
+    if name not in STORED_NAMES:
+        return None
+    try:
+        fd = open_inside(directory, name, "tokenizer copy", dir_fd)
+    except TokentapeError:
+        try:
+            os.lstat(name, dir_fd=dir_fd)
+        except FileNotFoundError:
+            return None
+        raise
+    with open(fd, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return b""
+        return mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+
+
+def _check_seq_len(seq_len: int) -> None:
+    if isinstance(seq_len, bool) or not isinstance(seq_len, int | np.integer) or seq_len <= 0:
+        raise ArgumentError(f"seq_len must be a positive integer, got {seq_len!r}")
+
+
+def open_source(path: str | os.PathLike[str]) -> Source:
+    """Open the token store at ``path`` (a directory with ``manifest.json``)."""
+    return Source(path)

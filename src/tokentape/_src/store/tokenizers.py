@@ -1,0 +1,649 @@
+"""Tokenizer adapters: one small interface over Hugging Face, tiktoken and raw UTF-8 bytes.
+
+Every adapter maps a document's text to token ids in ``[0, vocab_size)`` and never emits the
+end-of-document id for document text: the EOD id is only ever appended by the store writer.
+Text that spells the EOD token (``"<|endoftext|>"``) is tokenized as ordinary text.
+
+``encode_batch`` is single-threaded on purpose: parallelism belongs to the driver (one
+tokenizer per worker process), and a tokenizer that starts its own thread pool would
+oversubscribe the cores. The Hugging Face adapter loops over ``Tokenizer.encode`` unless
+``TOKENIZERS_PARALLELISM`` is off, in which case it calls ``encode_batch_fast`` (single-threaded
+then, and faster: it computes no character offsets); tokentape's worker processes switch it
+off, while a process that imports this module keeps whatever setting it has. The tiktoken
+adapter encodes one text at a time (``encode_ordinary_batch`` uses a thread pool), straight
+into numpy buffers in ``encode_flat``.
+
+Nothing here reads a cache directory or touches the network: tiktoken ranks files are parsed
+here rather than through ``tiktoken.load`` (which caches by path name in a temp directory).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import os
+from array import array
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import tiktoken
+import tokenizers
+
+from tokentape._src.store.confine import open_inside
+from tokentape.errors import TokentapeError
+
+GPT2_SPLIT_PATTERN = (
+    r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+)
+"""The regular expression GPT-2 uses to split text into pieces before byte-pair merging."""
+
+DEFAULT_TIKTOKEN_EOD = "<|endoftext|>"
+"""Name of the end-of-document token added to a tiktoken ranks file when none is given."""
+
+HF_EOD_CANDIDATES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "<|eos|>")
+"""End-of-document tokens looked for, in order, in a Hugging Face tokenizer."""
+
+BYTE_EOD_ID = 256
+"""The byte tokenizer's end-of-document id (ids 0..255 are the UTF-8 bytes)."""
+
+HF_STORED_NAME = "tokenizer.json"
+TIKTOKEN_STORED_NAME = "tokenizer.tiktoken"
+STORED_NAMES = (HF_STORED_NAME, TIKTOKEN_STORED_NAME)
+"""The only names a tokenizer copy in a store may have."""
+
+_FINGERPRINT_DOMAIN = b"tokentape-tokenizer-v1"
+
+
+class Tokenizer(Protocol):
+    """What the tokenize driver and the audit tools need from a tokenizer."""
+
+    @property
+    def kind(self) -> str:
+        """``"hf"``, ``"tiktoken"`` or ``"bytes"``."""
+        ...
+
+    @property
+    def spec(self) -> str:
+        """The spec it was loaded from (as given on the command line)."""
+        ...
+
+    @property
+    def vocab_size(self) -> int:
+        """Every id, the EOD id included, is in ``[0, vocab_size)``."""
+        ...
+
+    @property
+    def eod_id(self) -> int:
+        """The id appended after each document."""
+        ...
+
+    @property
+    def eod_token(self) -> str | None:
+        """The EOD token's text; ``None`` for the byte tokenizer."""
+        ...
+
+    @property
+    def fingerprint(self) -> str:
+        """``"sha256:<hex>"`` over the kind, the tokenizer file's bytes and the EOD id."""
+        ...
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of one document, without the EOD id."""
+        ...
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """``[encode(t) for t in texts]``, on the calling thread only."""
+        ...
+
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """All texts' ids concatenated (``uint32``) and each text's id count (``int64``).
+
+        Equal to ``encode_batch`` flattened; the fast path of the tokenize workers.
+        """
+        ...
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of a sequence of ids (invalid UTF-8 is replaced, not raised)."""
+        ...
+
+    def stored_file(self) -> tuple[str, bytes] | None:
+        """``(file name, content)`` to copy into a store; ``None`` when there is no file."""
+        ...
+
+
+def _fingerprint(kind: str, eod_id: int, *parts: bytes) -> str:
+    """A length-prefixed SHA-256 over the kind, the EOD id and the given byte strings."""
+    digest = hashlib.sha256(_FINGERPRINT_DOMAIN)
+    for part in (kind.encode(), str(eod_id).encode(), *parts):
+        digest.update(len(part).to_bytes(8, "little"))
+        digest.update(part)
+    return "sha256:" + digest.hexdigest()
+
+
+def _valid_text(text: str) -> str:
+    """``text`` with lone surrogates replaced by U+FFFD (as tiktoken does), so it is UTF-8."""
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _utf8(text: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _valid_text(text).encode("utf-8")
+
+
+def _flatten(id_lists: Iterable[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate id lists into ``uint32`` (converted at C speed) with their lengths."""
+    flat = array("I")
+    lengths = []
+    for ids in id_lists:
+        flat.extend(ids)
+        lengths.append(len(ids))
+    return np.frombuffer(flat, dtype=np.uint32), np.array(lengths, dtype=np.int64)
+
+
+def _check_ids(ids: Sequence[int], vocab_size: int, what: str) -> list[int]:
+    """``ids`` as a list, refusing any id outside ``[0, vocab_size)``."""
+    id_list = [int(i) for i in ids]
+    bad = [i for i in id_list if not 0 <= i < vocab_size]
+    if bad:
+        raise TokentapeError(
+            f"{what}: token id {bad[0]} is outside the vocabulary [0, {vocab_size})"
+        )
+    return id_list
+
+
+def _read_file(path: Path, context: str) -> bytes:
+    """The bytes of a tokenizer file, with a one-line error when it cannot be read."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise TokentapeError(f"tokenizer file '{path}': not found ({context})") from None
+    except IsADirectoryError:
+        raise TokentapeError(f"tokenizer file '{path}': is a directory ({context})") from None
+    except OSError as exc:
+        raise TokentapeError(f"tokenizer file '{path}': cannot read ({exc.strerror})") from None
+
+
+# --------------------------------------------------------------------------------------------
+# bytes
+
+
+BYTES_FINGERPRINT = _fingerprint("bytes", BYTE_EOD_ID)
+
+
+@dataclass(frozen=True)
+class ByteTokenizer:
+    """UTF-8 bytes as ids 0..255 and EOD = 256; needs no file."""
+
+    spec: str = "bytes"
+    kind: str = field(default="bytes", init=False)
+    vocab_size: int = field(default=BYTE_EOD_ID + 1, init=False)
+    eod_id: int = field(default=BYTE_EOD_ID, init=False)
+    eod_token: str | None = field(default=None, init=False)
+    fingerprint: str = field(default=BYTES_FINGERPRINT, init=False)
+
+    def encode(self, text: str) -> list[int]:
+        """The document's UTF-8 bytes."""
+        return list(_utf8(text))
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """Each document's UTF-8 bytes."""
+        return [self.encode(text) for text in texts]
+
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The documents' UTF-8 bytes, concatenated, as ids."""
+        encoded = [_utf8(text) for text in texts]
+        flat = np.frombuffer(b"".join(encoded), dtype=np.uint8).astype(np.uint32)
+        return flat, np.array([len(b) for b in encoded], dtype=np.int64)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The bytes decoded as UTF-8 (invalid sequences replaced); EOD ids are skipped."""
+        id_list = _check_ids(ids, self.vocab_size, "byte tokenizer")
+        return bytes(i for i in id_list if i != BYTE_EOD_ID).decode("utf-8", errors="replace")
+
+    def stored_file(self) -> tuple[str, bytes] | None:
+        """The byte tokenizer has no file."""
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# tiktoken
+
+
+def _ranks_error(path: Path, detail: str) -> TokentapeError:
+    return TokentapeError(f"tiktoken ranks file '{path}': {detail}")
+
+
+def parse_tiktoken_ranks(data: bytes, path: Path) -> dict[bytes, int]:
+    """Parse a tiktoken ranks file (one ``<base64 token> <rank>`` per line) and check it."""
+    ranks: dict[bytes, int] = {}
+    for lineno, line in enumerate(data.splitlines(), start=1):
+        if not line.strip():
+            continue
+        parts = line.split()
+        token: bytes | None = None
+        rank = -1
+        if len(parts) == 2 and parts[1].isdigit():
+            try:
+                token = base64.b64decode(parts[0], validate=True)
+                rank = int(parts[1])
+            except (binascii.Error, ValueError):
+                token = None
+        if not token:
+            raise _ranks_error(path, f"line {lineno}: expected '<base64 token> <rank>'")
+        if token in ranks:
+            raise _ranks_error(path, f"line {lineno}: token listed twice")
+        ranks[token] = rank
+    if not ranks:
+        raise _ranks_error(path, "no ranks; expected lines '<base64 token> <rank>'")
+    if len(set(ranks.values())) != len(ranks):
+        raise _ranks_error(path, "a rank is given to more than one token")
+    missing = sum(1 for b in range(256) if bytes([b]) not in ranks)
+    if missing:
+        raise _ranks_error(path, f"{missing} of the 256 single bytes have no rank")
+    return ranks
+
+
+@dataclass(frozen=True)
+class TiktokenTokenizer:
+    """A tiktoken BPE ranks file with the GPT-2 split pattern and one EOD special token."""
+
+    spec: str
+    path: Path
+    eod_token: str
+    eod_id: int
+    vocab_size: int
+    fingerprint: str
+    split_pattern: str = field(repr=False)
+    file_bytes: bytes = field(repr=False, compare=False)
+    encoding: tiktoken.Encoding = field(repr=False, compare=False)
+    kind: str = field(default="tiktoken", init=False)
+
+    @classmethod
+    def from_bytes(
+        cls, data: bytes, path: Path, spec: str, eod_token: str = DEFAULT_TIKTOKEN_EOD
+    ) -> TiktokenTokenizer:
+        """Build from the ranks file's content; EOD id = max rank + 1.
+
+        A ranks file names no special token: the one tokentape adds, ``<|endoftext|>`` at max
+        rank + 1, is the only EOD token it can have (another name would not be that token)."""
+        if eod_token != DEFAULT_TIKTOKEN_EOD:
+            raise TokentapeError(
+                f"tokenizer {spec!r}: --eod-token {eod_token!r} is not a token of this tiktoken "
+                f"ranks file; accepted: {DEFAULT_TIKTOKEN_EOD!r} (the special token tokentape "
+                "adds at max rank + 1), or leave --eod-token out"
+            )
+        ranks = parse_tiktoken_ranks(data, path)
+        eod_id = max(ranks.values()) + 1
+        encoding = tiktoken.Encoding(
+            name=f"tokentape:{path.name}",
+            pat_str=GPT2_SPLIT_PATTERN,
+            mergeable_ranks=ranks,
+            special_tokens={eod_token: eod_id},
+        )
+        return cls(
+            spec=spec,
+            path=path,
+            eod_token=eod_token,
+            eod_id=eod_id,
+            vocab_size=eod_id + 1,
+            fingerprint=_fingerprint("tiktoken", eod_id, data, GPT2_SPLIT_PATTERN.encode()),
+            split_pattern=GPT2_SPLIT_PATTERN,
+            file_bytes=data,
+            encoding=encoding,
+        )
+
+    def encode(self, text: str) -> list[int]:
+        """Ordinary BPE ids; special-token text in the document stays plain text."""
+        return self.encoding.encode_ordinary(text)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """``encode`` of each text, on the calling thread."""
+        encode_ordinary = self.encoding.encode_ordinary
+        return [encode_ordinary(text) for text in texts]
+
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """``encode`` of each text straight into numpy buffers, concatenated."""
+        arrays = [self._encode_array(text) for text in texts]
+        lengths = np.array([len(a) for a in arrays], dtype=np.int64)
+        flat = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.uint32)
+        return flat.astype(np.uint32, copy=False), lengths
+
+    def _encode_array(self, text: str) -> np.ndarray:
+        # With no special token allowed, this is encode_ordinary without the list round trip.
+        try:
+            return self.encoding.encode_to_numpy(text, disallowed_special=())
+        except UnicodeEncodeError:
+            return self.encoding.encode_to_numpy(_valid_text(text), disallowed_special=())
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of the ids; the EOD id decodes to its token text."""
+        id_list = _check_ids(ids, self.vocab_size, f"tokenizer {self.spec!r}")
+        try:
+            return self.encoding.decode(id_list, errors="replace")
+        except KeyError as exc:  # a gap in the ranks
+            raise TokentapeError(
+                f"tokenizer {self.spec!r}: token id {exc.args[0]} has no rank"
+            ) from None
+
+    def stored_file(self) -> tuple[str, bytes] | None:
+        """The ranks file, to copy into a store."""
+        return TIKTOKEN_STORED_NAME, self.file_bytes
+
+
+# --------------------------------------------------------------------------------------------
+# Hugging Face
+
+
+def _one_line(message: object) -> str:
+    text = " ".join(str(message).split())
+    return text[:200]
+
+
+def _hf_backend(data: bytes, path: Path) -> tokenizers.Tokenizer:
+    """Parse a ``tokenizer.json`` with padding and truncation switched off."""
+    try:
+        json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TokentapeError(
+            f"tokenizer file '{path}': not valid JSON ({_one_line(exc)}); "
+            "expected a Hugging Face tokenizer.json"
+        ) from None
+    try:
+        backend = tokenizers.Tokenizer.from_str(data.decode("utf-8"))
+    except Exception as exc:  # the Rust library raises plain Exception
+        raise TokentapeError(
+            f"tokenizer file '{path}': not a Hugging Face tokenizer.json ({_one_line(exc)})"
+        ) from None
+    backend.no_truncation()
+    backend.no_padding()
+    backend.encode_special_tokens = True
+    return backend
+
+
+def _hf_eod(backend: tokenizers.Tokenizer, spec: str, eod_token: str | None) -> tuple[str, int]:
+    """The EOD token and id: the one named, else the first known candidate present."""
+    if eod_token is not None:
+        eod_id = backend.token_to_id(eod_token)
+        if eod_id is None:
+            raise TokentapeError(
+                f"tokenizer {spec!r}: --eod-token {eod_token!r} is not in its vocabulary"
+            )
+        return eod_token, eod_id
+    for candidate in HF_EOD_CANDIDATES:
+        eod_id = backend.token_to_id(candidate)
+        if eod_id is not None:
+            return candidate, eod_id
+    raise TokentapeError(
+        f"tokenizer {spec!r}: no end-of-document token among "
+        f"{', '.join(HF_EOD_CANDIDATES)}; name one with --eod-token"
+    )
+
+
+@dataclass(frozen=True)
+class HFTokenizer:
+    """A Hugging Face ``tokenizer.json`` (no special tokens added, no truncation, no padding)."""
+
+    spec: str
+    path: Path
+    eod_token: str
+    eod_id: int
+    vocab_size: int
+    fingerprint: str
+    eod_is_special: bool = field(repr=False)
+    """False when the EOD is a plain or non-special token that document text can produce."""
+    file_bytes: bytes = field(repr=False, compare=False)
+    backend: tokenizers.Tokenizer = field(repr=False, compare=False)
+    kind: str = field(default="hf", init=False)
+
+    @classmethod
+    def from_bytes(
+        cls, data: bytes, path: Path, spec: str, eod_token: str | None = None
+    ) -> HFTokenizer:
+        """Build from the file's content (the bytes that are fingerprinted are the ones used)."""
+        backend = _hf_backend(data, path)
+        eod_token, eod_id = _hf_eod(backend, spec, eod_token)
+        vocab = backend.get_vocab(with_added_tokens=True)
+        max_id = max(vocab.values(), default=-1)
+        vocab_size = max(backend.get_vocab_size(with_added_tokens=True), max_id + 1)
+        added = backend.get_added_tokens_decoder().get(eod_id)
+        return cls(
+            spec=spec,
+            path=path,
+            eod_token=eod_token,
+            eod_id=eod_id,
+            vocab_size=vocab_size,
+            fingerprint=_fingerprint("hf", eod_id, data),
+            eod_is_special=added is not None and added.special,
+            file_bytes=data,
+            backend=backend,
+        )
+
+    def encode(self, text: str) -> list[int]:
+        """``backend.encode(text, add_special_tokens=False).ids``, never holding the EOD id."""
+        try:
+            ids = self.backend.encode(text, add_special_tokens=False).ids
+        except (TypeError, UnicodeEncodeError):  # lone surrogates are refused as "not str"
+            if not isinstance(text, str):
+                raise
+            ids = self.backend.encode(_valid_text(text), add_special_tokens=False).ids
+        return self._checked(ids)
+
+    def _checked(self, ids: list[int]) -> list[int]:
+        if not self.eod_is_special and self.eod_id in ids:
+            raise TokentapeError(
+                f"tokenizer {self.spec!r}: document text encodes to the end-of-document id "
+                f"{self.eod_id} ({self.eod_token!r} is not a special token); "
+                "name a special token with --eod-token"
+            )
+        return ids
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """``encode`` of each text, on the calling thread (no rayon pool).
+
+        Where ``TOKENIZERS_PARALLELISM`` is off (as in tokentape's worker processes), the
+        library's ``encode_batch_fast`` runs on the calling thread too, and skips computing
+        character offsets; it gives the same ids.
+        """
+        if os.environ.get("TOKENIZERS_PARALLELISM", "").lower() not in ("false", "0", "off"):
+            return [self.encode(text) for text in texts]
+        try:
+            encodings = self.backend.encode_batch_fast(texts, add_special_tokens=False)
+        except (TypeError, UnicodeEncodeError):  # a lone surrogate somewhere in the batch
+            return [self.encode(text) for text in texts]
+        return [self._checked(e.ids) for e in encodings]
+
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """``encode_batch``, concatenated."""
+        return _flatten(self.encode_batch(texts))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of the ids, special tokens (the EOD) included."""
+        id_list = _check_ids(ids, self.vocab_size, f"tokenizer {self.spec!r}")
+        return self.backend.decode(id_list, skip_special_tokens=False)
+
+    def stored_file(self) -> tuple[str, bytes] | None:
+        """The ``tokenizer.json``, to copy into a store."""
+        return HF_STORED_NAME, self.file_bytes
+
+
+# --------------------------------------------------------------------------------------------
+# none
+
+
+NO_TOKENIZER_FINGERPRINT = "none"
+"""The fingerprint of data whose tokenizer is unknown: compared with nothing."""
+
+
+@dataclass(frozen=True)
+class NoTokenizer:
+    """Stands in for the unknown tokenizer of converted or in-place Megatron data: it knows
+    the vocabulary size and EOD id only, and "decodes" to the ids themselves."""
+
+    vocab_size: int
+    eod_id: int
+    spec: str = "none"
+    kind: str = field(default="none", init=False)
+    eod_token: str | None = field(default=None, init=False)
+    fingerprint: str = field(default=NO_TOKENIZER_FINGERPRINT, init=False)
+
+    def _refuse(self) -> TokentapeError:
+        return TokentapeError("no tokenizer is known for this data; it cannot encode text")
+
+    def encode(self, text: str) -> list[int]:
+        raise self._refuse()
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        raise self._refuse()
+
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        raise self._refuse()
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """The ids as text (``ids: 17 4 99``): there is no tokenizer to decode them with."""
+        id_list = _check_ids(ids, self.vocab_size, "token ids")
+        return "ids: " + " ".join(str(i) for i in id_list)
+
+    def stored_file(self) -> tuple[str, bytes] | None:
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# loading
+
+
+def load_tokenizer(spec: str, eod_token: str | None = None) -> Tokenizer:
+    """Load ``bytes``, ``tiktoken:PATH``, or ``[hf:]PATH`` to a Hugging Face tokenizer.json."""
+    if spec == "bytes":
+        if eod_token is not None:
+            raise TokentapeError(
+                f"--eod-token {eod_token!r}: the bytes tokenizer has no named tokens "
+                f"(its end-of-document id is {BYTE_EOD_ID})"
+            )
+        return ByteTokenizer()
+    prefix, colon, rest = spec.partition(":")
+    if colon and prefix in ("tiktoken", "hf") and not rest:
+        raise TokentapeError(f"tokenizer spec {spec!r}: expected {prefix}:PATH")
+    if spec.startswith("tiktoken:"):
+        path = Path(spec.removeprefix("tiktoken:"))
+        data = _read_file(path, f"from tokenizer spec {spec!r}")
+        eod = DEFAULT_TIKTOKEN_EOD if eod_token is None else eod_token
+        return TiktokenTokenizer.from_bytes(data, path, spec, eod)
+    path = Path(spec.removeprefix("hf:"))
+    if spec.startswith("hf:") or path.is_file():
+        return HFTokenizer.from_bytes(
+            _read_file(path, f"from tokenizer spec {spec!r}"), path, spec, eod_token
+        )
+    raise TokentapeError(
+        f"unknown tokenizer spec {spec!r}: expected 'bytes', 'tiktoken:PATH' or a path to a "
+        "Hugging Face tokenizer.json"
+    )
+
+
+def tokenizer_manifest(tok: Tokenizer) -> dict[str, Any]:
+    """The tokenizer block of a store manifest (JSON-ready)."""
+    stored = tok.stored_file()
+    return {
+        "kind": tok.kind,
+        "spec": tok.spec,
+        "vocab_size": tok.vocab_size,
+        "eod_id": tok.eod_id,
+        "eod_token": tok.eod_token,
+        "fingerprint": tok.fingerprint,
+        "file": None if stored is None else stored[0],
+    }
+
+
+_MANIFEST_FIELDS: dict[str, tuple[type, ...]] = {
+    "kind": (str,),
+    "spec": (str,),
+    "vocab_size": (int,),
+    "eod_id": (int,),
+    "eod_token": (str, type(None)),
+    "fingerprint": (str,),
+    "file": (str, type(None)),
+}
+
+
+def _check_manifest_fields(info: dict[str, Any], where: str) -> None:
+    for name, types in _MANIFEST_FIELDS.items():
+        value = info.get(name, ...)
+        if value is ... or not isinstance(value, types) or isinstance(value, bool):
+            expected = " or ".join("null" if t is type(None) else t.__name__ for t in types)
+            raise TokentapeError(f"{where}: field tokenizer.{name} missing or not {expected}")
+
+
+def _check_copy(data: bytes, kind: str, info: dict[str, Any], where: str) -> None:
+    """Refuse a tokenizer copy whose bytes are not the ones fingerprinted (with the recorded
+    EOD id) before parsing them: a changed copy is never parsed."""
+    parts = (data, GPT2_SPLIT_PATTERN.encode()) if kind == "tiktoken" else (data,)
+    found = _fingerprint(kind, info["eod_id"], *parts)
+    if found != info["fingerprint"]:
+        raise TokentapeError(
+            f"{where}: tokenizer fingerprint {info['fingerprint']} does not match the stored "
+            f"tokenizer ({found}); the store's tokenizer file was changed"
+        )
+
+
+def tokenizer_from_manifest(
+    info: dict[str, Any], store_dir: Path, data: bytes | None = None
+) -> Tokenizer:
+    """Reload the tokenizer a store was written with, from the copy stored in ``store_dir``
+    (or from ``data``, that copy's bytes as the caller read them).
+
+    The reloaded tokenizer must have the recorded fingerprint, EOD id and vocabulary size.
+    """
+    where = f"{store_dir / 'manifest.json'}"
+    _check_manifest_fields(info, where)
+    kind, spec, name = info["kind"], info["spec"], info["file"]
+    tok: Tokenizer
+    if kind in ("bytes", "none") and name is not None:
+        raise TokentapeError(f"{where}: field tokenizer.file is {name!r}; expected null")
+    if kind == "bytes":
+        tok = ByteTokenizer(spec=spec)
+    elif kind == "none":
+        tok = NoTokenizer(info["vocab_size"], info["eod_id"], spec)
+    elif kind in ("hf", "tiktoken"):
+        expected_name = HF_STORED_NAME if kind == "hf" else TIKTOKEN_STORED_NAME
+        if name != expected_name:
+            raise TokentapeError(
+                f"{where}: field tokenizer.file is {name!r}; expected {expected_name!r}"
+            )
+        path = store_dir / name
+        if data is None and not os.path.lexists(path):
+            data = _read_file(path, f"the tokenizer copy named in {where}")  # says: not found
+        if data is None:  # the store's own file: never through a link (store.confine)
+            with open(open_inside(store_dir, name, "tokenizer copy"), "rb") as f:
+                data = f.read()
+        _check_copy(data, kind, info, where)
+        if kind == "hf":
+            tok = HFTokenizer.from_bytes(data, path, spec, info["eod_token"])
+        else:
+            if info["eod_token"] != DEFAULT_TIKTOKEN_EOD:
+                raise TokentapeError(
+                    f"{where}: field tokenizer.eod_token is {info['eod_token']!r}; a tiktoken "
+                    f"store's end-of-document token is {DEFAULT_TIKTOKEN_EOD!r}"
+                )
+            tok = TiktokenTokenizer.from_bytes(data, path, spec)
+    else:
+        raise TokentapeError(
+            f"{where}: field tokenizer.kind is {kind!r}; expected 'hf', 'tiktoken', 'bytes' or "
+            "'none'"
+        )
+    if tok.fingerprint != info["fingerprint"]:
+        raise TokentapeError(
+            f"{where}: tokenizer fingerprint {info['fingerprint']} does not match the stored "
+            f"tokenizer ({tok.fingerprint}); the store's tokenizer file was changed"
+        )
+    if (tok.eod_id, tok.vocab_size) != (info["eod_id"], info["vocab_size"]):
+        raise TokentapeError(
+            f"{where}: tokenizer eod_id/vocab_size {info['eod_id']}/{info['vocab_size']} do "
+            f"not match the stored tokenizer ({tok.eod_id}/{tok.vocab_size})"
+        )
+    return tok

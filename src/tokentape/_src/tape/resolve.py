@@ -1,0 +1,160 @@
+"""Resolve: global position → (source, epoch, sample), and back, in closed form.
+
+position p ─blend→ (source d, draw j) ─divmod(j, n_d)→ (epoch e, offset o) ─perm(seed, d, e)→ k
+
+Every step is a bijection (the blend between positions and (source, draw) pairs, divmod between
+draws and (epoch, offset), the keyed permutation on [0, n_d)), so each sample of each pass has
+exactly one position, and ``position_of`` finds it without scanning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from tokentape._src.tape.blend import MAX_POSITION, Blend
+from tokentape._src.tape.permutation import Permutation, permute_epochs
+from tokentape.errors import ArgumentError, OutOfRangeError
+
+
+def as_positions(positions: np.ndarray | Sequence[int] | int) -> np.ndarray:
+    """``positions`` as int64 (no copy when they already are): integers only (a float is
+    refused, never truncated), unsigned ones below 2**62 (they would wrap)."""
+    given = np.asarray(positions)
+    if given.size and given.dtype.kind not in "iu":
+        raise ArgumentError(f"positions must be integers, got dtype {given.dtype}")
+    if given.dtype.kind == "u" and given.size and int(given.max()) >= MAX_POSITION:
+        raise OutOfRangeError(f"position {given.max()}: expected positions in [0, 2**62)")
+    return given.astype(np.int64, copy=False)
+
+
+@lru_cache(maxsize=4096)
+def _permutation(n: int, seed: int, name: str, epoch: int) -> Permutation:
+    return Permutation.for_epoch(n, seed, name, epoch)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Where a batch of positions lands: one entry per position."""
+
+    source: np.ndarray  # int64 source index, in plan order
+    epoch: np.ndarray  # int64 pass over that source (0 = first)
+    sample: np.ndarray  # int64 sample index within the source
+
+
+@dataclass(frozen=True)
+class Tape:
+    """The pure map of a plan: names, sample counts, seed and the blend."""
+
+    names: tuple[str, ...]
+    n_samples: tuple[int, ...]
+    seed: int
+    blend: Blend
+
+    @classmethod
+    def build(
+        cls, names: Sequence[str], n_samples: Sequence[int], weights: Sequence[int], seed: int
+    ) -> Tape:
+        """``weights`` are the exact integers W_d of the blend (summing to its denominator)."""
+        if len(names) != len(n_samples) or len(names) != len(weights):
+            raise ArgumentError("tape: names, n_samples and weights must have the same length")
+        if any(
+            isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1 for n in n_samples
+        ):
+            raise ArgumentError(f"tape: n_samples {list(n_samples)}: expected integers >= 1")
+        return cls(tuple(names), tuple(int(n) for n in n_samples), int(seed), Blend.build(weights))
+
+    def resolve(self, positions: np.ndarray | Sequence[int]) -> Resolved:
+        """Vectorised: the (source, epoch, sample) of each position."""
+        p = as_positions(positions)
+        if p.ndim != 1:
+            raise ArgumentError(f"tape: positions must be one-dimensional, got shape {p.shape}")
+        consecutive = p.size > 1 and int(p[-1]) - int(p[0]) == p.size - 1
+        if consecutive and np.all(np.diff(p) == 1):  # a run of positions: the fast path
+            return self.resolve_range(int(p[0]), p.size)
+        source, draw = self.blend.source_and_draw(p)
+        epoch = np.empty_like(draw)
+        sample = np.empty_like(draw)
+        # Group positions by source (a stable radix sort of a small-integer array), then
+        # work on each source's positions with scalar n and one permutation per pass.
+        small = source.astype(np.int16 if len(self.names) > 127 else np.int8)
+        order = np.argsort(small, kind="stable")
+        bounds = np.searchsorted(small[order], np.arange(len(self.names) + 1))
+        for d in range(len(self.names)):
+            idx = order[bounds[d] : bounds[d + 1]]
+            if idx.size:
+                e, offset = np.divmod(draw[idx], self.n_samples[d])
+                epoch[idx] = e
+                sample[idx] = self._permute(d, e, offset)
+        return Resolved(source.astype(np.int64), epoch, sample)
+
+    def resolve_range(self, start: int, count: int) -> Resolved:
+        """``resolve(range(start, start + count))`` without sorting or searching.
+
+        Within a run of consecutive positions, source d sits where the period's table has d
+        (a tiling of its occurrences), and its draws there are consecutive integers from
+        ``blend.count(d, start)``.
+        """
+        blend = self.blend
+        start, count = int(start), int(count)
+        if count <= 0:
+            empty = np.zeros(0, dtype=np.int64)
+            return Resolved(empty, empty, empty)
+        if start < 0 or start + count > MAX_POSITION:
+            raise OutOfRangeError(
+                f"tape: positions [{start}, {start + count}): expected positions in [0, 2**62)"
+            )
+        period = blend.denominator
+        first, last = start // period, (start + count - 1) // period
+        base = (np.arange(first, last + 1, dtype=np.int64) * period - start)[:, None]
+        source = np.empty(count, dtype=np.int64)
+        epoch = np.empty(count, dtype=np.int64)
+        sample = np.empty(count, dtype=np.int64)
+        for d in range(len(self.names)):
+            occurrences = blend.occurrences[blend.offsets[d] : blend.offsets[d + 1]]
+            idx = (base + occurrences[None, :]).ravel()
+            idx = idx[(idx >= 0) & (idx < count)]
+            if not idx.size:
+                continue
+            first_draw = int(blend.count(d, start))
+            e, offset = np.divmod(np.arange(first_draw, first_draw + idx.size), self.n_samples[d])
+            source[idx] = d
+            epoch[idx] = e
+            sample[idx] = self._permute(d, e, offset)
+        return Resolved(source, epoch, sample)
+
+    def _permute(self, d: int, epochs: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+        lo, hi = int(epochs.min()), int(epochs.max())
+        if lo == hi:  # the common case: a batch of positions lies in one pass of the source
+            return self._perm(d, lo)(offsets)
+        return permute_epochs(self.n_samples[d], self.seed, self.names[d], epochs, offsets)
+
+    def _perm(self, d: int, epoch: int) -> Permutation:
+        return _permutation(self.n_samples[d], self.seed, self.names[d], epoch)
+
+    def position_of(
+        self, source: int, sample: np.ndarray | int, epoch: np.ndarray | int
+    ) -> np.ndarray:
+        """The inverse: the position at which ``sample`` of ``source`` is drawn in ``epoch``."""
+        if not 0 <= source < len(self.names):
+            raise OutOfRangeError(
+                f"tape: source index {source}: expected 0 <= index < {len(self.names)}"
+            )
+        samples = np.atleast_1d(np.asarray(sample, dtype=np.int64))
+        epochs = np.broadcast_to(np.asarray(epoch, dtype=np.int64), samples.shape)
+        n, name = self.n_samples[source], self.names[source]
+        if samples.size and (int(samples.min()) < 0 or int(samples.max()) >= n):
+            bad = int(samples.min()) if int(samples.min()) < 0 else int(samples.max())
+            raise OutOfRangeError(f"tape: sample {bad}: expected samples in [0, {n})")
+        if epochs.size and int(epochs.min()) < 0:
+            raise OutOfRangeError(f"tape: epoch {epochs.min()}: expected epochs >= 0")
+        if epochs.size and int(epochs.max()) > MAX_POSITION // n:  # its draws overflow int64
+            raise OutOfRangeError(
+                f"tape: epoch {epochs.max()} of source '{name}': its positions lie beyond 2**62"
+            )
+        offsets = permute_epochs(n, self.seed, name, epochs, samples, forward=False)
+        draws = epochs * self.n_samples[source] + offsets
+        return np.asarray(self.blend.position(source, draws), dtype=np.int64)

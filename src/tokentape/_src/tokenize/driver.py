@@ -1,0 +1,349 @@
+"""``tokentape tokenize``: inputs → units → (parallel, resumable) unit files → shards → manifest.
+
+1. Plan: expand the inputs in their documented order and cut them into units of work.
+2. Tokenize every unit not yet finished (in this process, a pool of ``workers``, or as Ray
+   tasks), each into its own unit file under ``OUT/.tokentape-work``. A unit's bytes depend
+   only on its input.
+3. Assemble: concatenate the unit files in unit order into shards (hashing as they are written),
+   copy the tokenizer in, write ``manifest.json`` last, remove the work directory.
+
+Killed at any moment, the same command resumes: finished units are kept, assembly is redone,
+and the result is byte-identical to an uninterrupted run. Bad input removes what this run wrote.
+
+The run holds the output's writer lock (``store.lock``) throughout: a second writer is refused.
+``--overwrite`` of a complete store builds the new one in a hidden sibling directory
+(``job.staging_dir``) and swaps it in whole (``store.atomic.replace_directory``), so a reader
+opening ``OUT`` finds the old store or the new one, never neither.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from collections import Counter
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokentape._src.store.atomic import replace_directory, write_atomic
+from tokentape._src.store.format import (
+    MANIFEST_NAME,
+    Manifest,
+    choose_dtype,
+    content_hash,
+    numpy_dtype,
+)
+from tokentape._src.store.lock import output_lock
+from tokentape._src.store.tokenizers import (
+    Tokenizer,
+    load_tokenizer,
+    tokenizer_manifest,
+)
+from tokentape._src.store.writer import ShardWriter
+from tokentape._src.tokenize.filters import FilterSet, parse_filters
+from tokentape._src.tokenize.inputs import Unit, expand_inputs, plan_units
+from tokentape._src.tokenize.job import (
+    JOB_FILE,
+    WORK_DIR,
+    OutState,
+    TokenizeConfig,
+    canonical_hash,
+    clear_out,
+    crashpoint,
+    discard_store,
+    inspect_out,
+    job_identity,
+    units_dir,
+)
+from tokentape._src.tokenize.pool import PoolJob, WorkerDied, run_units
+from tokentape._src.tokenize.ray_executor import ray_session, run_ray_tasks
+from tokentape._src.tokenize.worker import (
+    UnitResult,
+    WorkerSettings,
+    load_result,
+    read_unit,
+    unit_intact,
+    unit_paths,
+)
+from tokentape._src.util.progress import Counters, ProgressBar
+from tokentape._src.util.version import __version__
+from tokentape.errors import TokentapeError
+
+
+@dataclass(frozen=True)
+class TokenizeSummary:
+    """What a tokenize run produced (also what ``--json`` prints)."""
+
+    out: str
+    status: str  # "created", "resumed" or "already complete"
+    dtype: str
+    vocab_size: int
+    eod_id: int
+    docs_in: int
+    n_docs: int
+    n_tokens: int
+    n_shards: int
+    text_bytes: int
+    dropped_docs: dict[str, int]
+    dropped_tokens: dict[str, int]
+    units: int
+    units_reused: int
+    seconds: float
+    content_hash: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _assemble(
+    out: Path, work_dir: Path, results: list[UnitResult], dtype: str, shard_tokens: int
+) -> tuple[list, int]:
+    writer = ShardWriter(out, dtype, shard_tokens)
+    try:
+        for result in results:
+            tokens, lengths = read_unit(work_dir, result, dtype)
+            n_before = len(writer.shards)
+            writer.add(tokens, lengths)
+            if len(writer.shards) > n_before:
+                crashpoint("mid-assembly")
+        shards = writer.finish()
+    except BaseException:
+        writer.abort()
+        raise
+    return shards, sum(s.n_tokens for s in shards)
+
+
+def _summary(
+    out: Path, manifest: Manifest, status: str, units_reused: int, seconds: float
+) -> TokenizeSummary:
+    stats = manifest.filters
+    return TokenizeSummary(
+        out=str(out),
+        status=status,
+        dtype=manifest.dtype,
+        vocab_size=manifest.vocab_size,
+        eod_id=manifest.eod_id,
+        docs_in=stats["docs_in"],
+        n_docs=manifest.n_docs,
+        n_tokens=manifest.n_tokens,
+        n_shards=len(manifest.shards),
+        text_bytes=stats["text_bytes"],
+        dropped_docs=stats["dropped_docs"],
+        dropped_tokens=stats["dropped_tokens"],
+        units=manifest.inputs["units"],
+        units_reused=units_reused,
+        seconds=seconds,
+        content_hash=manifest.content_hash,
+    )
+
+
+def _filter_stats(results: list[UnitResult], filters: FilterSet) -> dict[str, Any]:
+    """The manifest's ``filters`` block: configuration and what each reason dropped."""
+    dropped_docs: Counter[str] = Counter()
+    dropped_tokens: Counter[str] = Counter()
+    for r in results:
+        dropped_docs.update(r.dropped_docs)
+        dropped_tokens.update(r.dropped_tokens)
+    return {
+        "config": filters.to_json(),
+        "docs_in": sum(r.docs_in for r in results),
+        "text_bytes": sum(r.text_bytes for r in results),
+        "dropped_docs": dict(sorted(dropped_docs.items())),
+        "dropped_tokens": dict(sorted(dropped_tokens.items())),
+    }
+
+
+def tokenize(config: TokenizeConfig, show_progress: bool = True) -> TokenizeSummary:
+    """Run (or resume) a tokenization job and return its summary.
+
+    The job holds the writer lock of ``config.out`` (``store.lock``) from before it looks at
+    the directory until it is done; another writer on the same output is refused at once."""
+    started = time.monotonic()
+    tokenizer = load_tokenizer(config.tokenizer, config.eod_token)
+    filters = parse_filters(config.filters)
+    files = expand_inputs(config.inputs)
+    unit_bytes = config.unit_bytes(sum(f.size for f in files))
+    units = plan_units(files, unit_bytes)
+    dtype = choose_dtype(tokenizer.vocab_size) if config.dtype == "auto" else config.dtype
+    itemsize = numpy_dtype(dtype).itemsize
+    shard_tokens = max(1, int(config.shard_mb * 2**20) // itemsize)
+    identity = job_identity(
+        config, files, tokenizer.fingerprint, filters.to_json(), dtype, shard_tokens, unit_bytes
+    )
+    job_hash = canonical_hash(identity)
+    job = _Job(
+        config=config,
+        tokenizer=tokenizer,
+        filters=filters,
+        units=units,
+        dtype=dtype,
+        shard_tokens=shard_tokens,
+        unit_bytes=unit_bytes,
+        identity=identity,
+        job_hash=job_hash,
+        resume_key={"job": job_hash, "mtime_ns": [f.mtime_ns for f in files]},
+        started=started,
+    )
+    out = Path(config.out)
+    with output_lock(out, "tokenize"):
+        return _run(job, out, show_progress)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """Everything one run decided before touching ``--out``."""
+
+    config: TokenizeConfig
+    tokenizer: Tokenizer
+    filters: FilterSet
+    units: list[Unit]
+    dtype: str
+    shard_tokens: int
+    unit_bytes: int
+    identity: dict[str, Any]
+    job_hash: str
+    resume_key: dict[str, Any]
+    started: float
+
+
+def _run(job: _Job, out: Path, show_progress: bool) -> TokenizeSummary:
+    """The locked part of ``tokenize``: inspect ``out``, build, replace."""
+    config, units = job.config, job.units
+    stored = job.tokenizer.stored_file()
+    plan = inspect_out(out, job.job_hash, job.resume_key, config.overwrite, stored)
+    build = plan.build
+    work_dir = build / WORK_DIR
+    if plan.state is OutState.COMPLETE:
+        assert plan.manifest is not None
+        shutil.rmtree(work_dir, ignore_errors=True)
+        status = "already complete"
+        if plan.replace:  # built by an interrupted run, not swapped in yet
+            replace_directory(build, Path(os.path.realpath(out)), discard_store)
+            status = "resumed"
+        seconds = time.monotonic() - job.started
+        return _summary(out, plan.manifest, status, len(units), seconds)
+
+    session = ExitStack()  # the Ray session, if any: connected before anything is written
+    ray = None
+    if config.executor == "ray":
+        ray = session.enter_context(ray_session(config.ray_address, config.workers))
+    created = not build.exists()
+    unit_dir = units_dir(work_dir, job.resume_key)
+    try:
+        unit_dir.mkdir(parents=True, exist_ok=True)
+        if plan.state is OutState.FRESH:
+            write_atomic(work_dir / JOB_FILE, json.dumps(job.resume_key).encode())
+        itemsize = numpy_dtype(job.dtype).itemsize
+        settings = WorkerSettings(
+            text_key=config.text_key,
+            dtype=job.dtype,
+            id_limit=min(job.tokenizer.vocab_size, 2 ** (8 * itemsize)),
+            work_dir=str(unit_dir),
+        )
+        finished = {u.index: _finished(unit_dir, u, job.dtype) for u in units}
+        pending = [u for u in units if finished[u.index] is None]
+        counters = Counters()
+        reused_bytes = sum(u.n_bytes for u in units if finished[u.index] is not None)
+        counters.add(input_bytes=reused_bytes)
+        total_bytes = sum(u.n_bytes for u in units)
+        stream = sys.stderr if show_progress else None
+        with ProgressBar(counters, total_bytes, stream=stream, baseline=counters.snapshot()):
+            pool_job = PoolJob(
+                config.tokenizer, config.eod_token, config.filters, settings, tuple(pending)
+            )
+            if ray is None:
+                dead = run_units(pool_job, job.tokenizer, job.filters, config.workers, counters)
+            else:
+                dead = []
+                run_ray_tasks(ray, pool_job, job.tokenizer.fingerprint, config.workers, counters)
+        session.close()  # a private Ray instance goes before assembly
+        results = [load_result(unit_paths(unit_dir, u.index)[2]) for u in units]
+        missing = [u.index for u, r in zip(units, results, strict=True) if r is None]
+        if missing:
+            raise WorkerDied(_unfinished(missing, dead, unit_dir))
+        done: list[UnitResult] = results  # type: ignore[assignment]
+        clear_out(build, keep=(WORK_DIR,))  # what an interrupted assembly left behind
+        shards, n_tokens = _assemble(build, unit_dir, done, job.dtype, job.shard_tokens)
+        if n_tokens == 0:
+            raise TokentapeError(
+                f"inputs {', '.join(config.inputs)}: no document left to store "
+                "(all inputs empty or dropped by filters)"
+            )
+        crashpoint("before-manifest")
+        if stored is not None:
+            name, data = stored
+            write_atomic(build / name, data)
+        manifest = _manifest(job, done, shards, n_tokens)
+        write_atomic(build / MANIFEST_NAME, manifest.to_json().encode())
+        crashpoint("after-manifest")
+        shutil.rmtree(work_dir, ignore_errors=True)
+        if plan.replace:
+            replace_directory(build, Path(os.path.realpath(out)), discard_store)
+    except WorkerDied as exc:
+        raise TokentapeError(
+            f"{out}: {exc}; finished units are kept: run the same command again to resume"
+        ) from None
+    except TokentapeError:
+        _discard(build, created or plan.replace)
+        raise
+    finally:
+        session.close()
+    status = "resumed" if plan.state is OutState.RESUME else "created"
+    reused = len(units) - len(pending)
+    return _summary(out, manifest, status, reused, time.monotonic() - job.started)
+
+
+def _finished(work_dir: Path, unit: Unit, dtype: str) -> UnitResult | None:
+    """The result of a unit an earlier run finished, if its files are intact."""
+    result = load_result(unit_paths(work_dir, unit.index)[2])
+    return result if result is not None and unit_intact(work_dir, result, dtype) else None
+
+
+def _unfinished(missing: list[int], dead: list[int], work_dir: Path) -> str:
+    """Why units are unfinished after every worker returned."""
+    if dead:
+        return (
+            f"a worker process died (exit codes {dead}: killed, or out of memory) before "
+            "finishing its units"
+        )
+    return (
+        f"{len(missing)} unit(s) (unit {missing[0]} first) have no finished output in "
+        f"{work_dir} although every worker finished; something else removed them"
+    )
+
+
+def _manifest(job: _Job, done: list[UnitResult], shards: list, n_tokens: int) -> Manifest:
+    tokenizer = job.tokenizer
+    return Manifest(
+        dtype=job.dtype,
+        vocab_size=tokenizer.vocab_size,
+        eod_id=tokenizer.eod_id,
+        tokenizer=tokenizer_manifest(tokenizer),
+        shards=tuple(shards),
+        n_tokens=n_tokens,
+        n_docs=sum(s.n_docs for s in shards),
+        content_hash=content_hash(shards, job.dtype),
+        filters=_filter_stats(done, job.filters),
+        inputs={
+            "text_key": job.config.text_key,
+            "unit_bytes": job.unit_bytes,
+            "units": len(job.units),
+            "files": job.identity["inputs"],
+        },
+        job=job.job_hash,
+        created_by=f"tokentape {__version__}",
+    )
+
+
+def _discard(build: Path, created: bool) -> None:
+    """Bad input: leave no partial store behind (a staging directory goes whole)."""
+    if not build.exists():
+        return
+    if created:
+        shutil.rmtree(build, ignore_errors=True)
+    else:
+        clear_out(build)

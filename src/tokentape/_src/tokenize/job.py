@@ -1,0 +1,454 @@
+"""What a tokenization job is, and what its output directory may already hold.
+
+The job's identity is a hash of everything that changes the output bytes: inputs (paths, kinds,
+sizes), tokenizer fingerprint, text key, filters, dtype, shard and unit sizes. The worker count
+and the executor are not part of it: the output is the same for any number of workers, on a
+local process pool or on a Ray cluster.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import numbers
+import os
+import re
+import shutil
+import signal
+import stat
+from contextlib import suppress
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from tokentape._src.store.confine import open_inside
+from tokentape._src.store.format import (
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    Manifest,
+    numpy_dtype,
+    parse_manifest,
+)
+from tokentape._src.tokenize.inputs import InputFile
+from tokentape.errors import ArgumentError, TokentapeError
+
+CRASH_ENV = "TOKENTAPE_CRASH_AT"
+WORK_DIR = ".tokentape-work"
+JOB_FILE = "job.json"
+UNITS_PREFIX = "units-"
+"""Unit files live in ``WORK_DIR/units-<hash of the resume key>/``: a helper of an earlier,
+killed run with other settings (a Ray task that outlives its driver) can only write into its
+own job's directory, never among this run's units."""
+STAGING_SUFFIX = "tokentape-next"
+MIN_AUTO_UNIT = 2**20
+MAX_AUTO_UNIT = 8 * 2**20
+EXECUTORS = ("local", "ray")
+
+
+MAX_WORKERS = 65_536
+"""The most ``--workers`` (processes, or Ray tasks in flight) one run takes."""
+MAX_MB = float(2**20)
+"""The largest ``--shard-mb`` / ``--unit-mb``: 1 TiB."""
+
+
+def check_mb(flag: str, value: object) -> None:
+    """A size in MiB: a finite number in (0, ``MAX_MB``]."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentError(f"{flag} must be a number of MiB, got {value!r}")
+    if not (math.isfinite(value) and 0 < value <= MAX_MB):
+        raise ArgumentError(f"{flag} must be a number of MiB in (0, {MAX_MB:.0f}], got {value}")
+
+
+def check_count(flag: str, value: object, low: int, high: int) -> None:
+    """An integer in ``[low, high]``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentError(f"{flag} must be an integer, got {value!r}")
+    if not low <= value <= high:
+        raise ArgumentError(f"{flag} must be between {low} and {high:,}, got {value}")
+
+
+def check_text(flag: str, value: object) -> None:
+    """A non-empty string without NUL or line breaks (it ends up in one-line messages)."""
+    if not isinstance(value, str):
+        raise ArgumentError(f"{flag} must be a string, got {value!r}")
+    if not value:
+        raise ArgumentError(f"{flag} must not be empty")
+    if any(c in value for c in "\0\n\r"):
+        raise ArgumentError(f"{flag} {value!r}: must not hold NUL or line breaks")
+
+
+def check_path(flag: str, value: object) -> None:
+    """A path (a string or ``os.PathLike``), not empty."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise ArgumentError(f"{flag} must be a path, got {value!r}")
+    if not value:
+        raise ArgumentError(f"{flag} must not be empty")
+    if "\0" in value:
+        raise ArgumentError(f"{flag} {value!r}: a path cannot hold NUL")
+
+
+@dataclass(frozen=True)
+class TokenizeConfig:
+    """Settings of ``tokentape tokenize``."""
+
+    inputs: tuple[str, ...]
+    """Input files, directories or globs, in order."""
+    out: str
+    """Output store directory."""
+    tokenizer: str = "bytes"
+    """'bytes', 'tiktoken:PATH' or a Hugging Face tokenizer.json path."""
+    eod_token: str | None = None
+    """End-of-document token (default: the tokenizer's own)."""
+    text_key: str = "text"
+    """JSON field / parquet column holding the text."""
+    filters: tuple[str, ...] = ()
+    """Filter specs, e.g. 'unique-lines', 'min-tokens:16'."""
+    workers: int = 1
+    """Worker processes (local) or Ray tasks in flight (ray); the output is byte-identical for
+    any count."""
+    executor: str = "local"
+    """'local' (a process pool on this machine) or 'ray' (Ray tasks, e.g. on a cluster)."""
+    ray_address: str | None = None
+    """Ray cluster to connect to (``ray.init(address=...)``); None: start a private local Ray."""
+    dtype: str = "auto"
+    """'auto' (uint16 iff the vocabulary has at most 65,536 ids), 'uint16' or 'uint32'."""
+    shard_mb: float = 256.0
+    """Target shard size in MiB of tokens; shards are cut at document boundaries."""
+    unit_mb: float | None = None
+    """Input MiB per unit of work (the grain of parallelism and of resumption); None: auto."""
+    overwrite: bool = False
+    """Replace a store or an unfinished run with other settings in ``out``."""
+
+    def __post_init__(self) -> None:
+        inputs = self.inputs
+        if isinstance(inputs, str | bytes | os.PathLike) or not isinstance(inputs, tuple | list):
+            raise ArgumentError(f"inputs: expected a tuple of paths, got {type(inputs).__name__}")
+        if not inputs:
+            raise ArgumentError("no inputs given; pass files, directories or globs")
+        for spec in inputs:
+            check_path("input", spec)
+        check_path("--out", self.out)
+        check_text("--tokenizer", self.tokenizer)
+        if self.eod_token is not None:
+            check_text("--eod-token", self.eod_token)
+        check_text("--text-key", self.text_key)
+        if not isinstance(self.filters, tuple | list) or isinstance(self.filters, str):
+            raise ArgumentError(f"filters: expected a tuple of specs, got {self.filters!r}")
+        for spec in self.filters:
+            check_text("--filter", spec)
+        check_count("--workers", self.workers, 1, MAX_WORKERS)
+        if self.executor not in EXECUTORS:
+            raise ArgumentError(f"--executor {self.executor!r}: expected local or ray")
+        if self.ray_address is not None:
+            check_text("--ray-address", self.ray_address)
+            if self.executor != "ray":
+                raise ArgumentError("--ray-address needs --executor ray")
+        if self.dtype not in ("auto", "uint16", "uint32"):
+            raise ArgumentError(f"--dtype {self.dtype!r}: expected auto, uint16 or uint32")
+        check_mb("--shard-mb", self.shard_mb)
+        if self.unit_mb is not None:
+            check_mb("--unit-mb", self.unit_mb)
+        if not isinstance(self.overwrite, bool):
+            raise ArgumentError(f"overwrite: expected True or False, got {self.overwrite!r}")
+
+    def unit_bytes(self, total_input_bytes: int) -> int:
+        """``unit_mb``, or by default a size that depends on the inputs alone (never on the
+        worker count): about 1/32 of the input, between 1 and 8 MiB."""
+        if self.unit_mb is not None:
+            return max(1, int(self.unit_mb * 2**20))
+        return min(MAX_AUTO_UNIT, max(MIN_AUTO_UNIT, total_input_bytes // 32))
+
+
+def canonical_hash(data: Any) -> str:
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def job_identity(
+    config: TokenizeConfig,
+    files: list[InputFile],
+    tokenizer_fingerprint: str,
+    filters_json: list[dict[str, Any]],
+    dtype: str,
+    shard_tokens: int,
+    unit_bytes: int,
+) -> dict[str, Any]:
+    """The inputs of the output bytes, JSON-ready."""
+    return {
+        "format_version": FORMAT_VERSION,
+        "tokenizer": tokenizer_fingerprint,
+        "text_key": config.text_key,
+        "filters": filters_json,
+        "dtype": dtype,
+        "shard_tokens": shard_tokens,
+        "unit_bytes": unit_bytes,
+        "inputs": [{"path": f.path, "kind": f.kind, "size": f.size} for f in files],
+    }
+
+
+def crashpoint(name: str) -> None:
+    """Test hook: SIGKILL this process at the named point when ``TOKENTAPE_CRASH_AT`` says so."""
+    if os.environ.get(CRASH_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class OutState(Enum):
+    FRESH = "fresh"  # nothing of ours there (the directory may not exist yet)
+    RESUME = "resume"  # an unfinished run of this same job
+    COMPLETE = "complete"  # a finished store of this same job
+
+
+_OURS = re.compile(r"(?:part-\d{5,}\.(?:bin|idx\.npy)|manifest\.json|tokenizer\.(?:json|tiktoken))")
+
+
+def is_store_file(name: str) -> bool:
+    """Whether a name in a store directory is one tokentape writes: a shard's two files, the
+    manifest, the tokenizer copy, the temporary name of one of those, or the work directory.
+    Exact names only: a ``part-00000-x.snappy.parquet`` or ``tokenizer_config.json`` is not
+    ours and is never removed."""
+    if name == WORK_DIR:
+        return True
+    if name.startswith(".") and ".tmp-" in name:
+        name = name[1 : name.index(".tmp-")]
+    return _OURS.fullmatch(name) is not None
+
+
+@dataclass(frozen=True)
+class OutPlan:
+    """What to do with ``--out``: the state found, where to build, and whether the result
+    replaces ``out`` at the end (an ``--overwrite`` of a complete store is built beside it,
+    in ``staging_dir(out)``, and swapped in whole)."""
+
+    state: OutState
+    build: Path
+    manifest: Manifest | None = None  # the complete store found (COMPLETE)
+    replace: bool = False
+
+
+def staging_dir(out: Path) -> Path:
+    """Where a store that replaces ``out`` is built: a hidden sibling (same file system, so it
+    can be swapped in), named after ``out``'s resolved path. One at a time: the writer lock."""
+    real = Path(os.path.realpath(out))
+    return real.with_name(f".{real.name}.{STAGING_SUFFIX}")
+
+
+def store_damage(
+    directory: Path, manifest: Manifest, stored: tuple[str, bytes] | None
+) -> str | None:
+    """What is wrong with a store whose manifest is complete, or None: every shard file the
+    manifest names must be a regular file of the size it records, and the tokenizer copy must
+    be the tokenizer's exact bytes. (Cheap checks, no hashing: ``tokentape verify`` rehashes.)
+    The counts a rerun reports from the manifest (``filters``, ``inputs.units``) must be of the
+    kinds the writer puts there."""
+    problem = _summary_problem(manifest)
+    if problem is not None:
+        return problem
+    itemsize = numpy_dtype(manifest.dtype).itemsize
+    for shard in manifest.shards:
+        for name, size in (
+            (shard.bin_file, shard.n_tokens * itemsize),
+            (shard.idx_file, shard.idx_bytes),
+        ):
+            try:
+                st = os.lstat(directory / name)
+            except FileNotFoundError:
+                return f"{name} is missing"
+            if not stat.S_ISREG(st.st_mode):
+                return f"{name} is not a regular file"
+            if st.st_size != size:
+                return f"{name} holds {st.st_size} bytes, the manifest says {size}"
+    if stored is not None:
+        name, data = stored
+        try:
+            with open(open_inside(directory, name, "tokenizer copy"), "rb") as f:
+                found = f.read()
+        except TokentapeError as exc:  # missing, a link (never followed), not a regular file
+            return str(exc)
+        if found != data:
+            return f"the tokenizer copy {name} differs from the tokenizer"
+    return None
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _summary_problem(manifest: Manifest) -> str | None:
+    """What is wrong with the manifest fields a rerun's summary shows, or None."""
+    fields = {"inputs.units": manifest.inputs.get("units")}
+    for key in ("docs_in", "text_bytes", "dropped_docs", "dropped_tokens"):
+        fields[f"filters.{key}"] = manifest.filters.get(key)
+    for name, value in fields.items():
+        if name.startswith("filters.dropped_"):
+            ok = isinstance(value, dict) and all(
+                isinstance(k, str) and _count(v) for k, v in value.items()
+            )
+            expected = "an object of counts"
+        else:
+            ok, expected = _count(value), "a count"
+        if not ok:
+            return f"{MANIFEST_NAME} field {name} is {value!r:.60}, expected {expected}"
+    return None
+
+
+def _check_ours(out: Path, what: str) -> list[str]:
+    names = sorted(os.listdir(out))
+    foreign = [n for n in names if not is_store_file(n)]
+    if foreign:
+        raise TokentapeError(
+            f"{what} '{out}': not empty and not a tokentape store (found '{foreign[0]}'); "
+            "choose a new or empty directory"
+        )
+    return names
+
+
+def _ours_only(directory: Path) -> bool:
+    """Whether ``directory`` is a directory (not a link) holding only names a store holds."""
+    if directory.is_symlink() or not directory.is_dir():
+        return False
+    try:
+        return all(is_store_file(name) for name in os.listdir(directory))
+    except OSError:
+        return False
+
+
+def units_dir(work_dir: Path, resume_key: dict[str, Any]) -> Path:
+    """The directory of this job's unit files inside the work directory."""
+    return work_dir / f"{UNITS_PREFIX}{canonical_hash(resume_key).removeprefix('sha256:')[:16]}"
+
+
+def _same_run(work: Path, resume_key: dict[str, Any]) -> bool:
+    if work.is_symlink():  # never resumed (nor written) through a link: cleared instead
+        return False
+    try:
+        return json.loads((work / JOB_FILE).read_text()) == resume_key
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+
+
+def discard_store(directory: Path) -> None:
+    """Remove a store directory that is no longer wanted (a staging directory left by an
+    earlier run, or the old store after a replacement): our files only (store names), then
+    the directory if that left it empty; anything else in it is left alone."""
+    if directory.is_dir() and not directory.is_symlink():
+        clear_out(directory)
+        with suppress(OSError):  # not empty: someone else's files, left alone
+            directory.rmdir()
+
+
+def inspect_out(
+    out: Path,
+    job_hash: str,
+    resume_key: dict[str, Any],
+    overwrite: bool,
+    stored: tuple[str, bytes] | None = None,
+) -> OutPlan:
+    """Decide what to do with ``out``; refuse a directory that is not ours or not this job's,
+    and a store of this job that is damaged (without ``overwrite``). ``stored`` is the
+    tokenizer copy this job writes (checked in a complete store)."""
+    if out.exists() and not out.is_dir():
+        raise TokentapeError(f"--out '{out}': exists and is not a directory")
+    if out.is_symlink() and not out.exists():
+        raise TokentapeError(
+            f"--out '{out}': a symbolic link to {os.readlink(out)!r}, which does not exist; "
+            "create that directory or remove the link"
+        )
+    staging = staging_dir(out)
+    if not out.exists():
+        if _ours_only(staging):  # an interrupted replacement whose old store is gone
+            plan = _staged(staging, job_hash, resume_key, stored)
+            if plan.state is not OutState.FRESH:
+                return plan
+        discard_store(staging)
+        return OutPlan(OutState.FRESH, out)
+    _check_ours(out, "--out")
+    manifest_path = out / MANIFEST_NAME
+    if os.path.lexists(manifest_path):  # a link there is the store's manifest, refused
+        manifest = _read_manifest(manifest_path, overwrite)
+        if manifest is None:  # unreadable, and --overwrite: replaced like any other store
+            return _staged(staging, job_hash, resume_key, stored)
+        if manifest.job == job_hash:
+            damage = store_damage(out, manifest, stored)
+            if damage is None:
+                discard_store(staging)
+                return OutPlan(OutState.COMPLETE, out, manifest)
+            if not overwrite:
+                raise TokentapeError(
+                    f"--out '{out}': holds this job's store, but it is damaged ({damage}); "
+                    "pass --overwrite to rebuild it"
+                )
+        elif not overwrite:
+            raise TokentapeError(
+                f"--out '{out}': holds a store made from other inputs or settings; "
+                "pass --overwrite to replace it"
+            )
+        return _staged(staging, job_hash, resume_key, stored)
+    discard_store(staging)
+    job_path = out / WORK_DIR / JOB_FILE
+    if job_path.exists():
+        if _same_run(out / WORK_DIR, resume_key):
+            return OutPlan(OutState.RESUME, out)
+        if not overwrite:
+            raise TokentapeError(
+                f"--out '{out}': holds an unfinished run with other inputs or settings "
+                "(or inputs changed since); pass --overwrite to discard it"
+            )
+    clear_out(out)
+    return OutPlan(OutState.FRESH, out)
+
+
+def _read_manifest(path: Path, overwrite: bool) -> Manifest | None:
+    """The manifest at ``path``; one that cannot be read or parsed is an error naming it,
+    or None with ``overwrite`` (the store is replaced)."""
+    try:
+        with open(open_inside(path.parent, path.name, "the manifest"), "rb") as f:
+            return parse_manifest(f.read().decode("utf-8"), str(path))
+    except UnicodeDecodeError:
+        problem = TokentapeError(f"{path}: not UTF-8 text; not a readable manifest")
+    except TokentapeError as exc:
+        problem = exc
+    except OSError as exc:
+        problem = TokentapeError(f"{path}: cannot read ({exc.strerror or exc})")
+    if overwrite:
+        return None
+    raise TokentapeError(f"{problem}; pass --overwrite to replace the store") from None
+
+
+def _staged(
+    staging: Path, job_hash: str, resume_key: dict[str, Any], stored: tuple[str, bytes] | None
+) -> OutPlan:
+    """The plan of a build beside ``out`` that replaces it: resume the staging directory an
+    interrupted run of this job left (or swap it in, if it finished), else start it afresh."""
+    if staging.is_symlink() or (os.path.lexists(staging) and not staging.is_dir()):
+        raise TokentapeError(f"'{staging}': exists and is not a directory; remove it")
+    if not staging.exists():
+        return OutPlan(OutState.FRESH, staging, replace=True)
+    _check_ours(staging, "staging directory")
+    manifest_path = staging / MANIFEST_NAME
+    if os.path.lexists(manifest_path):
+        manifest = _read_manifest(manifest_path, overwrite=True)  # None: unreadable, built anew
+        if (
+            manifest is not None
+            and manifest.job == job_hash
+            and store_damage(staging, manifest, stored) is None
+        ):
+            return OutPlan(OutState.COMPLETE, staging, manifest, replace=True)
+    elif _same_run(staging / WORK_DIR, resume_key):
+        return OutPlan(OutState.RESUME, staging, replace=True)
+    clear_out(staging)
+    return OutPlan(OutState.FRESH, staging, replace=True)
+
+
+def clear_out(out: Path, keep: tuple[str, ...] = ()) -> None:
+    """Remove everything tokentape writes in ``out`` (and nothing else), but for ``keep``."""
+    for name in os.listdir(out):
+        if is_store_file(name) and name not in keep:
+            path = out / name
+            if path.is_dir() and not path.is_symlink():  # a link is removed, never followed
+                shutil.rmtree(path)
+            else:
+                path.unlink()

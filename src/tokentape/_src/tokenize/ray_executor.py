@@ -1,0 +1,291 @@
+"""Run units of work as Ray tasks: on a private local Ray, or on a cluster given its address.
+
+One task per unfinished unit, at most ``workers`` in flight, submitted in unit order. A task
+tokenizes its unit with the same code as the local pool, into the same files under
+``OUT/.tokentape-work`` (``.json`` marker last, every file written atomically), so the inputs,
+the tokenizer file and ``OUT`` must be on storage that every node sees at the same path. A
+unit's bytes depend only on the unit: a task that Ray retries after its worker died rewrites
+identical files, and the store assembled from them is byte-identical to a local run.
+
+Ray is an optional dependency (the ``ray`` extra), imported only when a session opens.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import os
+import socket
+import sys
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stdout
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from tokentape._src.store.tokenizers import Tokenizer, load_tokenizer
+from tokentape._src.tokenize.filters import FilterSet, parse_filters
+from tokentape._src.tokenize.inputs import Unit
+from tokentape._src.tokenize.job import CRASH_ENV, crashpoint
+from tokentape._src.tokenize.pool import SINGLE_THREAD_ENV, PoolJob, WorkerDied
+from tokentape._src.tokenize.worker import UnitResult, tokenize_unit
+from tokentape._src.util.progress import Counters
+from tokentape.errors import TokentapeError
+
+INSTALL_HINT = "pip install 'tokentape[ray]'"
+MAX_RETRIES = 3
+"""Times Ray reruns a task whose worker process or node died."""
+CONNECT_TIMEOUT_S = 10.0
+CANCEL_WAIT_S = 60.0
+RAY_TASK_CRASH = "ray-task-once"
+"""Test hook (``TOKENTAPE_CRASH_AT``): the first task of a run to start dies (``os._exit``)
+before tokenizing its unit; the tasks after it, its retry included, run normally."""
+CRASH_MARKER = "ray-crash-hook"
+
+
+@dataclass(frozen=True)
+class TaskJob:
+    """What every task of one run shares; sent to the cluster once."""
+
+    pool: PoolJob
+    """Tokenizer spec, EOD token, filter specs and settings (its ``units`` are left empty)."""
+    fingerprint: str
+    """The driver's tokenizer fingerprint: a node that loads another tokenizer refuses."""
+    cwd: str
+    """The driver's working directory: relative paths are resolved against it on every node."""
+    crash_hook: str | None = None
+    """The driver's ``TOKENTAPE_CRASH_AT`` (tests only)."""
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """What a task returns: its unit's result, or the one-line error (bad input) it met."""
+
+    result: UnitResult | None = None
+    error: str | None = None
+
+
+def import_ray() -> ModuleType:
+    """The ``ray`` module, or a one-line error saying how to install it."""
+    try:
+        return importlib.import_module("ray")
+    except ImportError as exc:
+        raise TokentapeError(f"--executor ray needs Ray: {INSTALL_HINT} ({exc})") from None
+
+
+@contextmanager
+def ray_session(address: str | None, workers: int) -> Iterator[ModuleType]:
+    """Ray, connected to the cluster at ``address``, or to a private local instance with
+    ``workers`` CPUs (shut down at the end). A session this process already opened is used as
+    it is and left open.
+
+    Meanwhile standard output goes to standard error: Ray prints its notes (a worker died, ...)
+    to standard output, which belongs to the command's result (``--json``).
+    """
+    ray = import_ray()
+    with redirect_stdout(sys.stderr):
+        if ray.is_initialized():
+            if address is not None:
+                raise TokentapeError(
+                    f"--ray-address {address}: Ray is already initialized in this process; "
+                    "leave --ray-address unset to use that session"
+                )
+            yield ray
+        else:
+            with _connected(ray, address, workers):
+                yield ray
+
+
+@contextmanager
+def _connected(ray: ModuleType, address: str | None, workers: int) -> Iterator[None]:
+    """``ray.init`` quietly (no dashboard, errors only); ``ray.shutdown`` at the end."""
+    quiet = {"include_dashboard": False, "logging_level": logging.ERROR, "log_to_driver": False}
+    try:
+        if address is None:
+            ray.init(address="local", num_cpus=workers, **quiet)
+        else:
+            _check_reachable(address)
+            ray.init(address=address, **quiet)
+    except TokentapeError:
+        raise
+    except Exception as exc:  # Ray raises ConnectionError, RuntimeError, ValueError, ...
+        what = "start a local Ray" if address is None else f"connect to Ray at {address}"
+        raise TokentapeError(f"--executor ray: cannot {what} ({_one_line(exc)})") from None
+    try:
+        yield
+    finally:
+        ray.shutdown()  # stops the private instance; only disconnects from a cluster
+
+
+def _check_reachable(address: str) -> None:
+    """Fail fast when nothing listens at HOST:PORT (``ray.init`` retries for minutes)."""
+    if address.startswith(("http://", "https://")):
+        raise TokentapeError(
+            f"--ray-address {address}: that is a web (dashboard) address; give the head "
+            "node's HOST:PORT (port 6379 by default), ray://HOST:10001 or auto"
+        )
+    host, colon, port = address.removeprefix("ray://").rpartition(":")
+    if not colon or not (port.isascii() and port.isdigit()) or "://" in host:
+        return  # 'auto', 'local' or a scheme of a Ray plugin: left to Ray
+    if not host.strip("[]"):
+        raise TokentapeError(f"--ray-address {address}: no host; expected HOST:PORT")
+    if not 1 <= int(port) <= 65535:
+        raise TokentapeError(f"--ray-address {address}: port {port} is not in 1-65535")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), CONNECT_TIMEOUT_S).close()
+    except (OSError, UnicodeError) as exc:  # UnicodeError: a host name IDNA cannot encode
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
+        raise TokentapeError(
+            f"--ray-address {address}: cannot connect ({reason}); "
+            "is the Ray head node running and reachable?"
+        ) from None
+
+
+def run_ray_tasks(
+    ray: ModuleType, job: PoolJob, fingerprint: str, workers: int, counters: Counters
+) -> None:
+    """Tokenize the units of ``job`` as Ray tasks, at most ``workers`` in flight.
+
+    Bad input in a unit raises its ``TokentapeError`` (the local executor's message) once the
+    other tasks are stopped. A task that failed for another reason after Ray's retries (worker
+    or node lost, an unexpected exception) leaves its unit unfinished: the other units run on,
+    then ``WorkerDied`` says what failed.
+    """
+    shared = ray.put(
+        TaskJob(
+            pool=PoolJob(job.tokenizer_spec, job.eod_token, job.filter_specs, job.settings, ()),
+            fingerprint=fingerprint,
+            cwd=os.getcwd(),
+            crash_hook=os.environ.get(CRASH_ENV),
+        )
+    )
+    task = ray.remote(_tokenize_unit_task).options(
+        num_cpus=1,
+        max_retries=MAX_RETRIES,
+        retry_exceptions=False,
+        runtime_env={"env_vars": SINGLE_THREAD_ENV},
+    )
+    todo = deque(job.units)
+    in_flight: dict[Any, Unit] = {}
+    lost: list[str] = []
+    try:
+        while todo or in_flight:
+            while todo and len(in_flight) < workers:
+                unit = todo.popleft()
+                in_flight[task.remote(shared, unit)] = unit
+            done, _ = ray.wait(list(in_flight), num_returns=1)
+            for ref in done:
+                unit = in_flight.pop(ref)
+                try:
+                    outcome: TaskOutcome = ray.get(ref)
+                except ray.exceptions.RayError as exc:
+                    lost.append(f"unit {unit.index} ({unit.parts[0].file.path}): {_cause(exc)}")
+                    continue
+                if outcome.error is not None:
+                    raise TokentapeError(outcome.error)
+                r = outcome.result
+                assert r is not None
+                counters.add(
+                    docs=r.docs_in,
+                    tokens=r.n_tokens,
+                    text_bytes=r.text_bytes,
+                    input_bytes=unit.n_bytes,
+                )
+                crashpoint("after-unit")
+    finally:
+        _stop(ray, list(in_flight))
+    if lost:
+        raise WorkerDied(
+            f"{len(lost)} Ray task(s) failed ({lost[0]}; a task whose worker dies is retried "
+            f"{MAX_RETRIES} times)"
+        )
+
+
+def _stop(ray: ModuleType, refs: list[Any]) -> None:
+    """Cancel unfinished tasks and wait until they have stopped writing."""
+    if not refs:
+        return
+    for ref in refs:
+        ray.cancel(ref)
+    ray.wait(refs, num_returns=len(refs), timeout=CANCEL_WAIT_S)
+
+
+def _cause(exc: BaseException) -> str:
+    """One line for a failed task: the exception it raised, or how Ray lost it."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException):
+        return f"{type(cause).__name__}: {_one_line(cause)}"
+    return f"{type(exc).__name__}: {_one_line(exc)}"
+
+
+def _one_line(exc: BaseException, limit: int = 200) -> str:
+    lines = str(exc).strip().splitlines()
+    text = " ".join(lines[0].split()) if lines else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --- on the cluster node ------------------------------------------------------------------
+
+
+def _tokenize_unit_task(job: TaskJob, unit: Unit) -> TaskOutcome:
+    """The body of one Ray task: tokenize ``unit`` into its unit files."""
+    with _working_directory(job.cwd) as found:
+        try:
+            tokenizer, filters = _tools(
+                job.pool.tokenizer_spec, job.pool.eod_token, job.pool.filter_specs, job.fingerprint
+            )
+            if job.crash_hook == RAY_TASK_CRASH:
+                _die_once(job.pool.settings.work_dir)
+            return TaskOutcome(result=tokenize_unit(unit, tokenizer, filters, job.pool.settings))
+        except TokentapeError as exc:
+            hint = (
+                ""
+                if found
+                else f" (Ray node {socket.gethostname()} has no directory '{job.cwd}', the "
+                "driver's working directory, against which relative paths are resolved: run "
+                "from a shared directory or give absolute paths)"
+            )
+            return TaskOutcome(error=f"{exc}{hint}")
+
+
+@contextmanager
+def _working_directory(path: str) -> Iterator[bool]:
+    """Run in ``path`` when this node has it (yields whether it has), then go back."""
+    previous = os.getcwd()
+    try:
+        os.chdir(path)
+    except OSError:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        os.chdir(previous)
+
+
+@functools.lru_cache(maxsize=4)
+def _tools(
+    spec: str, eod_token: str | None, filter_specs: tuple[str, ...], fingerprint: str
+) -> tuple[Tokenizer, FilterSet]:
+    """The job's tokenizer and filters, loaded once per worker process."""
+    tokenizer = load_tokenizer(spec, eod_token)
+    if tokenizer.fingerprint != fingerprint:
+        raise TokentapeError(
+            f"tokenizer {spec!r} on Ray node {socket.gethostname()}: fingerprint "
+            f"{tokenizer.fingerprint} differs from the driver's ({fingerprint}); every node "
+            "must see the same tokenizer file"
+        )
+    return tokenizer, parse_filters(filter_specs)
+
+
+def _die_once(work_dir: str) -> None:
+    """``RAY_TASK_CRASH``: the first task to create the marker file exits at once."""
+    try:
+        os.close(
+            os.open(os.path.join(work_dir, CRASH_MARKER), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        )
+    except FileExistsError:
+        return
+    os._exit(1)

@@ -1,0 +1,221 @@
+"""Tokenize one unit of input into a unit file in the work directory.
+
+A unit's output is a pure function of its input bytes and the job settings, so it does not
+matter which process makes it, or how often: ``unit-NNNNNN.json`` (written last, atomically) marks
+it finished, and a rerun skips it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+
+from tokentape._src.store.atomic import atomic_writer, write_atomic
+from tokentape._src.store.format import numpy_dtype
+from tokentape._src.store.tokenizers import Tokenizer
+from tokentape._src.store.writer import npy_bytes
+from tokentape._src.tokenize.filters import FilterSet
+from tokentape._src.tokenize.inputs import Unit, UnitPart, read_documents
+from tokentape._src.util.progress import Counters
+from tokentape.errors import TokentapeError
+
+BATCH_DOCS = 256
+EMPTY = "empty"
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """What every unit of one job shares."""
+
+    text_key: str
+    dtype: str
+    id_limit: int  # every id must be below this: min(vocab size, 2**bits of dtype)
+    work_dir: str
+
+
+@dataclass(frozen=True)
+class UnitResult:
+    """Counts of one finished unit, as stored in its ``.json`` marker."""
+
+    index: int
+    docs_in: int
+    n_docs: int
+    n_tokens: int
+    text_bytes: int
+    dropped_docs: dict[str, int]
+    dropped_tokens: dict[str, int]
+
+    def to_json(self) -> str:
+        return json.dumps(self.__dict__, sort_keys=True)
+
+
+def unit_paths(work_dir: str | Path, index: int) -> tuple[Path, Path, Path]:
+    """(tokens .bin, document lengths .len.npy, finished marker .json) of unit ``index``."""
+    base = Path(work_dir) / f"unit-{index:06d}"
+    return base.with_suffix(".bin"), base.with_suffix(".len.npy"), base.with_suffix(".json")
+
+
+def load_result(marker: Path) -> UnitResult | None:
+    """The result recorded by a finished unit, or None when it has not finished (no marker,
+    or one that is not a well-formed record: the unit is then made again)."""
+    try:
+        data = json.loads(marker.read_bytes())
+        result = UnitResult(**data)
+    except (OSError, ValueError, TypeError):  # ValueError: JSON, UTF-8
+        return None
+    return result if _well_formed(result) else None
+
+
+def _well_formed(r: UnitResult) -> bool:
+    def count(v: object) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    def counts(d: object) -> bool:
+        return isinstance(d, dict) and all(isinstance(k, str) and count(v) for k, v in d.items())
+
+    numbers = (r.index, r.docs_in, r.n_docs, r.n_tokens, r.text_bytes)
+    return all(map(count, numbers)) and counts(r.dropped_docs) and counts(r.dropped_tokens)
+
+
+def _batches(texts: Iterable[str], size: int) -> Iterator[list[str]]:
+    it = iter(texts)
+    while batch := list(islice(it, size)):
+        yield batch
+
+
+def _documents(unit: Unit, text_key: str) -> Iterator[tuple[UnitPart, str]]:
+    for part in unit.parts:
+        for text in read_documents(part, text_key):
+            yield part, text
+
+
+def with_eod(flat: np.ndarray, counts: np.ndarray, eod: int) -> np.ndarray:
+    """The documents of ``flat`` (sizes ``counts``), each followed by the ``eod`` id."""
+    ends = np.cumsum(counts + 1)
+    out = np.empty(int(ends[-1]) if len(ends) else 0, dtype=np.uint32)
+    is_eod = np.zeros(len(out), dtype=bool)
+    is_eod[ends - 1] = True
+    out[is_eod] = eod
+    out[~is_eod] = flat
+    return out
+
+
+def _overflow(
+    batch: list[tuple[UnitPart, str]],
+    keep: np.ndarray,
+    counts: np.ndarray,
+    tokens: np.ndarray,
+    settings: WorkerSettings,
+    tokenizer: Tokenizer,
+) -> TokentapeError:
+    """The error for the first id at or above the limit, naming the file it came from."""
+    first = int(np.argmax(tokens >= settings.id_limit))
+    kept_parts = [part for (part, _), k in zip(batch, keep, strict=True) if k]
+    doc = int(np.searchsorted(np.cumsum(counts[keep] + 1), first, side="right"))
+    return TokentapeError(
+        f"{kept_parts[doc].file.path}: token id {int(tokens[first])} does not fit: ids must be "
+        f"below {settings.id_limit} ({settings.dtype}, vocabulary {tokenizer.vocab_size})"
+    )
+
+
+def tokenize_unit(
+    unit: Unit,
+    tokenizer: Tokenizer,
+    filters: FilterSet,
+    settings: WorkerSettings,
+    counters: Counters | None = None,
+) -> UnitResult:
+    """Tokenize ``unit``, append the EOD id to each kept document, and write its unit files."""
+    bin_path, len_path, marker = unit_paths(settings.work_dir, unit.index)
+    dtype = numpy_dtype(settings.dtype)
+    lengths: list[int] = []
+    dropped_docs: Counter[str] = Counter()
+    dropped_tokens: Counter[str] = Counter()
+    docs_in = text_bytes = n_tokens = 0
+    eod = tokenizer.eod_id
+    with atomic_writer(bin_path) as out:
+        for batch in _batches(_documents(unit, settings.text_key), BATCH_DOCS):
+            texts = [text for _, text in batch]
+            flat, counts = tokenizer.encode_flat(texts)
+            reasons = [
+                EMPTY if not n else filters.text_reason(text) or filters.token_reason(int(n))
+                for text, n in zip(texts, counts, strict=True)
+            ]
+            for reason, n in zip(reasons, counts, strict=True):
+                if reason:
+                    dropped_docs[reason] += 1
+                    dropped_tokens[reason] += int(n)
+            keep = np.array([r is None for r in reasons], dtype=bool)
+            tokens = with_eod(flat[np.repeat(keep, counts)], counts[keep], eod)
+            if len(tokens) and int(tokens.max()) >= settings.id_limit:
+                raise _overflow(batch, keep, counts, tokens, settings, tokenizer)
+            out.write(tokens.astype(dtype, copy=False).tobytes())
+            lengths.extend((counts[keep] + 1).tolist())
+            batch_bytes = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
+            docs_in += len(batch)
+            text_bytes += batch_bytes
+            n_tokens += len(tokens)
+            if counters is not None:
+                counters.add(docs=len(batch), tokens=len(tokens), text_bytes=batch_bytes)
+    write_atomic(len_path, npy_bytes(np.asarray(lengths, dtype="<i8")))
+    result = UnitResult(
+        index=unit.index,
+        docs_in=docs_in,
+        n_docs=len(lengths),
+        n_tokens=n_tokens,
+        text_bytes=text_bytes,
+        dropped_docs=dict(sorted(dropped_docs.items())),
+        dropped_tokens=dict(sorted(dropped_tokens.items())),
+    )
+    write_atomic(marker, result.to_json().encode())
+    if counters is not None:
+        counters.add(input_bytes=unit.n_bytes)
+    return result
+
+
+def unit_intact(work_dir: str | Path, result: UnitResult, dtype: str) -> bool:
+    """Whether a finished unit's files are what its marker records (sizes, document lengths);
+    a unit whose files were damaged after it finished is made again."""
+    bin_path, len_path, _ = unit_paths(work_dir, result.index)
+    try:
+        if bin_path.stat().st_size != result.n_tokens * numpy_dtype(dtype).itemsize:
+            return False
+        lengths = np.load(len_path, allow_pickle=False)
+    except (OSError, ValueError, EOFError, SyntaxError):  # numpy header errors among them
+        return False
+    return (
+        lengths.shape == (result.n_docs,)
+        and lengths.dtype == np.int64
+        and int(lengths.sum()) == result.n_tokens
+    )
+
+
+def read_unit(
+    work_dir: str | Path, result: UnitResult, dtype: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """The tokens and document lengths a finished unit wrote, checked against its marker."""
+    bin_path, len_path, marker = unit_paths(work_dir, result.index)
+    try:
+        tokens = np.fromfile(bin_path, dtype=numpy_dtype(dtype))
+        lengths = np.load(len_path, allow_pickle=False)
+        good = (
+            len(tokens) == result.n_tokens
+            and lengths.shape == (result.n_docs,)
+            and lengths.dtype == np.int64
+            and int(lengths.sum()) == len(tokens)
+        )
+    except (OSError, ValueError, EOFError, SyntaxError):  # numpy header errors among them
+        good = False
+    if not good:
+        marker.unlink(missing_ok=True)  # the rerun makes this unit again
+        raise TokentapeError(
+            f"{bin_path}: unit {result.index}'s output does not match its marker (damaged); "
+            "run the same command again to make it anew"
+        )
+    return tokens, lengths

@@ -1,0 +1,127 @@
+"""Batch assembly: positions → resolved samples → token windows, from the plan's stores."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from tokentape._src.plan.plan import Plan, load_plan, open_plan_store
+from tokentape._src.store.reader import TokenStream
+from tokentape._src.tape.resolve import Tape, as_positions
+from tokentape.errors import ArgumentError, OutOfRangeError, TokentapeError
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Samples at some positions: where each came from, and its ``seq_len + 1`` tokens."""
+
+    positions: np.ndarray  # (n,) int64
+    source: np.ndarray  # (n,) int64, index into the plan's sources
+    epoch: np.ndarray  # (n,) int64
+    sample: np.ndarray  # (n,) int64
+    tokens: np.ndarray  # (n, seq_len + 1)
+    segment_ids: np.ndarray | None = None  # (n, seq_len + 1): document index within the window
+    doc_positions: np.ndarray | None = None  # (n, seq_len + 1): offset inside its document
+
+    @property
+    def inputs(self) -> np.ndarray:
+        """The first ``seq_len`` tokens of each window."""
+        return self.tokens[:, :-1]
+
+    def cu_seqlens(self, row: int) -> np.ndarray:
+        """Cumulative document lengths of one row's inputs (for varlen attention kernels)."""
+        if self.segment_ids is None:
+            raise ArgumentError("segment ids were not requested (Batcher(..., segments=True))")
+        if not 0 <= row < self.segment_ids.shape[0]:
+            raise OutOfRangeError(
+                f"row {row}: the batch has rows 0..{self.segment_ids.shape[0] - 1}"
+            )
+        counts = np.bincount(self.segment_ids[row, :-1])
+        return np.concatenate([[0], np.cumsum(counts[counts > 0])]).astype(np.int32)
+
+    @property
+    def targets(self) -> np.ndarray:
+        """The window shifted by one: what each input position predicts."""
+        return self.tokens[:, 1:]
+
+
+def open_planned(plan: Plan, index: int) -> TokenStream:
+    """Open the store of source ``index``, refusing one that is not (or no longer) the store
+    the plan was made with."""
+    spec = plan.sources[index]
+    try:
+        store = open_plan_store(spec)
+    except TokentapeError as exc:
+        raise TokentapeError(f"plan source '{spec.name}': {exc}") from None
+    return check_planned(plan, index, store)
+
+
+def check_planned(plan: Plan, index: int, store: TokenStream) -> TokenStream:
+    """``store`` when it is the one source ``index`` was planned with (same content hash,
+    token count and dtype); otherwise an error naming the source and what differs."""
+    s, m = plan.sources[index], store.manifest
+    if m.content_hash != s.content_hash:
+        raise TokentapeError(
+            f"store '{s.path}' (source '{s.name}') changed since the plan was made: content "
+            f"hash {s.content_hash[:19]}… → {m.content_hash[:19]}…; re-run `tokentape plan`"
+        )
+    if (m.n_tokens, m.dtype) != (s.n_tokens, s.dtype):
+        raise TokentapeError(
+            f"store '{s.path}' (source '{s.name}') has {m.n_tokens} {m.dtype} tokens, the "
+            f"plan says {s.n_tokens} {s.dtype} (edited by hand?); re-run `tokentape plan`"
+        )
+    return store
+
+
+class Batcher:
+    """Assembles the batch of any positions of a plan; pure apart from reading the stores."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        dtype: np.dtype | type = np.int64,
+        segments: bool = False,
+        sources: list[TokenStream] | None = None,
+    ) -> None:
+        """``sources``: the plan's opened stores, to share with another Batcher."""
+        self.plan = plan
+        self.dtype = np.dtype(dtype)
+        top = max(s.vocab_size for s in plan.sources) - 1
+        if self.dtype.kind not in "iu" or np.iinfo(self.dtype).max < top:
+            raise TokentapeError(
+                f"token dtype {self.dtype} cannot hold ids up to {top}; use int32 or int64"
+            )
+        self.tape: Tape = plan.tape()
+        self.sources = (
+            sources
+            if sources is not None
+            else [open_planned(plan, i) for i in range(len(plan.sources))]
+        )
+        for source in self.sources:
+            source.advise_random()
+        self.segments = segments
+        """Also compute per-token document segment ids and in-document positions."""
+
+    @classmethod
+    def open(cls, plan_path: str | os.PathLike[str], dtype: np.dtype | type = np.int64) -> Batcher:
+        return cls(load_plan(plan_path), dtype)
+
+    def batch(self, positions: np.ndarray) -> Batch:
+        p = as_positions(positions).reshape(-1)
+        r = self.tape.resolve(p)
+        seq_len = self.plan.seq_len
+        shape = (p.size, seq_len + 1)
+        tokens = np.empty(shape, dtype=self.dtype)
+        segment = np.empty(shape, dtype=np.int64) if self.segments else None
+        position = np.empty(shape, dtype=np.int64) if self.segments else None
+        for d in np.unique(r.source).tolist():
+            rows = np.flatnonzero(r.source == d)
+            self.sources[d].windows_into(r.sample[rows], seq_len, tokens, rows)
+            if segment is not None and position is not None:
+                seg = np.empty((rows.size, seq_len + 1), dtype=np.int64)
+                pos = np.empty((rows.size, seq_len + 1), dtype=np.int64)
+                self.sources[d].segments_into(r.sample[rows], seq_len, seg, pos)
+                segment[rows], position[rows] = seg, pos
+        return Batch(p, r.source, r.epoch, r.sample, tokens, segment, position)

@@ -1,0 +1,269 @@
+"""The loader a training rank uses: the next step's micro-batches, prefetched, and ``commit``.
+
+Its whole runtime state is ``consumed`` (samples applied), inside a ``DataState``. ``step()``
+returns the micro-batches of the step that starts at ``consumed`` for this data-parallel rank;
+it does not move anything. ``commit()`` — after ``optimizer.step()`` — is the only thing that
+advances ``consumed``. Because future positions are known, a background thread prepares the
+next ``prefetch`` steps; a change of batch shape drops them (they are never trained on).
+
+``commit()`` commits exactly the step ``step()`` handed out — with that step's shape, even if
+``set_config()`` was called in between (the new shape starts with the next step). A commit with
+no step outstanding is refused. numpy arrays out of the box; ``tokentape._src.train.torch_data``
+turns them into (pinned) torch tensors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokentape._src.plan.plan import Plan
+from tokentape._src.train.batch import Batch, Batcher
+from tokentape._src.train.logwriter import StepLogWriter
+from tokentape._src.train.partition import BatchConfig, positions_for
+from tokentape._src.train.state import DataState
+from tokentape.errors import ArgumentError, TokentapeError
+
+
+@dataclass(frozen=True)
+class Step:
+    """One optimizer step of one data-parallel rank: ``accum`` micro-batches."""
+
+    step: int
+    consumed: int  # samples applied before this step
+    config: BatchConfig
+    micro_batches: tuple[Batch, ...]
+
+
+@dataclass(frozen=True)
+class _Ahead:
+    """A step prepared ahead by the prefetch thread: this rank's micro-batches and, when this
+    loader writes the step log, the whole step's tokens hash (a separate job, so ``step()``
+    never waits for it)."""
+
+    batches: Future[tuple[Batch, ...]]
+    tokens_hash: Future[str] | None
+
+    def cancel(self) -> None:
+        self.batches.cancel()
+        if self.tokens_hash is not None:
+            self.tokens_hash.cancel()
+
+
+@dataclass(frozen=True)
+class _Outstanding:
+    """The step ``step()`` handed out and ``commit()`` will commit."""
+
+    state: DataState
+    config: BatchConfig
+    ahead: _Ahead
+
+
+def hash_dtype(plan: Plan) -> np.dtype:
+    """The dtype token ids are hashed in: uint32 when a store is uint32 or a vocabulary has
+    more than 65,536 ids (a Megatron source may be int32 or int64), else uint16."""
+    wide = any(s.dtype == "uint32" or s.vocab_size > 2**16 for s in plan.sources)
+    return np.dtype("<u4") if wide else np.dtype("<u2")
+
+
+def step_tokens_hash(batch: Batch, plan: Plan) -> str:
+    """The step log's tokens hash: sha256 over the positions (int64 little-endian), then the
+    token windows as ``hash_dtype(plan)``, row by row. Hashed through the buffer protocol: no
+    copy when the batch already has that dtype."""
+    h = hashlib.sha256(np.ascontiguousarray(batch.positions, dtype="<i8"))
+    h.update(np.ascontiguousarray(batch.tokens, dtype=hash_dtype(plan)))
+    return h.hexdigest()
+
+
+class Loader:
+    """Steps for data-parallel rank ``dp_rank`` of a plan, from ``state`` on."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        dp_rank: int,
+        config: BatchConfig,
+        state: DataState | None = None,
+        prefetch: int = 2,
+        step_log: str | os.PathLike[str] | None = None,
+        dtype: np.dtype | type = np.int64,
+        segments: bool = False,
+    ) -> None:
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ArgumentError(f"prefetch must be an integer >= 0, got {prefetch!r}")
+        if state is not None and not isinstance(state, DataState):
+            raise ArgumentError(
+                "state must be a DataState (DataState.from_dict(saved)), got "
+                + type(state).__name__
+            )
+        positions_for(0, dp_rank, config)  # validates dp_rank against the config
+        self.batcher = Batcher(plan, dtype, segments)
+        # The step log hashes the whole step in the stores' own width (cheaper); same stores.
+        self._log_batcher = (
+            Batcher(plan, hash_dtype(plan), sources=self.batcher.sources)
+            if step_log is not None
+            else None
+        )
+        self.plan = plan
+        self.dp_rank = dp_rank
+        self.config = config
+        """The shape of the next step ``step()`` hands out."""
+        self.state = state if state is not None else DataState.start(plan)
+        self.state.check_plan(plan)
+        self.prefetch = prefetch
+        self.step_log = Path(step_log) if step_log is not None else None
+        self._writer = StepLogWriter(step_log) if step_log is not None else None
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokentape-prefetch")
+        self._ahead: dict[tuple[int, BatchConfig], _Ahead] = {}
+        self._outstanding: _Outstanding | None = None
+        self._closed = False
+        self.waits: deque[float] = deque(maxlen=10_000)
+        """Seconds the last ``step()`` calls blocked waiting for their batches: the trainer's
+        data stalls (near 0 when prefetch keeps ahead)."""
+
+    # --- the training loop's three calls ------------------------------------------------
+
+    def step(self) -> Step:
+        """The micro-batches of the step starting at ``consumed`` (prefetching those after).
+        Calling it again before ``commit()`` returns the same step."""
+        if self._closed:
+            raise TokentapeError("the loader is closed")
+        if self._outstanding is not None:
+            out = self._outstanding
+            return Step(out.state.step, out.state.consumed, out.config, out.ahead.batches.result())
+        state, config = self.state, self.config
+        self._schedule(state.consumed)
+        key = (state.consumed, config)
+        ahead = self._ahead[key]
+        started = time.perf_counter()
+        try:
+            batches = ahead.batches.result()
+        except BaseException as exc:  # let a retry build it afresh (a transient read error)
+            self._ahead.pop(key, None)
+            exc.add_note(
+                f"tokentape: building step {state.step} (consumed {state.consumed}) for dp rank "
+                f"{self.dp_rank}"
+            )
+            raise
+        self.waits.append(time.perf_counter() - started)
+        self._outstanding = _Outstanding(state, config, ahead)
+        return Step(state.step, state.consumed, config, batches)
+
+    def commit(self) -> None:
+        """The optimizer applied the step ``step()`` handed out: log it (when this loader writes
+        the step log), then advance ``consumed`` by that step's global batch."""
+        out = self._outstanding
+        if out is None:
+            raise TokentapeError(
+                "commit() without an outstanding step: call step() and train on it first"
+            )
+        if out.state is not self.state:
+            raise TokentapeError("commit(): the state changed since step() (load_state_dict)")
+        if self._writer is not None:
+            assert out.ahead.tokens_hash is not None
+            try:
+                tokens_hash = out.ahead.tokens_hash.result()
+            except Exception:  # the background hash job failed: once more, here (or raise)
+                tokens_hash = self._step_hash(out.state.consumed, out.config)
+            self._writer.append(self._record(out, tokens_hash))
+        self.state = out.state.commit(out.config)
+        self._outstanding = None
+        self._ahead.pop((out.state.consumed, out.config), None)
+
+    def set_config(self, config: BatchConfig) -> None:
+        """Change dp size / micro / accum from the next step on; drops prefetched work of the
+        old shape (a step already handed out is still committed with its own shape)."""
+        positions_for(0, self.dp_rank, config)
+        if config != self.config:
+            handed_out = self._outstanding.ahead if self._outstanding else None
+            for key in [k for k, a in self._ahead.items() if a is not handed_out]:
+                self._ahead.pop(key).cancel()
+            self.config = config
+
+    # --- checkpointing --------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The data state to save with the model; the step log is made durable up to it."""
+        if self._writer is not None:
+            self._writer.sync()
+        return self.state.to_dict()
+
+    def load_state_dict(self, data: dict[str, Any]) -> None:
+        """Continue from a saved state (any batch shape); an outstanding step is abandoned."""
+        state = DataState.from_dict(data)
+        state.check_plan(self.plan)
+        for ahead in self._ahead.values():
+            ahead.cancel()
+        self._ahead.clear()
+        self._outstanding = None
+        self.state = state
+
+    def close(self) -> None:
+        """Stop the prefetch thread (work not started is dropped). Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> Loader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- internals --------------------------------------------------------------------------
+
+    def _schedule(self, consumed: int) -> None:
+        b = self.config.global_batch
+        for i in range(self.prefetch + 1):
+            key = (consumed + i * b, self.config)
+            if key not in self._ahead:
+                batches = self._pool.submit(self._build, *key)
+                hashed = self._pool.submit(self._step_hash, *key) if self._writer else None
+                self._ahead[key] = _Ahead(batches, hashed)
+        for key in [k for k in self._ahead if k[0] < consumed]:
+            self._ahead.pop(key).cancel()
+
+    def _build(self, consumed: int, config: BatchConfig) -> tuple[Batch, ...]:
+        rows = positions_for(consumed, self.dp_rank, config)
+        whole = self.batcher.batch(rows.ravel())
+        m = config.micro
+        return tuple(_slice(whole, i * m, (i + 1) * m) for i in range(config.accum))
+
+    def _step_hash(self, consumed: int, config: BatchConfig) -> str:
+        """The tokens hash of the whole step (every rank's positions), for the step log."""
+        b = config.global_batch
+        assert self._log_batcher is not None
+        whole = self._log_batcher.batch(np.arange(consumed, consumed + b))
+        return step_tokens_hash(whole, self.plan)
+
+    def _record(self, out: _Outstanding, tokens_hash: str) -> dict[str, Any]:
+        """The step log's line for a committed step, covering every rank's positions."""
+        c = out.config
+        return {
+            "step": out.state.step,
+            "consumed": out.state.consumed,
+            "global_batch": c.global_batch,
+            "dp": c.dp_size,
+            "micro": c.micro,
+            "accum": c.accum,
+            "index_hash": self.plan.index_hash,
+            "tokens_hash": tokens_hash,
+            "time": round(time.time(), 3),
+        }
+
+
+def _slice(batch: Batch, lo: int, hi: int) -> Batch:
+    """Rows [lo, hi) of every per-row array of ``batch``."""
+    return Batch(*(None if a is None else a[lo:hi] for a in _fields_of(batch)))
+
+
+def _fields_of(batch: Batch) -> tuple[np.ndarray | None, ...]:
+    return tuple(getattr(batch, f.name) for f in fields(batch))

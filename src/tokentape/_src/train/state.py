@@ -1,0 +1,254 @@
+"""The data pipeline's checkpoint state: ``consumed`` and what it must be checked against.
+
+``consumed`` counts samples the optimizer has applied; it moves only when a step is committed.
+Beside it: the plan's index hash and identity (what the hash covers, so a refusal can say what
+changed), and the batch history (the step and ``consumed`` at which the batch shape changed), so
+that any step number maps back to its positions. Everything is JSON-friendly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from tokentape._src.plan.plan import ALGORITHM_VERSION, Plan, index_hash
+from tokentape._src.tape.blend import MAX_POSITION
+from tokentape._src.train.partition import BatchConfig
+from tokentape.errors import OutOfRangeError, TokentapeError
+
+STATE_VERSION = 1
+_IDENTITY_FIELDS = ("weight_units", "n_tokens", "dtype", "content_hash")
+
+
+def plan_identity(plan: Plan) -> dict[str, Any]:
+    """Exactly the inputs the index hash covers, in a form a person can compare."""
+    return {
+        "algorithm_version": plan.algorithm_version,
+        "seq_len": plan.seq_len,
+        "seed": plan.seed,
+        "denominator": plan.denominator,
+        "sources": [
+            {"name": s.name, **{f: getattr(s, f) for f in _IDENTITY_FIELDS}} for s in plan.sources
+        ],
+    }
+
+
+def identity_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What differs between two plan identities, one phrase each (old → new)."""
+    diffs = [
+        f"{key}: {old.get(key)} → {new.get(key)}"
+        for key in ("algorithm_version", "seq_len", "seed", "denominator")
+        if old.get(key) != new.get(key)
+    ]
+    old_sources = {s["name"]: s for s in old.get("sources", [])}
+    new_sources = {s["name"]: s for s in new.get("sources", [])}
+    for name in old_sources.keys() - new_sources.keys():
+        diffs.append(f"source '{name}' removed")
+    for name in new_sources.keys() - old_sources.keys():
+        diffs.append(f"source '{name}' added")
+    for name in old_sources.keys() & new_sources.keys():
+        for f in _IDENTITY_FIELDS:
+            before, after = old_sources[name].get(f), new_sources[name].get(f)
+            if before != after:
+                diffs.append(f"source '{name}': {f} {before} → {after}")
+    old_order = [s["name"] for s in old.get("sources", [])]
+    new_order = [s["name"] for s in new.get("sources", [])]
+    if set(old_order) == set(new_order) and old_order != new_order:
+        diffs.append(f"source order {old_order} → {new_order}")
+    return sorted(diffs)
+
+
+def _shown(value: Any) -> str:
+    """``value`` for an error message: at most 40 characters (huge integers by their size)."""
+    if type(value) is int and value.bit_length() > 128:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _count(data: dict[str, Any], key: str, where: str, least: int) -> int:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise TokentapeError(f"{where}: '{key}' must be an integer >= {least}, got {_shown(value)}")
+    if value > MAX_POSITION:  # a state may sit at 2**62: every position was consumed
+        raise TokentapeError(f"{where}: '{key}' must be at most 2**62, got {_shown(value)}")
+    return value
+
+
+def identity_hash(identity: Any) -> str | None:
+    """The index hash a plan identity (``plan_identity``) stands for; None when it is not one."""
+    if not isinstance(identity, dict) or set(identity) != {
+        "algorithm_version", "seq_len", "seed", "denominator", "sources"
+    }:  # fmt: skip
+        return None
+    ints = [identity[k] for k in ("algorithm_version", "seq_len", "seed", "denominator")]
+    sources = identity["sources"]
+    if any(type(v) is not int or v.bit_length() > 64 for v in ints):
+        return None
+    if not isinstance(sources, list):
+        return None
+    if identity["algorithm_version"] != ALGORITHM_VERSION:
+        return None
+    rows = []
+    for s in sources:
+        if not isinstance(s, dict) or set(s) != {"name", *_IDENTITY_FIELDS}:
+            return None
+        row = (s["name"], s["weight_units"], s["n_tokens"], s["dtype"], s["content_hash"])
+        if not all(type(v) is t for v, t in zip(row, (str, int, int, str, str), strict=True)):
+            return None
+        if row[1].bit_length() > 64 or row[2].bit_length() > 64:
+            return None
+        rows.append(row)
+    return index_hash(identity["seq_len"], identity["seed"], identity["denominator"], rows)
+
+
+def _change(data: Any, where: str) -> BatchChange:
+    if not isinstance(data, dict):
+        raise TokentapeError(f"{where}: expected an object")
+    change = BatchChange(
+        step=_count(data, "step", where, 0),
+        consumed=_count(data, "consumed", where, 0),
+        dp_size=_count(data, "dp_size", where, 1),
+        micro=_count(data, "micro", where, 1),
+        accum=_count(data, "accum", where, 1),
+    )
+    try:
+        change.config  # noqa: B018 -- a step of more than 2**62 samples is refused here
+    except TokentapeError as exc:
+        raise TokentapeError(f"{where}: {exc}") from None
+    return change
+
+
+@dataclass(frozen=True)
+class BatchChange:
+    """From ``step`` on (with ``consumed`` samples applied before it), steps have this shape."""
+
+    step: int
+    consumed: int
+    dp_size: int
+    micro: int
+    accum: int
+
+    @property
+    def config(self) -> BatchConfig:
+        return BatchConfig(self.dp_size, self.micro, self.accum)
+
+
+@dataclass(frozen=True)
+class DataState:
+    """An immutable snapshot; ``commit`` returns the next one."""
+
+    index_hash: str
+    identity: dict[str, Any]
+    consumed: int = 0
+    step: int = 0
+    history: tuple[BatchChange, ...] = ()
+
+    @classmethod
+    def start(cls, plan: Plan) -> DataState:
+        return cls(plan.index_hash, plan_identity(plan))
+
+    def commit(self, config: BatchConfig) -> DataState:
+        """The state after one more optimizer step of shape ``config`` was applied."""
+        if self.consumed + config.global_batch > MAX_POSITION:
+            raise OutOfRangeError(
+                f"commit: a step of {config.global_batch} samples after consumed {self.consumed} "
+                "ends beyond position 2**62"
+            )
+        history = self.history
+        if not history or history[-1].config != config:
+            change = BatchChange(
+                self.step, self.consumed, config.dp_size, config.micro, config.accum
+            )
+            history = (*history, change)
+        return replace(
+            self,
+            consumed=self.consumed + config.global_batch,
+            step=self.step + 1,
+            history=history,
+        )
+
+    def consumed_before(self, step: int) -> tuple[int, BatchConfig]:
+        """``consumed`` at the start of ``step`` (< self.step) and that step's shape."""
+        if not 0 <= step < self.step:
+            raise OutOfRangeError(f"step {step} is not in the history (steps 0..{self.step - 1})")
+        change = next(c for c in reversed(self.history) if c.step <= step)
+        return change.consumed + (step - change.step) * change.config.global_batch, change.config
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "index_hash": self.index_hash,
+            "identity": self.identity,
+            "consumed": self.consumed,
+            "step": self.step,
+            "history": [c.__dict__ for c in self.history],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> DataState:
+        """A saved state, checked field by field and for a consistent batch history."""
+        if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
+            raise TokentapeError(
+                f"data state: expected a tokentape state of version {STATE_VERSION}"
+            )
+        history = data.get("history")
+        if not isinstance(history, list):
+            raise TokentapeError("data state: 'history' must be a list")
+        if not isinstance(data.get("index_hash"), str) or not isinstance(
+            data.get("identity"), dict
+        ):
+            raise TokentapeError("data state: 'index_hash' (a string) and 'identity' are required")
+        expected = identity_hash(data["identity"])
+        if expected is None:
+            raise TokentapeError(
+                "data state: 'identity' is not a plan identity (algorithm_version, seq_len, seed, "
+                "denominator, sources)"
+            )
+        if expected != data["index_hash"]:
+            raise TokentapeError(
+                f"data state: 'index_hash' {data['index_hash'][:19]!r}… does not match its "
+                f"'identity' (which hashes to {expected[:19]}…): edited or mixed up"
+            )
+        state = cls(
+            index_hash=data["index_hash"],
+            identity=dict(data["identity"]),
+            consumed=_count(data, "consumed", "data state", 0),
+            step=_count(data, "step", "data state", 0),
+            history=tuple(_change(c, f"data state: history[{i}]") for i, c in enumerate(history)),
+        )
+        state._check_history()
+        return state
+
+    def _check_history(self) -> None:
+        """The history starts at step 0 and each change (and ``consumed``) follows from the
+        steps before it."""
+        if not self.history:
+            if self.step or self.consumed:
+                raise TokentapeError("data state: steps were taken but the history is empty")
+            return
+        at_step, at_consumed, batch = 0, 0, self.history[0].config.global_batch
+        for i, c in enumerate(self.history):
+            expected = at_consumed + (c.step - at_step) * batch
+            if c.step < at_step or c.step >= self.step or c.consumed != expected:
+                raise TokentapeError(
+                    f"data state: history[{i}] (step {c.step}, consumed {c.consumed}) does not "
+                    f"follow from the steps before it (expected consumed {expected})"
+                )
+            at_step, at_consumed, batch = c.step, c.consumed, c.config.global_batch
+        expected = at_consumed + (self.step - at_step) * batch
+        if self.consumed != expected:
+            raise TokentapeError(
+                f"data state: consumed {self.consumed} does not follow from the history "
+                f"(expected {expected} after step {self.step - 1})"
+            )
+
+    def check_plan(self, plan: Plan) -> None:
+        """Refuse to resume on a plan whose tape differs, naming what changed."""
+        if plan.index_hash == self.index_hash:
+            return
+        diffs = identity_diff(self.identity, plan_identity(plan)) or ["(identity unchanged)"]
+        raise TokentapeError(
+            f"refusing to resume: the checkpoint's index hash {self.index_hash[:19]}… differs "
+            f"from the plan's {plan.index_hash[:19]}…: " + "; ".join(diffs)
+        )

@@ -1,0 +1,81 @@
+"""torch integration (the ``torch`` extra): tensors, and a Sampler + map-style Dataset pair.
+
+The native ``Loader`` is the fast path. The pair below lets a stock
+``torch.utils.data.DataLoader`` (worker processes, ``pin_memory``) drive the same positions:
+``TapeSampler`` yields a data-parallel rank's positions step by step from ``consumed``, and
+``TapeDataset[position]`` is that position's sample. With ``batch_size=micro`` the DataLoader's
+batches are the native loader's micro-batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, Sampler
+
+from tokentape._src.plan.plan import Plan
+from tokentape._src.tape.blend import MAX_POSITION
+from tokentape._src.train.batch import Batch, Batcher
+from tokentape._src.train.partition import BatchConfig, positions_for
+from tokentape.errors import ArgumentError, OutOfRangeError
+
+
+def to_torch(batch: Batch, pin: bool | None = None) -> dict[str, torch.Tensor]:
+    """``inputs``, ``targets``, ``positions`` (and segment ids / in-document positions of the
+    inputs when present) as tensors; pinned for fast host-to-device copies when ``pin`` (by
+    default: when CUDA is available)."""
+    pin = torch.cuda.is_available() if pin is None else pin
+    arrays = {
+        "inputs": batch.inputs,
+        "targets": batch.targets,
+        "positions": batch.positions,
+    }
+    if batch.segment_ids is not None and batch.doc_positions is not None:
+        arrays["segment_ids"] = batch.segment_ids[:, :-1]
+        arrays["doc_positions"] = batch.doc_positions[:, :-1]
+    tensors = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in arrays.items()}
+    return {k: t.pin_memory() for k, t in tensors.items()} if pin else tensors
+
+
+class TapeSampler(Sampler[int]):
+    """Positions of data-parallel rank ``dp_rank``, step after step from ``consumed``."""
+
+    def __init__(self, dp_rank: int, config: BatchConfig, consumed: int, steps: int) -> None:
+        positions_for(consumed, dp_rank, config)  # validates the arguments
+        if isinstance(steps, bool) or not isinstance(steps, int | np.integer) or steps < 0:
+            raise ArgumentError(f"steps must be an integer >= 0, got {steps!r}")
+        consumed, steps = int(consumed), int(steps)  # numpy integers would overflow below
+        if consumed + steps * config.global_batch > MAX_POSITION:
+            raise OutOfRangeError(
+                f"{steps} steps of {config.global_batch} samples from consumed {consumed} go "
+                "beyond position 2**62"
+            )
+        self.dp_rank, self.config, self.consumed, self.steps = dp_rank, config, consumed, steps
+
+    def __iter__(self) -> Iterator[int]:
+        for i in range(self.steps):
+            start = self.consumed + i * self.config.global_batch
+            yield from positions_for(start, self.dp_rank, self.config).ravel().tolist()
+
+    def __len__(self) -> int:
+        return self.steps * self.config.per_rank
+
+
+class TapeDataset(Dataset[dict[str, torch.Tensor]]):
+    """Map-style: position → that sample's tensors. Opens the stores lazily in each process."""
+
+    def __init__(self, plan: Plan, segments: bool = False) -> None:
+        self.plan = plan
+        self.segments = segments
+        self._batcher: Batcher | None = None
+
+    def __getitem__(self, position: int) -> dict[str, torch.Tensor]:
+        if self._batcher is None:
+            self._batcher = Batcher(self.plan, np.int64, self.segments)
+        one = to_torch(self._batcher.batch(np.array([position])), pin=False)
+        return {k: v[0] for k, v in one.items()}
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"plan": self.plan, "segments": self.segments, "_batcher": None}

@@ -1,1 +1,0 @@
-"""Audit tools: replay a step, locate a document, verify stores."""

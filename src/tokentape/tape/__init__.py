@@ -1,1 +1,0 @@
-"""The tape: pure index math from a global position to (source, sample)."""

@@ -16,8 +16,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import re
 import tomllib
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ from tokentape._src.megatron.format import DTYPE_NAMES, INTEGER_CODES
 from tokentape._src.megatron.identity import MegatronRecord
 from tokentape._src.megatron.source import MegatronManifest, MegatronSource
 from tokentape._src.plan.open import FORMATS, MEGATRON, TOKENTAPE, detect_format, open_store
+from tokentape._src.store.atomic import write_atomic
 from tokentape._src.store.format import Manifest
 from tokentape._src.store.reader import Source
 from tokentape._src.tape.blend import (
@@ -35,7 +38,7 @@ from tokentape._src.tape.blend import (
     rational_weights,
 )
 from tokentape._src.tape.resolve import Tape
-from tokentape.errors import TokentapeError
+from tokentape.errors import ArgumentError, TokentapeError
 
 ALGORITHM_VERSION = 1
 PLAN_FORMAT = "tokentape.plan"
@@ -121,7 +124,20 @@ class PlanSource:
 
 @dataclass(frozen=True)
 class Plan:
-    """A resolved plan: what the loader, replay and locate open (``PLAN.json``)."""
+    """A resolved mixture plan: what the loader, replay and locate open (``PLAN.json``).
+
+    Made by ``tokentape plan --out`` or ``Plan.build`` and read back by ``load_plan``. The
+    tape it defines is a pure function of it, identified by ``index_hash``.
+
+    Attributes:
+        algorithm_version: The version of the tape's algorithm the plan was resolved for.
+        seq_len: Tokens per sample (each window holds ``seq_len + 1``).
+        seed: The seed of the blend and of every source's shuffle.
+        denominator: The weights are exact rationals ``weight_units / denominator``.
+        horizon_samples: The planned number of samples (the repeat budgets hold up to it).
+        sources: The resolved sources, in plan order.
+        index_hash: Hash of everything that determines the tape.
+    """
 
     algorithm_version: int
     seq_len: int
@@ -131,7 +147,93 @@ class Plan:
     sources: tuple[PlanSource, ...]
     index_hash: str
 
+    @classmethod
+    def build(
+        cls,
+        sources: Mapping[str, Mapping[str, Any]] | Sequence[Mapping[str, Any]],
+        *,
+        seq_len: int,
+        seed: int,
+        total_tokens: int | str | None = None,
+        total_samples: int | str | None = None,
+        weight_denominator: int | None = None,
+        base_dir: str | os.PathLike[str] = ".",
+    ) -> Plan:
+        """Resolve a plan given in Python, exactly as ``tokentape plan`` resolves a TOML file.
+
+        The arguments are the plan file's keys (see ``docs/plan.md``): they go through the same
+        validation and resolution, so a plan built here has the same index hash and the same
+        ``PLAN.json`` as the equivalent TOML file, and is refused for the same reasons.
+
+        Args:
+            sources: ``{name: {"path": ..., "weight": ..., ...}}`` (in order), or a list of
+                ``[[source]]`` tables each with its ``"name"``. Keys of a source: ``path``,
+                ``weight``, ``max_repeats``, ``format``, ``vocab_size``, ``eod_id``,
+                ``tokenizer``.
+            seq_len: Tokens per sample.
+            seed: Seed of the blend and the shuffles, in ``[0, 2**63)``.
+            total_tokens: The horizon in tokens (an integer or a count such as ``"2T"``).
+            total_samples: The horizon in samples (instead of ``total_tokens``).
+            weight_denominator: The denominator of the exact weights (default 2**20).
+            base_dir: Relative source paths (and tokenizer paths) start here, as they start
+                at a plan file's directory.
+
+        Returns:
+            The resolved plan.
+
+        Raises:
+            TokentapeError: A key is missing, unknown or of the wrong type or range, a store
+                cannot be opened, the sources disagree, or a source would be repeated beyond
+                its ``max_repeats``.
+        """
+        tables: list[Any]
+        if isinstance(sources, Mapping):
+            tables = []
+            for name, table in sources.items():
+                if isinstance(table, Mapping) and "name" in table:
+                    raise ArgumentError(
+                        f"sources[{name!r}]: give the name as the key only, not as 'name'"
+                    )
+                tables.append({"name": name, **table} if isinstance(table, Mapping) else table)
+        elif isinstance(sources, Sequence) and not isinstance(sources, str | bytes):
+            tables = [dict(t) if isinstance(t, Mapping) else t for t in sources]
+        else:
+            raise ArgumentError(
+                f"sources: expected a dict of name -> table or a list of tables, got "
+                f"{type(sources).__name__}"
+            )
+        for table in tables:
+            for key in ("path", "tokenizer"):
+                if isinstance(table, dict) and isinstance(table.get(key), os.PathLike):
+                    table[key] = os.fspath(table[key])
+        keys = {
+            "total_tokens": total_tokens,
+            "total_samples": total_samples,
+            "weight_denominator": weight_denominator,
+        }
+        data = {"seq_len": seq_len, "seed": seed, "source": tables}
+        data |= {k: v for k, v in keys.items() if v is not None}
+        where = "plan"
+        plan = resolve_plan(plan_spec(data, where, os.fspath(base_dir)), where)
+        check_budgets(plan, where)
+        return plan
+
+    @property
+    def vocab_size(self) -> int:
+        """The vocabulary size every source of the plan shares (token ids are below it)."""
+        return self.sources[0].vocab_size
+
+    @property
+    def eod_id(self) -> int:
+        """The end-of-document id every source of the plan shares."""
+        return self.sources[0].eod_id
+
     def tape(self) -> Tape:
+        """The tape: position -> (source, epoch, sample), a pure function of the plan.
+
+        Returns:
+            The plan's ``Tape`` (``resolve(positions)``, ``position_of(...)``).
+        """
         return Tape.build(
             [s.name for s in self.sources],
             [s.n_samples for s in self.sources],
@@ -139,7 +241,23 @@ class Plan:
             self.seed,
         )
 
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the plan as ``PLAN.json`` (what ``tokentape plan --out`` writes), atomically.
+
+        Args:
+            path: The file to write; replaced whole, a reader sees the old or the new file.
+
+        Raises:
+            TokentapeError: The file cannot be written (the message names it).
+        """
+        write_atomic(path, self.to_json().encode())
+
     def to_json(self) -> str:
+        """The plan as ``PLAN.json`` text (what ``load_plan`` reads back).
+
+        Returns:
+            The JSON text, ending with a newline.
+        """
         data = {"format": PLAN_FORMAT, **asdict(self)}
         for source in data["sources"]:
             if source["megatron"] is None:
@@ -240,6 +358,14 @@ def parse_plan(text: str, where: str, base_dir: str = ".") -> PlanSpec:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise TokentapeError(f"{where}: not valid TOML ({exc})") from None
+    return plan_spec(data, where, base_dir)
+
+
+def plan_spec(data: Any, where: str, base_dir: str = ".") -> PlanSpec:
+    """Validate a plan file's content as parsed (the TOML document as a dict); ``where`` names
+    it in errors. The TOML route and ``Plan.build`` both come through here."""
+    if not isinstance(data, dict):
+        raise TokentapeError(f"{where}: expected a table of plan keys, got {type(data).__name__}")
     _unknown(data, _TOP_KEYS, where)
     seq_len = _integer(data, "seq_len", where)
     if seq_len <= 0:
@@ -616,9 +742,22 @@ def _plan_fields(data: dict[str, Any], where: str) -> Plan:
     return Plan(ALGORITHM_VERSION, seq_len, seed, denominator, horizon, sources, index)
 
 
-def load_plan(path: str | Path) -> Plan:
-    """Read a resolved plan (``tokentape plan --out``): every field of the expected type and
-    range, consistent with the others, and its index hash holding."""
+def load_plan(path: str | os.PathLike[str]) -> Plan:
+    """Read a resolved plan (``PLAN.json``, from ``tokentape plan --out`` or ``Plan.save``).
+
+    Every field is checked for its type and range, against the others, and the index hash
+    against the contents.
+
+    Args:
+        path: The ``PLAN.json`` file.
+
+    Returns:
+        The plan.
+
+    Raises:
+        TokentapeError: The file is missing, unreadable, not a resolved plan, or edited by hand
+            (the message names the field).
+    """
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:

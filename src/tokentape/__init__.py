@@ -1,16 +1,44 @@
-"""tokentape: a deterministic, replayable data pipeline for LLM pretraining."""
+"""tokentape: a deterministic, replayable data pipeline for LLM pretraining.
 
+Token stores (``tokenize``, ``open_source``) -> a mixture plan (``Plan.build``, ``load_plan``)
+-> its tape -> the training loader (``Loader``, ``BatchConfig``, ``DataState``) -> audits of a
+run (``replay``, ``locate``, ``verify``). ``tokentape.torch`` gives torch tensors, a sampler
+and a dataset; ``tokentape.megatron`` reads and converts Megatron-LM data. Everything else
+(``tokentape._src``) is internal and may change.
+"""
+
+from tokentape._src.api import locate, replay, tokenize, verify
 from tokentape._src.megatron.source import MegatronSource
 from tokentape._src.plan.open import open_store
+from tokentape._src.plan.plan import Plan, load_plan
 from tokentape._src.store.reader import Source, open_source
+from tokentape._src.tokenize.driver import TokenizeSummary
+from tokentape._src.train.batch import Batch
+from tokentape._src.train.loader import Loader, Step
+from tokentape._src.train.partition import BatchConfig
+from tokentape._src.train.state import DataState
 from tokentape._src.util.version import __version__
-from tokentape.errors import TokentapeError
+from tokentape.errors import ArgumentError, OutOfRangeError, TokentapeError
 
 __all__ = [
+    "ArgumentError",
+    "Batch",
+    "BatchConfig",
+    "DataState",
+    "Loader",
     "MegatronSource",
+    "OutOfRangeError",
+    "Plan",
     "Source",
+    "Step",
+    "TokenizeSummary",
     "TokentapeError",
     "__version__",
+    "load_plan",
+    "locate",
     "open_source",
     "open_store",
+    "replay",
+    "tokenize",
+    "verify",
 ]

@@ -1,0 +1,264 @@
+"""The command-line jobs as Python functions: ``tokenize``, ``replay``, ``locate``, ``verify``.
+
+Thin over the library: each builds what the command builds from its flags and returns the
+result as data. Nothing is drawn on the terminal unless asked.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from tokentape._src.audit.locate import Located
+from tokentape._src.audit.locate import locate as _locate
+from tokentape._src.audit.replay import Replayed
+from tokentape._src.audit.replay import replay as _replay
+from tokentape._src.audit.runs import open_step_log
+from tokentape._src.audit.verify import (
+    DEFAULT_QUICK_BLOCKS,
+    StoreReport,
+    Target,
+    check_megatron_target,
+    check_store,
+    find_targets,
+)
+from tokentape._src.megatron.source import MEGATRON
+from tokentape._src.plan.plan import Plan, load_plan
+from tokentape._src.tokenize.driver import TokenizeSummary
+from tokentape._src.tokenize.driver import tokenize as _tokenize
+from tokentape._src.tokenize.job import TokenizeConfig
+from tokentape._src.train.partition import BatchConfig
+from tokentape._src.train.schedule import Schedule
+from tokentape.errors import ArgumentError
+
+PathArg = str | os.PathLike[str]
+
+__all__ = ["locate", "replay", "tokenize", "verify"]
+
+
+def tokenize(
+    inputs: PathArg | Sequence[PathArg],
+    out: PathArg,
+    *,
+    tokenizer: str = "bytes",
+    eod_token: str | None = None,
+    text_key: str = "text",
+    filters: Sequence[str] = (),
+    workers: int = 1,
+    executor: str = "local",
+    ray_address: str | None = None,
+    dtype: str = "auto",
+    shard_mb: float = 256.0,
+    unit_mb: float | None = None,
+    overwrite: bool = False,
+    progress: bool | None = None,
+) -> TokenizeSummary:
+    """Tokenize text files into a token store (``tokentape tokenize``), or resume the job.
+
+    The store is byte-identical for any ``workers`` and after any interruption: rerun the
+    same call and finished units are kept.
+
+    Args:
+        inputs: Files, directories or globs (``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``,
+            ``.parquet``, ``.txt``), in order; one path or a sequence of them.
+        out: The store directory to write.
+        tokenizer: ``"bytes"``, ``"tiktoken:PATH"`` or the path of a Hugging Face
+            ``tokenizer.json``.
+        eod_token: The end-of-document token (default: the tokenizer's own).
+        text_key: The JSON field or parquet column holding the text.
+        filters: Document filters, e.g. ``"unique-lines"``, ``"min-tokens:16"``.
+        workers: Worker processes (or Ray tasks in flight).
+        executor: ``"local"`` (a process pool) or ``"ray"``.
+        ray_address: The Ray cluster to connect to (``executor="ray"`` only).
+        dtype: ``"auto"``, ``"uint16"`` or ``"uint32"``.
+        shard_mb: Target shard size in MiB of tokens.
+        unit_mb: Input MiB per unit of work (default: chosen from the input size).
+        overwrite: Replace a store or an unfinished run with other settings in ``out``.
+        progress: True draws a progress bar on stderr; by default nothing is drawn.
+
+    Returns:
+        The summary: counts, dropped documents per filter, content hash, status.
+
+    Raises:
+        TokentapeError: Bad input (a missing file, bad JSON, an unknown tokenizer, an ``out``
+            that is not a tokentape directory, ...), or another writer holds ``out``.
+    """
+    paths = (inputs,) if isinstance(inputs, str | os.PathLike) else tuple(inputs)
+    config = TokenizeConfig(
+        inputs=tuple(os.fspath(p) for p in paths),
+        out=os.fspath(out),
+        tokenizer=tokenizer,
+        eod_token=eod_token,
+        text_key=text_key,
+        filters=tuple(filters),
+        workers=workers,
+        executor=executor,
+        ray_address=ray_address,
+        dtype=dtype,
+        shard_mb=shard_mb,
+        unit_mb=unit_mb,
+        overwrite=overwrite,
+    )
+    return _tokenize(config, show_progress=bool(progress))
+
+
+def _plan(plan: Plan | PathArg) -> Plan:
+    return plan if isinstance(plan, Plan) else load_plan(plan)
+
+
+def _schedule(
+    plan: Plan,
+    global_batch: int | None,
+    dp: int | None,
+    micro: int | None,
+    accum: int | None,
+    step_log: PathArg | None,
+) -> Schedule | None:
+    """The schedule one of ``global_batch``, ``dp``/``micro``/``accum`` or ``step_log`` gives."""
+    shape = dp is not None or micro is not None or accum is not None
+    given = [global_batch is not None, shape, step_log is not None]
+    if sum(given) > 1:
+        raise ArgumentError("give one of global_batch, dp/micro/accum or step_log, not several")
+    if global_batch is not None:
+        return Schedule.uniform(BatchConfig(1, global_batch, 1))
+    if shape:
+        if dp is None or micro is None:
+            raise ArgumentError("dp and micro go together (accum defaults to 1)")
+        return Schedule.uniform(BatchConfig(dp, micro, 1 if accum is None else accum))
+    if step_log is not None:
+        return open_step_log(os.fspath(step_log), plan).schedule
+    return None
+
+
+def replay(
+    plan: Plan | PathArg,
+    step: int,
+    *,
+    global_batch: int | None = None,
+    dp: int | None = None,
+    micro: int | None = None,
+    accum: int | None = None,
+    step_log: PathArg | None = None,
+) -> Replayed:
+    """Rebuild the exact batch of optimizer step ``step`` (``tokentape replay``).
+
+    Give the run's batch shape as one of: ``global_batch``; ``dp`` and ``micro`` (and
+    ``accum``); or the run's ``step_log`` (needed when the shape changed during the run).
+
+    Args:
+        plan: The plan (a ``Plan`` or the path of its ``PLAN.json``).
+        step: The optimizer step, from 0.
+        global_batch: Samples per optimizer step (ranks then unknown).
+        dp: Data-parallel ranks.
+        micro: Samples per micro-batch per rank.
+        accum: Micro-batches per step (default 1).
+        step_log: The run's step log (``steps.jsonl``).
+
+    Returns:
+        The step: its positions, their placement on ranks, the token windows (``batch``),
+        the documents each window overlaps, and the tokens hash the step log records.
+
+    Raises:
+        TokentapeError: No or conflicting batch shape, a step beyond the run or the tape, a
+            step log written for another plan, or a store no longer the plan's.
+    """
+    resolved = _plan(plan)
+    schedule = _schedule(resolved, global_batch, dp, micro, accum, step_log)
+    if schedule is None:
+        raise ArgumentError("replay needs the batch shape: global_batch, dp/micro or step_log")
+    return _replay(resolved, step, schedule)
+
+
+def locate(
+    plan: Plan | PathArg,
+    source: str,
+    doc: int,
+    *,
+    global_batch: int | None = None,
+    dp: int | None = None,
+    micro: int | None = None,
+    accum: int | None = None,
+    step_log: PathArg | None = None,
+    until_step: int | None = None,
+) -> Located:
+    """Every position (and step, rank) at which a document is trained on (``tokentape locate``).
+
+    Closed form, no scan. Without a batch shape only positions are found.
+
+    Args:
+        plan: The plan (a ``Plan`` or the path of its ``PLAN.json``).
+        source: The source's name in the plan.
+        doc: The document's id in that source.
+        global_batch: Samples per optimizer step (ranks then unknown).
+        dp: Data-parallel ranks.
+        micro: Samples per micro-batch per rank.
+        accum: Micro-batches per step (default 1).
+        step_log: The run's step log (``steps.jsonl``).
+        until_step: Search through this step (default: the horizon, or the log's end).
+
+    Returns:
+        The positions (ascending), with epoch, sample and, given a batch shape, their
+        placement (``step``, ``dp_rank``, ``micro_step``).
+
+    Raises:
+        TokentapeError: An unknown source, a document out of range, conflicting batch shapes,
+            or a store no longer the plan's.
+    """
+    resolved = _plan(plan)
+    schedule = _schedule(resolved, global_batch, dp, micro, accum, step_log)
+    if until_step is not None and schedule is None:
+        raise ArgumentError("until_step needs the batch shape: global_batch, dp/micro or step_log")
+    return _locate(resolved, source, doc, schedule, until_step)
+
+
+def verify(
+    paths: PathArg | Iterable[PathArg],
+    quick: bool = False,
+    *,
+    blocks: int = DEFAULT_QUICK_BLOCKS,
+    vocab_size: int | None = None,
+    eod_id: int | None = None,
+) -> list[StoreReport]:
+    """Rehash stores against their manifests (``tokentape verify``).
+
+    Args:
+        paths: Store directories, Megatron prefixes or ``PLAN.json`` files (every store of
+            the plan, also checked against the content hash the plan recorded).
+        quick: Hash only ``blocks`` blocks per shard instead of every byte.
+        blocks: Blocks per shard a quick check hashes.
+        vocab_size: A Megatron prefix not named by a plan: ids must be below it.
+        eod_id: A Megatron prefix not named by a plan: every document ends with it.
+
+    Returns:
+        One report per store (``report.ok``, ``report.problems``), in the order named.
+
+    Raises:
+        TokentapeError: A path is not a store or plan, or a manifest cannot be read.
+    """
+    if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
+        raise ArgumentError(f"blocks must be an integer >= 1, got {blocks!r}")
+    given = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
+    reports = []
+    for target in find_targets(os.fspath(p) for p in given):
+        if target.kind == MEGATRON:
+            reports.append(
+                check_megatron_target(_vocabulary(target, vocab_size, eod_id), quick, blocks)
+            )
+        else:
+            reports.append(
+                check_store(
+                    Path(target.path), quick, blocks, label=target.label, plans=target.plans
+                )
+            )
+    return reports
+
+
+def _vocabulary(target: Target, vocab_size: int | None, eod_id: int | None) -> Target:
+    """A Megatron target with ``vocab_size``/``eod_id`` where its plan gave none."""
+    return replace(
+        target,
+        vocab_size=target.vocab_size if target.vocab_size is not None else vocab_size,
+        eod_id=target.eod_id if target.eod_id is not None else eod_id,
+    )

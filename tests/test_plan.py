@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tokentape._src.cli.main import main
-from tokentape._src.plan.plan import load_plan, load_plan_spec, parse_plan, resolve_plan
+from tokentape._src.plan.plan import Plan, load_plan, load_plan_spec, parse_plan, resolve_plan
+from tokentape._src.program import main
 from tokentape._src.tokenize.driver import tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
 from tokentape.errors import TokentapeError
@@ -303,3 +303,62 @@ def test_plot_leaves_a_callers_figures_open(stores, tmp_path):
         assert (tmp_path / "p.svg").read_bytes().lstrip().startswith(b"<?xml")
     finally:
         plt.close(mine)
+
+
+# --- Plan.build: the same plan from Python ------------------------------------------------
+
+BUILT_SOURCES = {
+    "web": {"path": "stores/web", "weight": 60, "max_repeats": 8},
+    "code": {"path": "stores/code", "weight": 30, "max_repeats": 6},
+    "math": {"path": "stores/math", "weight": 10, "max_repeats": 40},
+}
+
+
+def test_plan_built_in_python_is_the_toml_plan_byte_for_byte(stores, tmp_path, capsys):
+    (stores / "mix.toml").write_text(PLAN)
+    assert main(["plan", str(stores / "mix.toml"), "--out", str(tmp_path / "cli.json")]) == 0
+    capsys.readouterr()
+    built = Plan.build(BUILT_SOURCES, seq_len=64, seed=1234, total_samples=2000, base_dir=stores)
+    listed = Plan.build(
+        [{"name": n, **t} for n, t in BUILT_SOURCES.items()],
+        seq_len=64,
+        seed=1234,
+        total_tokens="0.128M",
+        base_dir=str(stores),
+    )
+    assert built == listed == load_plan(tmp_path / "cli.json")
+    built.save(tmp_path / "built.json")
+    assert (tmp_path / "built.json").read_bytes() == (tmp_path / "cli.json").read_bytes()
+    assert load_plan(tmp_path / "built.json").index_hash == built.index_hash
+    assert not [p for p in tmp_path.iterdir() if p.name not in {"cli.json", "built.json"}]
+    assert built.vocab_size == built.sources[0].vocab_size == 257  # bytes tokenizer
+    assert built.eod_id == 256
+
+
+def test_plan_build_refuses_what_the_toml_route_refuses(stores):
+    base = {"seq_len": 64, "seed": 1234, "total_samples": 2000, "base_dir": stores}
+    bad_weight = {**BUILT_SOURCES, "web": {"path": "stores/web", "weight": -1}}
+    typo = {**BUILT_SOURCES, "web": {"path": "stores/web", "wieght": 60}}
+    over = {**BUILT_SOURCES, "math": {"path": "stores/math", "weight": 10, "max_repeats": 1.5}}
+    cases = [
+        (bad_weight, base, "source[0] ('web'): 'weight' must be a positive"),
+        (typo, base, "source[0] ('web'): unknown key 'wieght'"),
+        (over, base, "source 'math' would be read"),
+        (BUILT_SOURCES, {**base, "seed": -1}, "'seed' must be in"),
+        (BUILT_SOURCES, {**base, "total_tokens": 10}, "exactly one of 'total_tokens'"),
+        ({"web": {"path": "stores/nope", "weight": 1}}, base, "source 'web': store"),
+        ({}, base, "no sources"),
+        ({"web": {"name": "web", "path": "stores/web", "weight": 1}}, base, "as the key only"),
+        ("stores/web", base, "sources: expected a dict"),
+    ]
+    for sources, kwargs, message in cases:
+        with pytest.raises(TokentapeError, match=None) as info:
+            Plan.build(sources, **kwargs)
+        assert message in str(info.value), (message, str(info.value))
+
+
+def test_plan_save_failure_names_the_file_and_writes_nothing(stores, tmp_path):
+    plan = Plan.build(BUILT_SOURCES, seq_len=64, seed=1234, total_samples=2000, base_dir=stores)
+    with pytest.raises(TokentapeError, match="No such file or directory"):
+        plan.save(tmp_path / "missing" / "plan.json")
+    assert list(tmp_path.iterdir()) == []

@@ -1,9 +1,31 @@
 """The exception types a user sees: what went wrong, where, and what was expected.
 
-Every error tokentape raises on purpose is a ``TokentapeError``. Misuse of the Python API
-raises one of the two subtypes below, which are also the builtin exception a caller would
-expect (``ValueError``, ``IndexError``), so ``except ValueError`` keeps working.
+Every error tokentape raises on purpose is a ``TokentapeError``; its subtypes say which kind of
+thing was refused, so that a trainer can catch one kind without matching message text::
+
+    TokentapeError
+    ├── InputError (also a ValueError)      invalid input: an argument, a value, a spec, a file
+    │   └── ArgumentError                   an argument of a library call
+    │       └── OutOfRangeError (IndexError) an index outside its range
+    ├── PlanError                           a plan (TOML, PLAN.json) or step log refused
+    ├── StoreError                          a store or Megatron prefix missing or damaged
+    │   └── StoreChanged                    a store no longer matches the plan
+    ├── ResumeRefused                       a data state that cannot be resumed on this plan
+    └── OutputError                         an output that cannot be written as asked
+
+Misuse of the Python API raises an ``ArgumentError`` or an ``OutOfRangeError``, which are also
+the builtin exception a caller would expect (``ValueError``, ``IndexError``), so
+``except ValueError`` keeps working. The message is always one line; the data some subtypes
+carry (``StoreChanged.planned``, ``ResumeRefused.differences``) is what the message names. Every
+type pickles with its message and data (a worker process re-raises it in the parent).
 """
+
+from __future__ import annotations
+
+import copy
+from typing import Any, TypeVar
+
+_E = TypeVar("_E", bound=BaseException)
 
 
 class TokentapeError(Exception):
@@ -14,10 +36,85 @@ class TokentapeError(Exception):
     """
 
 
-class ArgumentError(TokentapeError, ValueError):
+class InputError(TokentapeError, ValueError):
+    """Invalid input: an argument of a library call, a command-line value, a tokenizer spec, a
+    filter spec, or an input corpus file that cannot be read as its format.
+
+    Also a ``ValueError``. The message names the argument, value or file and what was expected.
+    """
+
+
+class ArgumentError(InputError):
     """An argument of a library call has the wrong type or value; the message names it."""
 
 
-class OutOfRangeError(TokentapeError, IndexError):
+class OutOfRangeError(ArgumentError, IndexError):
     """An index argument (a position, sample, document or rank) lies outside its range; the
-    message names the argument and the range."""
+    message names the argument and the range. Also an ``IndexError``."""
+
+
+class PlanError(TokentapeError):
+    """A plan refused: a plan file (TOML) or ``PLAN.json`` that is invalid, a plan whose repeat
+    budgets (``max_repeats``) refuse it, or a step log that belongs to another plan or is
+    damaged. The message names the file and the field."""
+
+
+class StoreError(TokentapeError):
+    """A token store or Megatron prefix that is missing, damaged, not confined to its
+    directory (a link, a FIFO), or not what its manifest (or identity sidecar) says. The
+    message names the file and what was expected."""
+
+
+class StoreChanged(StoreError):
+    """A store no longer matches the plan: its content hash differs from the one planned.
+
+    Attributes:
+        path: The store's directory (or Megatron prefix), as the plan names it; None when the
+            raiser did not give it.
+        planned: The content hash the plan recorded.
+        found: The content hash the store has now.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        planned: str | None = None,
+        found: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.planned = planned
+        self.found = found
+
+
+class ResumeRefused(TokentapeError):
+    """A saved data state (``DataState``, a checkpoint) cannot be resumed on this plan: the
+    plan's index hash differs from the one the state was saved with.
+
+    Attributes:
+        differences: One ``(field, saved, now)`` per difference the message names, e.g.
+            ``("seed", 1234, 7)``, ``("sources.web.content_hash", "sha256:…", "sha256:…")``,
+            ``("sources", "math", None)`` (a source removed; ``(None, name)``: added) or
+            ``("source order", [...], [...])``. Empty when the state's recorded identity shows
+            no difference (the message then says "(identity unchanged)").
+    """
+
+    def __init__(self, message: str, *, differences: tuple[tuple[str, Any, Any], ...] = ()) -> None:
+        super().__init__(message)
+        self.differences = tuple(differences)
+
+
+class OutputError(TokentapeError):
+    """An output that cannot be written as asked: held by another writer (the store's lock),
+    an existing directory that is not ours or not empty (without ``--overwrite``), or a file
+    that already exists. The message names the path and what to do."""
+
+
+def _reworded(exc: _E, message: str) -> _E:
+    """``exc``'s type and data under another message: a re-raise that adds where it happened
+    keeps the subtype (and ``StoreChanged``'s or ``ResumeRefused``'s data)."""
+    new = copy.copy(exc)
+    new.args = (message,)
+    return new

@@ -42,7 +42,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from tokentape.errors import OutOfRangeError, TokentapeError
+from tokentape.errors import OutOfRangeError, PlanError
 
 MAX_POSITION = 2**62
 """Positions (and the values of ``n`` in :meth:`Blend.count`) lie in [0, MAX_POSITION)."""
@@ -62,29 +62,27 @@ def rational_weights(
     exact values), ties to the larger remainder, then the lower index.
     """
     if len(weights) != len(names):
-        raise TokentapeError(f"blend: {len(weights)} weights for {len(names)} source names")
+        raise PlanError(f"blend: {len(weights)} weights for {len(names)} source names")
     if not weights:
-        raise TokentapeError("blend: no sources; expected at least one source with a weight")
+        raise PlanError("blend: no sources; expected at least one source with a weight")
     if (
         isinstance(denominator, bool)
         or not isinstance(denominator, int)
         or not 1 <= denominator <= MAX_DENOMINATOR
     ):
-        raise TokentapeError(
+        raise PlanError(
             f"blend: denominator {denominator!r}: expected an integer in [1, {MAX_DENOMINATOR}]"
         )
     exact = []
     for w, name in zip(weights, names, strict=True):
         if isinstance(w, bool) or not isinstance(w, int | float):
-            raise TokentapeError(f"source '{name}': weight {w!r}: expected a number")
+            raise PlanError(f"source '{name}': weight {w!r}: expected a number")
         if not math.isfinite(w):
-            raise TokentapeError(f"source '{name}': weight {w}: expected a finite number")
+            raise PlanError(f"source '{name}': weight {w}: expected a finite number")
         if w < 0:
-            raise TokentapeError(f"source '{name}': weight {w} is negative; expected > 0")
+            raise PlanError(f"source '{name}': weight {w} is negative; expected > 0")
         if w == 0:
-            raise TokentapeError(
-                f"source '{name}': weight must be positive; drop the source instead"
-            )
+            raise PlanError(f"source '{name}': weight must be positive; drop the source instead")
         exact.append(Fraction(w))
     total = sum(exact)
     quotas = [w * denominator / total for w in exact]
@@ -95,7 +93,7 @@ def rational_weights(
         units[i] += 1
     for w, name, u in zip(weights, names, units, strict=True):
         if u == 0:
-            raise TokentapeError(
+            raise PlanError(
                 f"source '{name}': weight {w!r} rounds to 0/{denominator}; "
                 "raise it or raise the denominator"
             )
@@ -148,12 +146,12 @@ class Blend:
         """The blend of integer weights W_d >= 1; the period is D = sum(W)."""
         w = tuple(int(x) for x in weights)
         if not w:
-            raise TokentapeError("blend: no sources; expected at least one weight")
+            raise PlanError("blend: no sources; expected at least one weight")
         if any(x < 1 for x in w) or any(x != y for x, y in zip(w, weights, strict=True)):
-            raise TokentapeError(f"blend: weights {list(weights)}: expected integers >= 1")
+            raise PlanError(f"blend: weights {list(weights)}: expected integers >= 1")
         denom = sum(w)
         if denom > MAX_DENOMINATOR:
-            raise TokentapeError(
+            raise PlanError(
                 f"blend: weights sum to {denom}; expected a period of at most {MAX_DENOMINATOR}"
             )
         table = _schedule(w)

@@ -10,7 +10,14 @@ import numpy as np
 from tokentape._src.plan.plan import Plan, load_plan, open_plan_store
 from tokentape._src.store.reader import TokenStream
 from tokentape._src.tape.resolve import Tape, as_positions
-from tokentape.errors import ArgumentError, OutOfRangeError, TokentapeError
+from tokentape.errors import (
+    ArgumentError,
+    OutOfRangeError,
+    StoreChanged,
+    StoreError,
+    TokentapeError,
+    _reworded,
+)
 
 
 @dataclass(frozen=True)
@@ -54,7 +61,7 @@ def open_planned(plan: Plan, index: int) -> TokenStream:
     try:
         store = open_plan_store(spec)
     except TokentapeError as exc:
-        raise TokentapeError(f"plan source '{spec.name}': {exc}") from None
+        raise _reworded(exc, f"plan source '{spec.name}': {exc}") from None
     return check_planned(plan, index, store)
 
 
@@ -63,12 +70,15 @@ def check_planned(plan: Plan, index: int, store: TokenStream) -> TokenStream:
     token count and dtype); otherwise an error naming the source and what differs."""
     s, m = plan.sources[index], store.manifest
     if m.content_hash != s.content_hash:
-        raise TokentapeError(
+        raise StoreChanged(
             f"store '{s.path}' (source '{s.name}') changed since the plan was made: content "
-            f"hash {s.content_hash[:19]}… → {m.content_hash[:19]}…; re-run `tokentape plan`"
+            f"hash {s.content_hash[:19]}… → {m.content_hash[:19]}…; re-run `tokentape plan`",
+            path=s.path,
+            planned=s.content_hash,
+            found=m.content_hash,
         )
     if (m.n_tokens, m.dtype) != (s.n_tokens, s.dtype):
-        raise TokentapeError(
+        raise StoreError(
             f"store '{s.path}' (source '{s.name}') has {m.n_tokens} {m.dtype} tokens, the "
             f"plan says {s.n_tokens} {s.dtype} (edited by hand?); re-run `tokentape plan`"
         )
@@ -90,7 +100,7 @@ class Batcher:
         self.dtype = np.dtype(dtype)
         top = max(s.vocab_size for s in plan.sources) - 1
         if self.dtype.kind not in "iu" or np.iinfo(self.dtype).max < top:
-            raise TokentapeError(
+            raise ArgumentError(
                 f"token dtype {self.dtype} cannot hold ids up to {top}; use int32 or int64"
             )
         self.tape: Tape = plan.tape()

@@ -14,7 +14,13 @@ from typing import Any
 from tokentape._src.plan.plan import ALGORITHM_VERSION, Plan, index_hash
 from tokentape._src.tape.blend import MAX_POSITION
 from tokentape._src.train.partition import BatchConfig
-from tokentape.errors import OutOfRangeError, TokentapeError
+from tokentape.errors import (
+    InputError,
+    OutOfRangeError,
+    ResumeRefused,
+    TokentapeError,
+    _reworded,
+)
 
 STATE_VERSION = 1
 _IDENTITY_FIELDS = ("weight_units", "n_tokens", "dtype", "content_hash")
@@ -33,29 +39,49 @@ def plan_identity(plan: Plan) -> dict[str, Any]:
     }
 
 
-def identity_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """What differs between two plan identities, one phrase each (old → new)."""
-    diffs = [
-        f"{key}: {old.get(key)} → {new.get(key)}"
+def identity_differences(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """What differs between two plan identities: one ``(field, saved, now)`` each, in the order
+    of their phrases (``describe_difference``). A field is a top-level key (``seed``, ...),
+    ``sources.<name>.<field>``, ``sources`` (a source removed: ``(name, None)``, added:
+    ``(None, name)``) or ``source order`` (the two lists of names)."""
+    diffs: list[tuple[str, Any, Any]] = [
+        (key, old.get(key), new.get(key))
         for key in ("algorithm_version", "seq_len", "seed", "denominator")
         if old.get(key) != new.get(key)
     ]
     old_sources = {s["name"]: s for s in old.get("sources", [])}
     new_sources = {s["name"]: s for s in new.get("sources", [])}
     for name in old_sources.keys() - new_sources.keys():
-        diffs.append(f"source '{name}' removed")
+        diffs.append(("sources", name, None))
     for name in new_sources.keys() - old_sources.keys():
-        diffs.append(f"source '{name}' added")
+        diffs.append(("sources", None, name))
     for name in old_sources.keys() & new_sources.keys():
         for f in _IDENTITY_FIELDS:
             before, after = old_sources[name].get(f), new_sources[name].get(f)
             if before != after:
-                diffs.append(f"source '{name}': {f} {before} → {after}")
+                diffs.append((f"sources.{name}.{f}", before, after))
     old_order = [s["name"] for s in old.get("sources", [])]
     new_order = [s["name"] for s in new.get("sources", [])]
     if set(old_order) == set(new_order) and old_order != new_order:
-        diffs.append(f"source order {old_order} → {new_order}")
-    return sorted(diffs)
+        diffs.append(("source order", old_order, new_order))
+    return sorted(diffs, key=lambda d: describe_difference(*d))
+
+
+def describe_difference(field: str, saved: Any, now: Any) -> str:
+    """One difference of ``identity_differences`` as a phrase (saved → now)."""
+    if field == "sources":
+        return f"source '{saved}' removed" if now is None else f"source '{now}' added"
+    if field == "source order":
+        return f"source order {saved} → {now}"
+    if field.startswith("sources."):
+        name, f = field.removeprefix("sources.").rsplit(".", 1)
+        return f"source '{name}': {f} {saved} → {now}"
+    return f"{field}: {saved} → {now}"
+
+
+def identity_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What differs between two plan identities, one phrase each (old → new)."""
+    return [describe_difference(*d) for d in identity_differences(old, new)]
 
 
 def _shown(value: Any) -> str:
@@ -69,9 +95,9 @@ def _shown(value: Any) -> str:
 def _count(data: dict[str, Any], key: str, where: str, least: int) -> int:
     value = data.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise TokentapeError(f"{where}: '{key}' must be an integer >= {least}, got {_shown(value)}")
+        raise InputError(f"{where}: '{key}' must be an integer >= {least}, got {_shown(value)}")
     if value > MAX_POSITION:  # a state may sit at 2**62: every position was consumed
-        raise TokentapeError(f"{where}: '{key}' must be at most 2**62, got {_shown(value)}")
+        raise InputError(f"{where}: '{key}' must be at most 2**62, got {_shown(value)}")
     return value
 
 
@@ -104,7 +130,7 @@ def identity_hash(identity: Any) -> str | None:
 
 def _change(data: Any, where: str) -> BatchChange:
     if not isinstance(data, dict):
-        raise TokentapeError(f"{where}: expected an object")
+        raise InputError(f"{where}: expected an object")
     change = BatchChange(
         step=_count(data, "step", where, 0),
         consumed=_count(data, "consumed", where, 0),
@@ -115,7 +141,7 @@ def _change(data: Any, where: str) -> BatchChange:
     try:
         change.config  # noqa: B018 -- a step of more than 2**62 samples is refused here
     except TokentapeError as exc:
-        raise TokentapeError(f"{where}: {exc}") from None
+        raise _reworded(exc, f"{where}: {exc}") from None
     return change
 
 
@@ -189,24 +215,22 @@ class DataState:
     def from_dict(cls, data: dict[str, Any]) -> DataState:
         """A saved state, checked field by field and for a consistent batch history."""
         if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
-            raise TokentapeError(
-                f"data state: expected a tokentape state of version {STATE_VERSION}"
-            )
+            raise InputError(f"data state: expected a tokentape state of version {STATE_VERSION}")
         history = data.get("history")
         if not isinstance(history, list):
-            raise TokentapeError("data state: 'history' must be a list")
+            raise InputError("data state: 'history' must be a list")
         if not isinstance(data.get("index_hash"), str) or not isinstance(
             data.get("identity"), dict
         ):
-            raise TokentapeError("data state: 'index_hash' (a string) and 'identity' are required")
+            raise InputError("data state: 'index_hash' (a string) and 'identity' are required")
         expected = identity_hash(data["identity"])
         if expected is None:
-            raise TokentapeError(
+            raise InputError(
                 "data state: 'identity' is not a plan identity (algorithm_version, seq_len, seed, "
                 "denominator, sources)"
             )
         if expected != data["index_hash"]:
-            raise TokentapeError(
+            raise InputError(
                 f"data state: 'index_hash' {data['index_hash'][:19]!r}… does not match its "
                 f"'identity' (which hashes to {expected[:19]}…): edited or mixed up"
             )
@@ -225,20 +249,20 @@ class DataState:
         steps before it."""
         if not self.history:
             if self.step or self.consumed:
-                raise TokentapeError("data state: steps were taken but the history is empty")
+                raise InputError("data state: steps were taken but the history is empty")
             return
         at_step, at_consumed, batch = 0, 0, self.history[0].config.global_batch
         for i, c in enumerate(self.history):
             expected = at_consumed + (c.step - at_step) * batch
             if c.step < at_step or c.step >= self.step or c.consumed != expected:
-                raise TokentapeError(
+                raise InputError(
                     f"data state: history[{i}] (step {c.step}, consumed {c.consumed}) does not "
                     f"follow from the steps before it (expected consumed {expected})"
                 )
             at_step, at_consumed, batch = c.step, c.consumed, c.config.global_batch
         expected = at_consumed + (self.step - at_step) * batch
         if self.consumed != expected:
-            raise TokentapeError(
+            raise InputError(
                 f"data state: consumed {self.consumed} does not follow from the history "
                 f"(expected {expected} after step {self.step - 1})"
             )
@@ -247,8 +271,10 @@ class DataState:
         """Refuse to resume on a plan whose tape differs, naming what changed."""
         if plan.index_hash == self.index_hash:
             return
-        diffs = identity_diff(self.identity, plan_identity(plan)) or ["(identity unchanged)"]
-        raise TokentapeError(
+        differences = tuple(identity_differences(self.identity, plan_identity(plan)))
+        diffs = [describe_difference(*d) for d in differences] or ["(identity unchanged)"]
+        raise ResumeRefused(
             f"refusing to resume: the checkpoint's index hash {self.index_hash[:19]}… differs "
-            f"from the plan's {plan.index_hash[:19]}…: " + "; ".join(diffs)
+            f"from the plan's {plan.index_hash[:19]}…: " + "; ".join(diffs),
+            differences=differences,
         )

@@ -25,6 +25,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -35,13 +36,8 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from tokentape._src.plan.plan import Plan, load_plan
-from tokentape._src.store.atomic import write_atomic
-from tokentape._src.train.loader import Loader
-from tokentape._src.train.partition import BatchConfig
-from tokentape._src.train.smoke import check_step
-from tokentape._src.train.torch_data import to_torch
-from tokentape.errors import TokentapeError
+from tokentape import BatchConfig, Loader, TokentapeError, load_plan
+from tokentape.torch import check_step, to_torch
 
 CHECKPOINT = "checkpoint.npz"
 
@@ -110,6 +106,25 @@ def save_checkpoint(path: Path, model: nn.Module, opt: torch.optim.Optimizer, da
     write_atomic(path, buffer.getvalue())
 
 
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``path`` whole or not at all: a temporary file beside it, flushed to disk, then
+    renamed over it (a crash leaves the old checkpoint or the new one, never a torn one)."""
+    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as f:
+        try:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        except BaseException:
+            os.unlink(f.name)
+            raise
+    os.replace(f.name, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
 def load_checkpoint(path: Path, model: nn.Module, opt: torch.optim.Optimizer) -> dict:
     """Restore model and optimizer; return the data state."""
     with np.load(path, allow_pickle=False) as z:
@@ -156,10 +171,6 @@ def batch_config(global_batch: int, micro: int, dp: int) -> BatchConfig:
     return BatchConfig(dp, micro, global_batch // (dp * micro))
 
 
-def vocab_of(plan: Plan) -> int:
-    return max(s.vocab_size for s in plan.sources)
-
-
 def train(args: argparse.Namespace) -> int:
     distributed = "WORLD_SIZE" in os.environ
     if distributed:
@@ -172,7 +183,7 @@ def train(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     plan = load_plan(args.plan)
     config = batch_config(args.global_batch, args.micro, dp)
-    model = TinyGPT(vocab_of(plan), plan.seq_len, args.width, args.layers, args.heads)
+    model = TinyGPT(plan.vocab_size, plan.seq_len, args.width, args.layers, args.heads)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)
     ckpt = out / CHECKPOINT
     data_state = load_checkpoint(ckpt, model, opt) if ckpt.exists() else None

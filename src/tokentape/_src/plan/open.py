@@ -14,7 +14,7 @@ from tokentape._src.megatron.format import is_prefix
 from tokentape._src.megatron.source import MEGATRON, MegatronSource
 from tokentape._src.store.format import MANIFEST_NAME
 from tokentape._src.store.reader import Source, TokenStream
-from tokentape.errors import TokentapeError
+from tokentape.errors import ArgumentError, InputError, StoreError
 
 TOKENTAPE = "tokentape"
 FORMATS = (TOKENTAPE, MEGATRON)
@@ -29,15 +29,15 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     if is_prefix(p):
         return MEGATRON
     if p.suffix in (".bin", ".idx") and is_prefix(p.with_suffix("")):
-        raise TokentapeError(
+        raise InputError(
             f"'{path}': give the Megatron prefix without {p.suffix} ('{p.with_suffix('')}')"
         )
     if p.is_dir():
-        raise TokentapeError(
+        raise StoreError(
             f"store '{path}': no {MANIFEST_NAME}; not a complete tokentape store (nor a Megatron "
             "prefix: no .bin/.idx)"
         )
-    raise TokentapeError(
+    raise StoreError(
         f"store '{path}': no such directory, nor a Megatron prefix ({p.name}.bin and {p.name}.idx)"
     )
 
@@ -58,21 +58,21 @@ def open_store(
     kind = detect_format(path) if format is None else format
     if kind == TOKENTAPE:
         if tokenizer is not None:
-            raise TokentapeError(
+            raise ArgumentError(
                 f"store '{path}': a tokenizer applies to a Megatron source only; a tokentape "
                 "store records its own"
             )
         store = Source(path)
         for key, given in (("vocab_size", vocab_size), ("eod_id", eod_id)):
             if given is not None and given != getattr(store.manifest, key):
-                raise TokentapeError(
+                raise StoreError(
                     f"store '{path}': {key} {given} was expected, its manifest says "
                     f"{getattr(store.manifest, key)}"
                 )
         return store
     if kind == MEGATRON:
         return MegatronSource(path, vocab_size, eod_id, tokenizer, show_progress=show_progress)
-    raise TokentapeError(f"'{path}': unknown format '{kind}'; expected one of {', '.join(FORMATS)}")
+    raise ArgumentError(f"'{path}': unknown format '{kind}'; expected one of {', '.join(FORMATS)}")
 
 
 __all__ = ["FORMATS", "MEGATRON", "TOKENTAPE", "TokenStream", "detect_format", "open_store"]

@@ -38,7 +38,7 @@ from tokentape._src.tape.blend import (
     rational_weights,
 )
 from tokentape._src.tape.resolve import Tape
-from tokentape.errors import ArgumentError, TokentapeError
+from tokentape.errors import ArgumentError, PlanError, TokentapeError, _reworded
 
 ALGORITHM_VERSION = 1
 PLAN_FORMAT = "tokentape.plan"
@@ -275,69 +275,67 @@ def parse_count(value: Any, where: str) -> int:
     elif isinstance(value, str):
         m = re.fullmatch(r"\s*([0-9][0-9_]*(?:\.[0-9]+)?)\s*([KMBGTP]?)\s*", value.upper())
         if not m:
-            raise TokentapeError(f"{where}: '{value}' is not a count (e.g. 2T, 500B, 1.5M)")
+            raise PlanError(f"{where}: '{value}' is not a count (e.g. 2T, 500B, 1.5M)")
         number = float(m.group(1).replace("_", "")) * _SUFFIXES[m.group(2)]
         if number != int(number):
-            raise TokentapeError(f"{where}: '{value}' is not a whole number")
+            raise PlanError(f"{where}: '{value}' is not a whole number")
         count = int(number)
     else:
-        raise TokentapeError(f"{where}: expected an integer or a string like '2T'")
+        raise PlanError(f"{where}: expected an integer or a string like '2T'")
     if count <= 0:
-        raise TokentapeError(f"{where}: must be positive, got {count}")
+        raise PlanError(f"{where}: must be positive, got {count}")
     return count
 
 
 def _number(table: dict[str, Any], key: str, where: str, default: float | None = None) -> float:
     if key not in table:
         if default is None:
-            raise TokentapeError(f"{where}: missing key '{key}'")
+            raise PlanError(f"{where}: missing key '{key}'")
         return default
     value = table[key]
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TokentapeError(f"{where}: '{key}' must be a number, got {type(value).__name__}")
+        raise PlanError(f"{where}: '{key}' must be a number, got {type(value).__name__}")
     if not math.isfinite(value) or value <= 0:
-        raise TokentapeError(f"{where}: '{key}' must be a positive finite number, got {value}")
+        raise PlanError(f"{where}: '{key}' must be a positive finite number, got {value}")
     return float(value)
 
 
 def _integer(table: dict[str, Any], key: str, where: str) -> int:
     if key not in table:
-        raise TokentapeError(f"{where}: missing key '{key}'")
+        raise PlanError(f"{where}: missing key '{key}'")
     value = table[key]
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TokentapeError(f"{where}: '{key}' must be an integer, got {value!r}")
+        raise PlanError(f"{where}: '{key}' must be an integer, got {value!r}")
     return value
 
 
 def _unknown(table: dict[str, Any], allowed: set[str], where: str) -> None:
     extra = sorted(set(table) - allowed)
     if extra:
-        raise TokentapeError(
+        raise PlanError(
             f"{where}: unknown key {extra[0][:40]!r}; expected one of {', '.join(sorted(allowed))}"
         )
 
 
 def _source(table: Any, i: int, where: str) -> SourceSpec:
     if not isinstance(table, dict):
-        raise TokentapeError(f"{where}: source[{i}] must be a table ([[source]])")
+        raise PlanError(f"{where}: source[{i}] must be a table ([[source]])")
     name = table.get("name")
     here = f"{where}: source[{i}]" + (f" ({name[:40]!r})" if isinstance(name, str) else "")
     _unknown(table, _SOURCE_KEYS, here)
     if not isinstance(name, str) or not name.strip() or not name.isprintable():
-        raise TokentapeError(f"{here}: 'name' must be a non-empty string of printable characters")
+        raise PlanError(f"{here}: 'name' must be a non-empty string of printable characters")
     path = table.get("path")
     if not isinstance(path, str) or not path:
-        raise TokentapeError(
-            f"{here}: 'path' must be a store directory or a Megatron prefix (a string)"
-        )
+        raise PlanError(f"{here}: 'path' must be a store directory or a Megatron prefix (a string)")
     kind = table.get("format")
     if kind is not None and kind not in FORMATS:
-        raise TokentapeError(f"{here}: 'format' must be one of {', '.join(FORMATS)}, got {kind!r}")
+        raise PlanError(f"{here}: 'format' must be one of {', '.join(FORMATS)}, got {kind!r}")
     tokenizer = table.get("tokenizer")
     if tokenizer is not None and (not isinstance(tokenizer, str) or not tokenizer):
-        raise TokentapeError(f"{here}: 'tokenizer' must be a tokenizer spec (a string)")
+        raise PlanError(f"{here}: 'tokenizer' must be a tokenizer spec (a string)")
     if tokenizer is not None and kind == TOKENTAPE:
-        raise TokentapeError(
+        raise PlanError(
             f"{here}: 'tokenizer' applies to a Megatron source; a tokentape store records its own"
         )
     return SourceSpec(
@@ -357,7 +355,7 @@ def parse_plan(text: str, where: str, base_dir: str = ".") -> PlanSpec:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise TokentapeError(f"{where}: not valid TOML ({exc})") from None
+        raise PlanError(f"{where}: not valid TOML ({exc})") from None
     return plan_spec(data, where, base_dir)
 
 
@@ -365,39 +363,39 @@ def plan_spec(data: Any, where: str, base_dir: str = ".") -> PlanSpec:
     """Validate a plan file's content as parsed (the TOML document as a dict); ``where`` names
     it in errors. The TOML route and ``Plan.build`` both come through here."""
     if not isinstance(data, dict):
-        raise TokentapeError(f"{where}: expected a table of plan keys, got {type(data).__name__}")
+        raise PlanError(f"{where}: expected a table of plan keys, got {type(data).__name__}")
     _unknown(data, _TOP_KEYS, where)
     seq_len = _integer(data, "seq_len", where)
     if seq_len <= 0:
-        raise TokentapeError(f"{where}: 'seq_len' must be positive, got {seq_len}")
+        raise PlanError(f"{where}: 'seq_len' must be positive, got {seq_len}")
     seed = _integer(data, "seed", where)
     if not 0 <= seed < 2**63:
-        raise TokentapeError(f"{where}: 'seed' must be in [0, 2**63), got {seed}")
+        raise PlanError(f"{where}: 'seed' must be in [0, 2**63), got {seed}")
     has_tokens, has_samples = "total_tokens" in data, "total_samples" in data
     if has_tokens == has_samples:
-        raise TokentapeError(f"{where}: give exactly one of 'total_tokens' or 'total_samples'")
+        raise PlanError(f"{where}: give exactly one of 'total_tokens' or 'total_samples'")
     if has_tokens:
         tokens = parse_count(data["total_tokens"], f"{where}: 'total_tokens'")
         horizon = -(-tokens // seq_len)
     else:
         horizon = parse_count(data["total_samples"], f"{where}: 'total_samples'")
     if horizon >= MAX_POSITION:
-        raise TokentapeError(f"{where}: the horizon of {horizon} samples exceeds 2**62")
+        raise PlanError(f"{where}: the horizon of {horizon} samples exceeds 2**62")
     denominator = data.get("weight_denominator", DEFAULT_DENOMINATOR)
     if isinstance(denominator, bool) or not isinstance(denominator, int):
-        raise TokentapeError(f"{where}: 'weight_denominator' must be an integer")
+        raise PlanError(f"{where}: 'weight_denominator' must be an integer")
     if not 1 <= denominator <= MAX_DENOMINATOR:
-        raise TokentapeError(
+        raise PlanError(
             f"{where}: 'weight_denominator' must be in [1, {MAX_DENOMINATOR}], got {denominator}"
         )
     raw = data.get("source")
     if not isinstance(raw, list) or not raw:
-        raise TokentapeError(f"{where}: no sources; add [[source]] tables")
+        raise PlanError(f"{where}: no sources; add [[source]] tables")
     sources = tuple(_source(t, i, where) for i, t in enumerate(raw))
     seen: set[str] = set()
     for s in sources:
         if s.name in seen:
-            raise TokentapeError(f"{where}: source name '{s.name}' appears twice")
+            raise PlanError(f"{where}: source name '{s.name}' appears twice")
         seen.add(s.name)
     return PlanSpec(seq_len, seed, horizon, sources, denominator, base_dir)
 
@@ -407,9 +405,9 @@ def load_plan_spec(path: str | Path) -> PlanSpec:
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise TokentapeError(f"plan '{path}': no such file") from None
+        raise PlanError(f"plan '{path}': no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise TokentapeError(f"plan '{path}': cannot read ({exc})") from None
+        raise PlanError(f"plan '{path}': cannot read ({exc})") from None
     return parse_plan(text, str(path), str(p.parent))
 
 
@@ -466,15 +464,13 @@ def _open_source(
         source = MegatronSource(path, s.vocab_size, s.eod_id, s.tokenizer)
         return kind, source.manifest, source.plan_record()
     if s.tokenizer is not None:
-        raise TokentapeError(
+        raise PlanError(
             "'tokenizer' applies to a Megatron source; a tokentape store records its own"
         )
     m = Source(path).manifest  # opened, not only read: shard files missing or cut short refused
     for key, given in (("vocab_size", s.vocab_size), ("eod_id", s.eod_id)):
         if given is not None and given != getattr(m, key):
-            raise TokentapeError(
-                f"'{key}' is {given} but the store's manifest says {getattr(m, key)}"
-            )
+            raise PlanError(f"'{key}' is {given} but the store's manifest says {getattr(m, key)}")
     return kind, m, None
 
 
@@ -493,7 +489,7 @@ def resolve_plan(spec: PlanSpec, where: str = "plan") -> Plan:
                 SourceSpec(**{**asdict(s), "tokenizer": tok}), path
             )
         except TokentapeError as exc:
-            raise TokentapeError(f"{where}: source '{s.name}': {exc}") from None
+            raise _reworded(exc, f"{where}: source '{s.name}': {exc}") from None
         manifests.append((s.name, manifest))
         paths.append(str(path.resolve()))
         kinds.append(kind)
@@ -503,7 +499,7 @@ def resolve_plan(spec: PlanSpec, where: str = "plan") -> Plan:
     for name, m in known[1:]:
         first_name, first = known[0]
         if m.tokenizer.get("fingerprint") != first.tokenizer.get("fingerprint"):
-            raise TokentapeError(
+            raise PlanError(
                 f"{where}: source '{name}' was tokenized with another tokenizer than "
                 f"'{first_name}' ({m.tokenizer.get('fingerprint')} vs "
                 f"{first.tokenizer.get('fingerprint')}); re-tokenize it"
@@ -511,13 +507,13 @@ def resolve_plan(spec: PlanSpec, where: str = "plan") -> Plan:
     first_name, first = manifests[0]
     for name, m in manifests[1:]:
         if (m.vocab_size, m.eod_id) != (first.vocab_size, first.eod_id):
-            raise TokentapeError(
+            raise PlanError(
                 f"{where}: source '{name}' has vocabulary {m.vocab_size} / EOD {m.eod_id}, "
                 f"'{first_name}' has {first.vocab_size} / {first.eod_id}"
             )
     for s, (_, m) in zip(spec.sources, manifests, strict=True):
         if m.n_tokens < spec.seq_len + 1:
-            raise TokentapeError(
+            raise PlanError(
                 f"{where}: source '{s.name}' has {m.n_tokens} tokens, fewer than "
                 f"seq_len + 1 = {spec.seq_len + 1}: not one sample"
             )
@@ -525,7 +521,7 @@ def resolve_plan(spec: PlanSpec, where: str = "plan") -> Plan:
     try:
         weights = list(rational_weights([s.weight for s in spec.sources], names, spec.denominator))
     except TokentapeError as exc:
-        raise TokentapeError(f"{where}: {exc}") from None
+        raise _reworded(exc, f"{where}: {exc}") from None
     n_samples = [(m.n_tokens - 1) // spec.seq_len for _, m in manifests]
     tape = Tape.build(names, n_samples, weights, spec.seed)
     sources = []
@@ -599,7 +595,7 @@ def over_budget(plan: Plan) -> list[PlanSource]:
 def check_budgets(plan: Plan, where: str) -> None:
     """Refuse a plan that repeats a source beyond its budget."""
     for s in over_budget(plan):
-        raise TokentapeError(
+        raise PlanError(
             f"{where}: source '{s.name}' would be read {s.passes:.3f} times over the horizon, "
             f"more than its max_repeats = {s.max_repeats:g}; raise max_repeats to at least "
             f"{math.ceil(s.passes * 1000) / 1000:g}, lower its weight, or shorten the horizon"
@@ -615,7 +611,7 @@ _TOKEN_DTYPES = {"uint16", "uint32", *(DTYPE_NAMES[code] for code in INTEGER_COD
 def _field_value(data: dict[str, Any], key: str, kind: str, where: str, low: int = 0) -> Any:
     """``data[key]`` checked to be ``kind`` (integers and numbers at least ``low``)."""
     if key not in data:
-        raise TokentapeError(f"{where}: field '{key}' is missing")
+        raise PlanError(f"{where}: field '{key}' is missing")
     value = data[key]
     if kind == _TEXT:
         ok = isinstance(value, str) and bool(value) and value.isprintable()
@@ -628,7 +624,7 @@ def _field_value(data: dict[str, Any], key: str, kind: str, where: str, low: int
         expected = f"a finite number >= {low}"
     if not ok:
         shown = json.dumps(value)[:40] if _jsonable(value) else type(value).__name__
-        raise TokentapeError(f"{where}: field '{key}': expected {expected}, found {shown}")
+        raise PlanError(f"{where}: field '{key}': expected {expected}, found {shown}")
     return value
 
 
@@ -644,13 +640,13 @@ def _exact_keys(data: dict[str, Any], required: set[str], optional: set[str], wh
     extra = sorted(set(data) - required - optional)
     if extra:
         shown = repr(extra[0]) if len(extra[0]) <= 40 else repr(extra[0][:39] + "…")
-        raise TokentapeError(
+        raise PlanError(
             f"{where}: unknown field {shown} (edited by hand, or a newer tokentape?); "
             "re-run `tokentape plan`"
         )
     missing = sorted(required - set(data))
     if missing:
-        raise TokentapeError(f"{where}: field '{missing[0]}' is missing; re-run `tokentape plan`")
+        raise PlanError(f"{where}: field '{missing[0]}' is missing; re-run `tokentape plan`")
 
 
 _SOURCE_FIELDS: dict[str, tuple[str, int]] = {
@@ -665,33 +661,33 @@ _SOURCE_OPTIONAL = {"format", "tokenizer", "megatron"}
 
 def _plan_source(data: Any, where: str) -> PlanSource:
     if not isinstance(data, dict):
-        raise TokentapeError(f"{where}: expected an object")
+        raise PlanError(f"{where}: expected an object")
     _exact_keys(data, set(_SOURCE_FIELDS), _SOURCE_OPTIONAL, where)
     values = {
         k: _field_value(data, k, kind, where, low) for k, (kind, low) in _SOURCE_FIELDS.items()
     }
     if values["weight"] <= 0 or values["max_repeats"] <= 0:
-        raise TokentapeError(f"{where}: fields 'weight' and 'max_repeats' must be positive")
+        raise PlanError(f"{where}: fields 'weight' and 'max_repeats' must be positive")
     if values["eod_id"] >= values["vocab_size"]:
-        raise TokentapeError(
+        raise PlanError(
             f"{where}: field 'eod_id': {values['eod_id']} is not below vocab_size "
             f"{values['vocab_size']}"
         )
     dtype = values["dtype"]
     if dtype not in _TOKEN_DTYPES:
-        raise TokentapeError(
+        raise PlanError(
             f"{where}: field 'dtype': {dtype[:40]!r} is not one of "
             + ", ".join(sorted(_TOKEN_DTYPES))
         )
     kind = data.get("format", TOKENTAPE)
     if kind not in FORMATS:
-        raise TokentapeError(f"{where}: field 'format': expected one of {', '.join(FORMATS)}")
+        raise PlanError(f"{where}: field 'format': expected one of {', '.join(FORMATS)}")
     tokenizer = data.get("tokenizer")
     if tokenizer is not None and (not isinstance(tokenizer, str) or not tokenizer):
-        raise TokentapeError(f"{where}: field 'tokenizer': expected a tokenizer spec or null")
+        raise PlanError(f"{where}: field 'tokenizer': expected a tokenizer spec or null")
     if kind == TOKENTAPE and (tokenizer is not None or data.get("megatron") is not None):
         field = "tokenizer" if tokenizer is not None else "megatron"
-        raise TokentapeError(
+        raise PlanError(
             f"{where}: field '{field}' applies to a Megatron source, this one is a tokentape "
             "store (edited by hand?); re-run `tokentape plan`"
         )
@@ -699,7 +695,7 @@ def _plan_source(data: Any, where: str) -> PlanSource:
     if data.get("megatron") is not None:
         record = MegatronRecord.from_json(data["megatron"])
         if record is None:
-            raise TokentapeError(
+            raise PlanError(
                 f"{where}: field 'megatron' is malformed (edited by hand?); re-run `tokentape plan`"
             )
     return PlanSource(**values, format=kind, tokenizer=tokenizer, megatron=record)
@@ -719,23 +715,21 @@ def _plan_fields(data: dict[str, Any], where: str) -> Plan:
     horizon = _field_value(data, "horizon_samples", _INT, where, 1)
     index = _field_value(data, "index_hash", _TEXT, where)
     if seed >= 2**63:
-        raise TokentapeError(f"{where}: field 'seed': {seed} is not below 2**63")
+        raise PlanError(f"{where}: field 'seed': {seed} is not below 2**63")
     if denominator > MAX_DENOMINATOR:
-        raise TokentapeError(
-            f"{where}: field 'denominator': {denominator} exceeds {MAX_DENOMINATOR}"
-        )
+        raise PlanError(f"{where}: field 'denominator': {denominator} exceeds {MAX_DENOMINATOR}")
     if horizon >= MAX_POSITION:
-        raise TokentapeError(f"{where}: field 'horizon_samples': {horizon} is not below 2**62")
+        raise PlanError(f"{where}: field 'horizon_samples': {horizon} is not below 2**62")
     raw_sources = data["sources"]
     if not isinstance(raw_sources, list) or not raw_sources:
-        raise TokentapeError(f"{where}: field 'sources' must be a non-empty list")
+        raise PlanError(f"{where}: field 'sources' must be a non-empty list")
     sources = tuple(_plan_source(s, f"{where}: sources[{i}]") for i, s in enumerate(raw_sources))
     names = [s.name for s in sources]
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
-        raise TokentapeError(f"{where}: source name '{dup}' appears twice")
+        raise PlanError(f"{where}: source name '{dup}' appears twice")
     if sum(s.weight_units for s in sources) != denominator:
-        raise TokentapeError(
+        raise PlanError(
             f"{where}: the sources' weight_units sum to {sum(s.weight_units for s in sources)}, "
             f"not the denominator {denominator} (edited by hand?); re-run `tokentape plan`"
         )
@@ -761,30 +755,30 @@ def load_plan(path: str | os.PathLike[str]) -> Plan:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise TokentapeError(f"plan '{path}': no such file") from None
+        raise PlanError(f"plan '{path}': no such file") from None
     except (OSError, ValueError, RecursionError) as exc:  # ValueError: also bad UTF-8, JSON
         why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-        raise TokentapeError(f"plan '{path}': not a readable JSON plan ({why})") from None
+        raise PlanError(f"plan '{path}': not a readable JSON plan ({why})") from None
     if not isinstance(data, dict) or data.pop("format", None) != PLAN_FORMAT:
-        raise TokentapeError(f"plan '{path}': not a resolved tokentape plan (field 'format')")
+        raise PlanError(f"plan '{path}': not a resolved tokentape plan (field 'format')")
     if data.get("algorithm_version") != ALGORITHM_VERSION:
         shown = data.get("algorithm_version")
         shown = shown if type(shown) is int else json.dumps(shown)[:40]
-        raise TokentapeError(
+        raise PlanError(
             f"plan '{path}': algorithm_version {shown} is not {ALGORITHM_VERSION}; "
             "re-run `tokentape plan`"
         )
     plan = _plan_fields(data, f"plan '{path}'")
     for s in plan.sources:  # the tape reads n_samples; the hash covers n_tokens and seq_len
         if s.n_samples != max(0, (s.n_tokens - 1) // plan.seq_len):
-            raise TokentapeError(
+            raise PlanError(
                 f"plan '{path}': source '{s.name}': n_samples {s.n_samples} does not follow from "
                 f"n_tokens {s.n_tokens} at seq_len {plan.seq_len} (edited by hand?); re-run "
                 "`tokentape plan`"
             )
     expected = plan_index_hash(plan.sources, plan.seq_len, plan.seed, plan.denominator)
     if plan.index_hash != expected:
-        raise TokentapeError(
+        raise PlanError(
             f"plan '{path}': index_hash does not match its contents (edited by hand?); "
             "re-run `tokentape plan`"
         )

@@ -15,7 +15,7 @@ import numpy as np
 
 from tokentape._src.train.partition import BatchConfig
 from tokentape._src.train.state import BatchChange
-from tokentape.errors import OutOfRangeError, TokentapeError
+from tokentape.errors import ArgumentError, OutOfRangeError
 
 
 @dataclass(frozen=True)
@@ -37,11 +37,11 @@ class Schedule:
 
     def __post_init__(self) -> None:
         if not self.changes or self.changes[0].step != 0 or self.changes[0].consumed != 0:
-            raise TokentapeError("a schedule starts at step 0 with consumed 0")
+            raise ArgumentError("a schedule starts at step 0 with consumed 0")
         for a, b in zip(self.changes, self.changes[1:], strict=False):
             expected = a.consumed + (b.step - a.step) * a.config.global_batch
             if b.step <= a.step or b.consumed != expected:
-                raise TokentapeError(
+                raise ArgumentError(
                     f"inconsistent batch history: step {b.step} should start at consumed "
                     f"{expected}, found {b.consumed}"
                 )

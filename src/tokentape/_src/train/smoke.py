@@ -32,7 +32,7 @@ from tokentape._src.tape.blend import MAX_POSITION
 from tokentape._src.train.batch import Batcher
 from tokentape._src.train.loader import Loader, Step
 from tokentape._src.train.partition import BatchConfig
-from tokentape.errors import TokentapeError
+from tokentape.errors import ArgumentError, TokentapeError
 
 _FIELDS = ("rank", "dp_rank", "step", "consumed", "dp_size", "micro", "accum", "first", "count",
            "contiguous")  # fmt: skip
@@ -246,7 +246,7 @@ def check_step(
     (default: CPU for gloo, the current accelerator otherwise)."""
     if tp_size is not None:
         if model_parallel_size is not None and model_parallel_size != tp_size:
-            raise TypeError("check_step: give model_parallel_size or tp_size (its old name)")
+            raise ArgumentError("check_step: give model_parallel_size or tp_size (its old name)")
         model_parallel_size = tp_size
     reports = gather_reports(step, dp_rank, group, device)
     problems = verify(reports, model_parallel_size)
@@ -349,19 +349,19 @@ MAX_PROCESSES = 64
 def check_smoke_args(dp: int, tp: int, global_batch: int, steps: int) -> None:
     """Refuse a check this machine cannot run, before anything starts (one line)."""
     if dp * tp > MAX_PROCESSES:
-        raise TokentapeError(
+        raise ArgumentError(
             f"dp {dp} x tp {tp} = {dp * tp} processes: smoke runs every rank on this machine, "
             f"at most {MAX_PROCESSES}"
         )
     if steps * global_batch > MAX_POSITION:
-        raise TokentapeError(
+        raise ArgumentError(
             f"{steps} steps of {global_batch} samples go beyond position 2**62; check fewer steps"
         )
 
 
 def _positive(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise TokentapeError(f"{name} must be a positive integer, got {value!r}")
+        raise ArgumentError(f"{name} must be a positive integer, got {value!r}")
     return value
 
 
@@ -372,7 +372,7 @@ def run_smoke(plan_path: str, dp: int, tp: int, config: BatchConfig, steps: int)
     for name, value in (("dp", dp), ("tp", tp), ("steps", steps)):
         _positive(name, value)
     if config.dp_size != dp:
-        raise TokentapeError(f"dp {dp} does not match the batch config's dp_size {config.dp_size}")
+        raise ArgumentError(f"dp {dp} does not match the batch config's dp_size {config.dp_size}")
     check_smoke_args(dp, tp, config.global_batch, steps)
     Batcher(load_plan(plan_path))  # here, with one line: a bad plan, a moved or changed store
     with tempfile.TemporaryDirectory() as tmp:

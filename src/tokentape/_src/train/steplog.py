@@ -31,7 +31,7 @@ from tokentape._src.tape.blend import MAX_POSITION
 from tokentape._src.train.partition import BatchConfig
 from tokentape._src.train.schedule import Schedule
 from tokentape._src.train.state import BatchChange
-from tokentape.errors import TokentapeError
+from tokentape.errors import PlanError
 
 _COUNTS = ("step", "consumed")  # integers >= 0
 _SIZES = ("dp", "micro", "accum", "global_batch")  # integers >= 1
@@ -141,7 +141,7 @@ class _Scan:
         try:
             f = open(p, "rb")  # noqa: SIM115 (closed below; the error names the log)
         except OSError as exc:
-            raise TokentapeError(f"{p}: cannot read the step log ({exc.strerror})") from None
+            raise PlanError(f"{p}: cannot read the step log ({exc.strerror})") from None
         loads, keep_all, wanted = json.loads, self.keep_all, self.wanted
         with f:
             for line_no, raw in enumerate(f, 1):
@@ -161,7 +161,7 @@ class _Scan:
                         if isinstance(exc, RecursionError)
                         else str(exc).split(":")[0][:80]  # e.g. an integer of 5,000 digits
                     )
-                    raise TokentapeError(f"{p}:{line_no}: not a JSON line ({why})") from None
+                    raise PlanError(f"{p}:{line_no}: not a JSON line ({why})") from None
                 # The fast path: every field of the expected type and range, in one expression.
                 try:
                     step, consumed, b = data["step"], data["consumed"], data["global_batch"]
@@ -169,7 +169,7 @@ class _Scan:
                     index_hash, tokens_hash = data["index_hash"], data["tokens_hash"]
                     t = data.get("time", 0.0)
                 except (KeyError, TypeError):
-                    raise TokentapeError(f"{p}:{line_no}: {_problem(data)}") from None
+                    raise PlanError(f"{p}:{line_no}: {_problem(data)}") from None
                 if not (
                     type(step) is int
                     and type(consumed) is int
@@ -188,7 +188,7 @@ class _Scan:
                     and consumed + b <= MAX_POSITION
                     and (type(t) is int or (type(t) is float and math.isfinite(t)))
                 ):
-                    raise TokentapeError(f"{p}:{line_no}: {_problem(data)}")
+                    raise PlanError(f"{p}:{line_no}: {_problem(data)}")
                 if step == self.next and consumed == self.end and self.first >= 0:
                     run = self.runs[-1]  # the common case: the next step
                     if (dp, micro, accum, index_hash) != (run[3], run[4], run[5], run[6]):
@@ -227,15 +227,13 @@ class _Scan:
             self.some.clear()
             return
         if step > self.next:
-            raise TokentapeError(
-                f"{where}: step {step} follows step {self.next - 1} (steps missing)"
-            )
+            raise PlanError(f"{where}: step {step} follows step {self.next - 1} (steps missing)")
         while self.runs[-1][0] >= step:  # runs[0] starts at first < step: never emptied
             self.runs.pop()
         run = self.runs[-1]
         expected = run[1] + (step - run[0]) * run[2]
         if consumed != expected:
-            raise TokentapeError(
+            raise PlanError(
                 f"{where}: step {step} starts at consumed {consumed}, expected {expected}"
             )
         del self.all[step - self.first :]
@@ -247,17 +245,17 @@ class _Scan:
     def check(self) -> None:
         p = self.path
         if self.first < 0:
-            raise TokentapeError(f"{p}: the step log is empty")
+            raise PlanError(f"{p}: the step log is empty")
         start = self.runs[0]
         if start[0] != 0 or start[1] != 0:
-            raise TokentapeError(
+            raise PlanError(
                 f"{p}:{start[7]}: the log does not start at step 0 with consumed 0 "
                 f"(first: step {start[0]}, consumed {start[1]})"
             )
         other = next((r for r in self.runs if r[6] != start[6]), None)
         if other is not None:
             n = len({r[6] for r in self.runs})
-            raise TokentapeError(
+            raise PlanError(
                 f"{p}:{other[7]}: the log mixes {n} index hashes (step {other[0]} has "
                 f"{short_hash(other[6])}…, step 0 has {short_hash(start[6])}…)"
             )

@@ -24,13 +24,13 @@ Measured side by side in one run, rounds interleaved, median of ``--reps`` (libr
    shards' memory maps (reaching into ``Source._shards``), which turns off the kernel's
    read-around on page faults (the device's ``read_ahead_kb`` is printed). After that the stores
    are read once (page-cached) and the warm rounds run.
-2. **replay, command in-process**: ``tokentape._src.cli.main.main(["replay", PLAN, "--step", N,
+2. **replay, command in-process**: ``tokentape._src.program.main(["replay", PLAN, "--step", N,
    "--global-batch", "1024"])`` with stdout captured. This is the command's own work without
    interpreter start-up.
 3. **replay, CLI**: the same command as a subprocess (the ``tokentape`` console script), text
    and ``--json``: wall time including Python start-up and imports. Measured in the same rounds:
    the bare interpreter (``python -c pass``), ``python -c "import tokentape._src.audit.replay"`` and
-   ``python -c "import tokentape._src.cli.main"`` (what the console script imports).
+   ``python -c "import tokentape._src.program"`` (what the console script imports).
 4. **locate**: ``locate()`` up to the horizon with a uniform schedule (B = 1024) of three
    documents: a short ``web`` document (300-600 tokens, 1-2 samples), the longest ``web``
    document and the longest ``code`` document (many samples times many passes). The tape cache
@@ -70,8 +70,8 @@ import numpy as np
 from tokentape._src.audit.locate import locate
 from tokentape._src.audit.replay import preview, replay, top_documents
 from tokentape._src.audit.runs import tape_of
-from tokentape._src.cli.main import main as cli_main
 from tokentape._src.plan.plan import Plan, check_budgets, load_plan, load_plan_spec, resolve_plan
+from tokentape._src.program import main as cli_main
 from tokentape._src.store.atomic import write_atomic
 from tokentape._src.store.format import MANIFEST_NAME, Manifest, content_hash, read_manifest
 from tokentape._src.store.reader import open_source
@@ -430,10 +430,10 @@ def main(argv: list[str] | None = None) -> None:
             "-c",
             "import tokentape._src.audit.replay",
         ],
-        'python -c "import tokentape._src.cli.main"': [
+        'python -c "import tokentape._src.program"': [
             sys.executable,
             "-c",
-            "import tokentape._src.cli.main",
+            "import tokentape._src.program",
         ],
     }
     startup: dict[str, list[float]] = {k: [] for k in bare}
@@ -468,7 +468,7 @@ def main(argv: list[str] | None = None) -> None:
                     assert json.loads(out)["count"] == counts[(name, doc)][1]
 
     # --- the table -----------------------------------------------------------------------------
-    imp_cli = median(startup['python -c "import tokentape._src.cli.main"'])
+    imp_cli = median(startup['python -c "import tokentape._src.program"'])
     rows: list[tuple[str, str, str, str, str]] = []
     for label, values in startup.items():
         rows.append(("start-up", f"`{label}`", fmt_s(median(values)), str(len(values)), ""))
@@ -510,7 +510,7 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(
             (
                 f"replay, command in-process, step {step:,}",
-                "`tokentape._src.cli.main.main([...])`, stdout captured: no interpreter start-up",
+                "`tokentape._src.program.main([...])`, stdout captured: no interpreter start-up",
                 fmt_s(seconds),
                 str(len(inproc[step])),
                 aim(seconds),
@@ -525,7 +525,7 @@ def main(argv: list[str] | None = None) -> None:
                     f"replay, CLI{flag}, step {step:,}",
                     f"`tokentape replay PLAN --step {step} --global-batch {BATCH}{flag}`: "
                     f"{cli_out[(step, as_json)] / 1e3:,.0f} kB out; "
-                    f"{seconds / imp_cli:.2f}x `import tokentape._src.cli.main`, "
+                    f"{seconds / imp_cli:.2f}x `import tokentape._src.program`, "
                     f"{fmt_s(seconds - imp_cli)} above it",
                     fmt_s(seconds),
                     str(len(cli[(step, as_json)])),
@@ -553,7 +553,7 @@ def main(argv: list[str] | None = None) -> None:
                     f"locate, CLI{flag}, {name} {label}",
                     f"`tokentape locate PLAN {name} {doc} --global-batch {BATCH}{flag}`: "
                     f"{lcli_out[(name, doc, as_json)] / 1e3:,.0f} kB out; "
-                    f"{seconds / imp_cli:.2f}x `import tokentape._src.cli.main`",
+                    f"{seconds / imp_cli:.2f}x `import tokentape._src.program`",
                     fmt_s(seconds),
                     str(len(lcli[(name, doc, as_json)])),
                     f"{seconds / TARGET_S:.2f} of 1 s",

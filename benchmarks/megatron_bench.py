@@ -255,7 +255,7 @@ def generate_corpora(root: Path) -> Data:
     """The built-in corpora, tokenized by tokentape (bytes), exported to Megatron per document."""
     from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
-    from tokentape._src.demo.corpora import write_builtin_corpora
+    from tokentape._src.corpora import write_builtin_corpora
     from tokentape._src.store.reader import open_source
     from tokentape._src.tokenize.driver import tokenize
     from tokentape._src.tokenize.job import TokenizeConfig

@@ -62,7 +62,7 @@ def note(message: str) -> None:
 def _builtin_texts(work: Path) -> list[str] | None:
     """Documents of tokentape's built-in corpora, or None when the writer is not available."""
     try:
-        from tokentape._src.demo.corpora import write_builtin_corpora
+        from tokentape._src.corpora import write_builtin_corpora
     except ImportError:
         return None
     from tokentape._src.tokenize.inputs import expand_inputs, plan_units, read_documents
@@ -95,7 +95,7 @@ def _stdlib_texts() -> list[str]:
 def source_texts(work: Path) -> tuple[str, list[str]]:
     texts = _builtin_texts(work)
     if texts:
-        return "tokentape._src.demo.corpora (built-in corpora)", texts
+        return "tokentape._src.corpora (built-in corpora)", texts
     return "pydoc_data topics + stdlib .py files", _stdlib_texts()
 
 

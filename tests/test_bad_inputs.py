@@ -27,8 +27,8 @@ import pytest
 from test_plan import PLAN, SIZES, make_store
 
 from tokentape._src.audit.locate import locate
-from tokentape._src.cli.main import main
 from tokentape._src.plan.plan import index_hash, load_plan, load_plan_spec, resolve_plan
+from tokentape._src.program import main
 from tokentape._src.store.reader import open_source
 from tokentape._src.tape.permutation import Permutation
 from tokentape._src.train.batch import Batcher

@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 from test_store import write_store
 
-from tokentape._src.cli.main import main
 from tokentape._src.megatron import convert
 from tokentape._src.megatron.format import MegatronWriter
 from tokentape._src.megatron.source import MegatronSource
+from tokentape._src.program import main
 from tokentape._src.store.reader import open_source
 from tokentape._src.store.writer import ShardWriter
 from tokentape.errors import ArgumentError

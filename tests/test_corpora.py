@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tokentape._src.cli.main import main
-from tokentape._src.demo.corpora import LOG_REPEATS, describe_builtin_corpora, write_builtin_corpora
+from tokentape._src.corpora import LOG_REPEATS, describe_builtin_corpora, write_builtin_corpora
+from tokentape._src.program import main
 from tokentape._src.tokenize.inputs import expand_inputs, plan_units, read_documents
 
 MB = 1_000_000

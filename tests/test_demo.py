@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tokentape._src.cli.main import main
+from tokentape._src.program import main
 
 
 def test_the_demo_runs_and_every_check_holds(tmp_path, capsys):

@@ -25,7 +25,6 @@ import numpy as np
 import pytest
 from test_store import write_store
 
-from tokentape._src.cli.main import main
 from tokentape._src.megatron import format as megatron_mod
 from tokentape._src.megatron import identity as megatron_identity
 from tokentape._src.megatron import source as megatron_source
@@ -34,6 +33,7 @@ from tokentape._src.megatron.format import MegatronWriter, read_index
 from tokentape._src.megatron.source import MegatronSource
 from tokentape._src.plan.open import open_store
 from tokentape._src.plan.plan import load_plan, parse_plan, resolve_plan
+from tokentape._src.program import main
 from tokentape._src.store.reader import open_source
 from tokentape._src.train.batch import Batcher
 from tokentape._src.train.loader import Loader

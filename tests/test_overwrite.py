@@ -21,8 +21,8 @@ import pytest
 from test_tokenize import make_documents, run_cli, write_jsonl
 
 from tokentape import TokentapeError, open_source
-from tokentape._src.cli.main import main
 from tokentape._src.megatron.source import MegatronSource
+from tokentape._src.program import main
 from tokentape._src.store.atomic import WriteFailed, atomic_writer, exchange, replace_directory
 from tokentape._src.store.format import MANIFEST_NAME
 from tokentape._src.store.reader import TokenStream

@@ -24,10 +24,11 @@ import pyarrow.parquet as pq
 import pytest
 from test_tokenize import make_documents, run_cli, tree_bytes, write_jsonl
 
-from tokentape._src.cli.main import main
+from tokentape._src.program import main
 from tokentape._src.store.lock import output_lock
+from tokentape._src.store.output import WORK_DIR
 from tokentape._src.tokenize import ray_executor
-from tokentape._src.tokenize.job import CRASH_ENV, WORK_DIR
+from tokentape._src.util.faults import CRASH_ENV
 
 ray = pytest.importorskip("ray")
 

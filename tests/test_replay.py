@@ -13,8 +13,8 @@ from test_batch import small_plan_json
 
 from tokentape._src.audit.replay import replay, top_documents
 from tokentape._src.audit.runs import log_schedule
-from tokentape._src.cli.main import main
 from tokentape._src.plan.plan import load_plan
+from tokentape._src.program import main
 from tokentape._src.store.reader import open_source
 from tokentape._src.train.batch import Batcher
 from tokentape._src.train.loader import Loader, hash_dtype

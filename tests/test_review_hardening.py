@@ -20,8 +20,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_tokenize import make_documents, tree_bytes, write_jsonl
 
-from tokentape._src.cli.main import main
 from tokentape._src.plan.open import open_store
+from tokentape._src.program import main
 from tokentape._src.store.lock import OutputLocked, lock_path, output_lock
 from tokentape.errors import TokentapeError
 

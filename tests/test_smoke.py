@@ -16,8 +16,8 @@ pytest.importorskip("torch")
 import torch.distributed as dist
 from test_batch import small_plan_json
 
-from tokentape._src.cli.main import main
 from tokentape._src.plan.plan import load_plan
+from tokentape._src.program import main
 from tokentape._src.train import smoke
 from tokentape._src.train.batch import Batcher
 from tokentape._src.train.loader import Loader, Step

@@ -26,7 +26,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tokentape import TokentapeError, open_source
-from tokentape._src.cli.main import main
+from tokentape._src.program import main
 from tokentape._src.store.tokenizers import GPT2_SPLIT_PATTERN
 from tokentape._src.tokenize.job import TokenizeConfig
 from tokentape.errors import ArgumentError

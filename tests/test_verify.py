@@ -13,8 +13,8 @@ from test_store import write_store
 
 from tokentape._src.audit import verify
 from tokentape._src.audit.verify import check_store, quick_blocks, verify_store
-from tokentape._src.cli.main import main
 from tokentape._src.megatron.format import MegatronWriter
+from tokentape._src.program import main
 from tokentape._src.store.format import MANIFEST_NAME
 from tokentape._src.tokenize.driver import tokenize
 from tokentape._src.tokenize.job import TokenizeConfig

@@ -18,7 +18,7 @@ import pytest
 from test_tokenize import make_documents, run_cli, tree_bytes, write_jsonl
 
 from tokentape import open_source
-from tokentape._src.cli.main import main
+from tokentape._src.program import main
 from tokentape._src.store.lock import OutputLocked, lock_path, output_lock
 
 UNITS = ("--unit-mb", "0.05", "--shard-mb", "0.1")

@@ -1,5 +1,5 @@
 """``python -m tokentape``: the command-line program."""
 
-from tokentape._src.cli.main import main
+from tokentape._src.program import main
 
 raise SystemExit(main())

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-CLI = "import sys; from tokentape._src.cli.main import main; sys.exit(main())"
+CLI = "import sys; from tokentape._src.program import main; sys.exit(main())"
 """``python -c CLI ARGS``: the tokentape command of the interpreter (and ``PYTHONPATH``) in use."""
 
 _live: set[int] = set()  # process groups started and not yet reaped: killed on the way out

@@ -9,19 +9,19 @@ from pathlib import Path
 
 from tokentape._src.audit.replay import replay, top_documents
 from tokentape._src.audit.runs import log_schedule
-from tokentape._src.cli import main as cli
+from tokentape._src.cli import app
 from tokentape._src.demo.train import Trained, read_losses
 from tokentape._src.plan.plan import Plan, load_plan, load_plan_spec, resolve_plan
-from tokentape._src.render.text import fmt_int, table
 from tokentape._src.store.atomic import write_atomic
 from tokentape._src.tokenize.driver import tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
 from tokentape._src.train.batch import Batcher
 from tokentape._src.train.loader import Loader, hash_dtype
 from tokentape._src.train.partition import BatchConfig
+from tokentape._src.util.text import fmt_int, table
 from tokentape.errors import TokentapeError
 
-PLANTED = "healthd[812]: heartbeat ok"  # the planted log line (see tokentape._src.demo.corpora)
+PLANTED = "healthd[812]: heartbeat ok"  # the planted log line (see tokentape._src.corpora)
 
 
 def heading(n: int, title: str) -> None:
@@ -31,7 +31,7 @@ def heading(n: int, title: str) -> None:
 def run_command(args: list[str]) -> int:
     """Show a ``tokentape`` command line, then run it in this process."""
     print("  $ tokentape " + shlex.join(args) + "\n")
-    return cli.main(args)
+    return app.main(args)
 
 
 def worst_step(losses: dict[int, float]) -> tuple[int, float, float]:

@@ -3,25 +3,26 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+from tokentape._src.corpora import write_builtin_corpora
 from tokentape._src.demo.audit import loss_spike_story
-from tokentape._src.demo.corpora import write_builtin_corpora
 from tokentape._src.demo.train import CHECKPOINT_EVERY, Phase, simulate_training
 from tokentape._src.plan.plan import check_budgets, load_plan_spec, resolve_plan
 from tokentape._src.render.plot import plot_plan, plt
-from tokentape._src.render.text import fmt_int, plan_text, table
+from tokentape._src.render.text import plan_text
 from tokentape._src.store.atomic import write_atomic
 from tokentape._src.store.reader import open_source
 from tokentape._src.tokenize.driver import TokenizeSummary, tokenize
 from tokentape._src.tokenize.inputs import expand_inputs, plan_units, read_documents
 from tokentape._src.tokenize.job import TokenizeConfig
 from tokentape._src.train.partition import BatchConfig
+from tokentape._src.util.text import fmt_int, table
 from tokentape.errors import TokentapeError
 
 EOD = "<|endoftext|>"
@@ -33,7 +34,7 @@ DEMO_BUDGETS = {"prose": 5, "code": 2, "notes": 30}
 DEMO_STEPS = 60
 
 
-def demo_plan_toml(max_repeats: dict[str, float]) -> str:
+def demo_plan_toml(max_repeats: Mapping[str, float]) -> str:
     """A mixture of the built-in stores: prose 50, code 40, notes 10; 4M tokens of 256."""
     weights = {"prose": 50, "code": 40, "notes": 10}
     head = f'seq_len = {DEMO_SEQ_LEN}\nseed = 1234\ntotal_tokens = "4M"\n'

@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 
 from tokentape._src.plan.plan import Plan
-from tokentape._src.render.text import fmt_int, table
 from tokentape._src.train.batch import Batch
 from tokentape._src.train.loader import Loader, Step, step_tokens_hash
 from tokentape._src.train.partition import BatchConfig
 from tokentape._src.train.steplog import read_step_log
+from tokentape._src.util.text import fmt_int, table
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ is checked without holding it in memory twice, and ``MegatronWriter`` streams ``
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import struct
 import time
@@ -131,7 +132,7 @@ class PrefixFiles:
 
     def __init__(self, prefix: str | os.PathLike[str]) -> None:
         self.prefix = Path(prefix)
-        self._open: list[BinaryIO] = []
+        self._open: list[io.BufferedReader] = []
         try:
             self.idx = self._file(idx_path(prefix))
             self.bin = self._file(bin_path(prefix))
@@ -141,7 +142,7 @@ class PrefixFiles:
         self.taken_ns = time.time_ns()  # no later than the fstat: see megatron_identity.racy
         self.keys = FileKeys(FileKey.of(os.fstat(self.bin.fileno())), self.idx_key())
 
-    def _file(self, path: Path) -> BinaryIO:
+    def _file(self, path: Path) -> io.BufferedReader:
         f = open_for_reading(path)
         self._open.append(f)
         return f
@@ -233,7 +234,7 @@ def read_header(path: Path) -> tuple[int, int, int, int]:
     return parse_header(path, size, head)
 
 
-def open_for_reading(path: Path) -> BinaryIO:
+def open_for_reading(path: Path) -> io.BufferedReader:
     """One of a prefix's two files, opened; a missing or unreadable one is one clear line."""
     try:
         return open(path, "rb")  # the caller closes it
@@ -504,7 +505,8 @@ class MegatronWriter:
             )
         self._ids.update(tokens)
         info = np.iinfo(self.dtype)
-        if self._ids.max is not None and not info.min <= self._ids.min <= self._ids.max <= info.max:
+        lo, hi = self._ids.min, self._ids.max  # both None (no id yet) or both set
+        if lo is not None and hi is not None and not info.min <= lo <= hi <= info.max:
             raise TokentapeError(
                 f"token ids {self._ids.min}..{self._ids.max} do not fit Megatron's "
                 f"{self.dtype.name}; choose a wider dtype"
@@ -513,7 +515,7 @@ class MegatronWriter:
         if lengths.size and int(lengths.min()) == 0:
             self._ends.empty()
         self._ends.update(data[np.cumsum(lengths)[lengths > 0] - 1])
-        view = memoryview(data).cast("B")
+        view = data.data.cast("B")
         self._file.write(view)
         self._hasher.update(view)
         self._lengths.append(lengths.astype(np.int32))

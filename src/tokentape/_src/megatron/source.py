@@ -205,6 +205,7 @@ class MegatronSource(TokenStream):
             self.index: MegatronIndex = read_index(
                 prefix, files, None if known is None else known.n_tokens
             )
+            data: np.ndarray
             if self.index.n_tokens:
                 shape = (self.index.n_tokens,)
                 data = np.memmap(files.bin, dtype=self.index.dtype, mode="r", shape=shape)

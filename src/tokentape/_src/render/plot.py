@@ -17,7 +17,8 @@ try:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 except ImportError:  # the optional extra is not installed
-    plt = None
+    # mypy types a name bound by import as that module only: None marks the extra missing
+    plt = None  # type: ignore[assignment]
 
 
 def plot_plan(plan: Plan, path: str | Path) -> None:

@@ -1,52 +1,10 @@
-"""Plain-text tables for the command-line program (no terminal library needed)."""
+"""Plain-text views of a manifest and a plan, for the command-line program and the demo."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 from tokentape._src.plan.plan import Plan
 from tokentape._src.store.format import Manifest, numpy_dtype
-
-
-def fmt_int(n: int) -> str:
-    return f"{n:,}"
-
-
-def fmt_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    raise AssertionError("unreachable")
-
-
-def key_values(rows: Sequence[tuple[str, Any]], indent: str = "  ") -> str:
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{indent}{k:<{width}}  {v}" for k, v in rows)
-
-
-def table(header: Sequence[str], rows: Sequence[Sequence[Any]], indent: str = "  ") -> str:
-    """Columns left-aligned for text, right-aligned for numbers."""
-    cells = [[str(c) for c in header]] + [[_cell(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    numeric = [all(_is_number(r[i]) for r in rows) and rows for i in range(len(header))]
-
-    def line(r: Sequence[str]) -> str:
-        cols = zip(r, widths, numeric, strict=True)
-        parts = [c.rjust(w) if num else c.ljust(w) for c, w, num in cols]
-        return indent + "  ".join(parts).rstrip()
-
-    rule = indent + "  ".join("-" * w for w in widths)
-    return "\n".join([line(cells[0]), rule, *(line(r) for r in cells[1:])])
-
-
-def _cell(value: Any) -> str:
-    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+from tokentape._src.util.text import fmt_bytes, fmt_int, key_values, table
 
 
 def dropped_text(docs: dict[str, int], tokens: dict[str, int]) -> str:

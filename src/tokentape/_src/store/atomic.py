@@ -15,7 +15,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import BinaryIO
 
-from tokentape.errors import TokentapeError
+from tokentape.errors import OutputError
 
 RENAME_EXCHANGE = 2
 """``renameat2`` flag (Linux >= 3.15, glibc >= 2.28): swap two names in one step."""
@@ -24,7 +24,7 @@ UNSUPPORTED = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP}
 """What ``renameat2`` answers where the kernel or the file system cannot exchange names."""
 
 
-class WriteFailed(TokentapeError, OSError):
+class WriteFailed(OutputError, OSError):
     """Writing a file failed (no space, no permission, the destination is a directory, ...).
 
     The message names the destination, never a temporary name. It is an ``OSError`` too (with

@@ -24,7 +24,7 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-from tokentape.errors import TokentapeError
+from tokentape.errors import TokentapeError, StoreError
 
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 """No link followed at the name; a FIFO opens without blocking (and is then refused)."""
@@ -52,15 +52,15 @@ def check_shard_names(names: Sequence[object], where: str) -> None:
     for i, name in enumerate(names):
         problem = shard_name_problem(i, name)
         if problem is not None:
-            raise TokentapeError(f"{where}: {problem}")
+            raise StoreError(f"{where}: {problem}")
 
 
 def _plain(name: str) -> bool:
     return bool(name) and name not in (".", "..") and "/" not in name and "\0" not in name
 
 
-def _refusal(path: Path, what: str, why: str) -> TokentapeError:
-    return TokentapeError(
+def _refusal(path: Path, what: str, why: str) -> StoreError:
+    return StoreError(
         f"{path}: {what} {why}; a store reads only regular files inside its own directory"
     )
 
@@ -94,9 +94,9 @@ def open_directory(directory: Path) -> int:
     try:
         return os.open(directory, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
     except (FileNotFoundError, NotADirectoryError):
-        raise TokentapeError(no_store_directory(directory)) from None
+        raise StoreError(no_store_directory(directory)) from None
     except OSError as exc:
-        raise TokentapeError(f"store '{directory}': cannot open ({exc.strerror})") from None
+        raise StoreError(f"store '{directory}': cannot open ({exc.strerror})") from None
 
 
 def replaced(directory: Path, dir_fd: int) -> bool:
@@ -121,11 +121,11 @@ def open_inside(directory: Path, name: str, what: str, dir_fd: int | None = None
     try:
         fd = os.open(path if dir_fd is None else name, _FLAGS, dir_fd=dir_fd)
     except FileNotFoundError:
-        raise TokentapeError(f"{path}: {what} is missing") from None
+        raise StoreError(f"{path}: {what} is missing") from None
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.EMLINK):  # O_NOFOLLOW met a link (EMLINK: BSD)
             raise _refusal(path, what, _link_text(path)) from None
-        raise TokentapeError(f"{path}: cannot read {what} ({exc.strerror})") from None
+        raise StoreError(f"{path}: cannot read {what} ({exc.strerror})") from None
     problem = _kind_problem(path, os.fstat(fd).st_mode)
     if problem is not None:
         os.close(fd)

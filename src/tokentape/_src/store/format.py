@@ -27,7 +27,7 @@ from tokentape._src.store.confine import (
 from tokentape._src.store.confine import (
     shard_name as shard_name,  # re-exported: the writer names shards
 )
-from tokentape.errors import TokentapeError
+from tokentape.errors import ArgumentError, StoreError
 
 FORMAT_NAME = "tokentape.store"
 FORMAT_VERSION = 1
@@ -35,18 +35,18 @@ MANIFEST_NAME = "manifest.json"
 DEFAULT_BLOCK_BYTES = 64 * 2**20
 UINT16_MAX_VOCAB = 2**16
 
-_DTYPES = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
+_DTYPES: dict[str, np.dtype] = {"uint16": np.dtype("<u2"), "uint32": np.dtype("<u4")}
 
 
 def choose_dtype(vocab_size: int) -> str:
     """``uint16`` when every id fits (vocabulary of at most 65,536 ids), else ``uint32``."""
     if vocab_size <= 0:
-        raise TokentapeError(f"vocabulary size must be positive, got {vocab_size}")
+        raise ArgumentError(f"vocabulary size must be positive, got {vocab_size}")
     if vocab_size <= UINT16_MAX_VOCAB:
         return "uint16"
     if vocab_size <= 2**32:
         return "uint32"
-    raise TokentapeError(f"vocabulary of {vocab_size} ids does not fit uint32")
+    raise ArgumentError(f"vocabulary of {vocab_size} ids does not fit uint32")
 
 
 def numpy_dtype(name: str) -> np.dtype:
@@ -54,7 +54,7 @@ def numpy_dtype(name: str) -> np.dtype:
     try:
         return _DTYPES[name]
     except KeyError:
-        raise TokentapeError(f"unknown dtype '{name}'; expected uint16 or uint32") from None
+        raise StoreError(f"unknown dtype '{name}'; expected uint16 or uint32") from None
 
 
 @dataclass(frozen=True)
@@ -117,11 +117,11 @@ def content_hash(shards: list[ShardInfo] | tuple[ShardInfo, ...], dtype: str) ->
 
 def _field(data: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
     if key not in data:
-        raise TokentapeError(f"{where}: missing field '{key}'")
+        raise StoreError(f"{where}: missing field '{key}'")
     value = data[key]
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         expected = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-        raise TokentapeError(
+        raise StoreError(
             f"{where}: field '{key}' is {type(value).__name__}, expected {expected}"
         )
     return value
@@ -130,16 +130,16 @@ def _field(data: dict[str, Any], key: str, kind: type | tuple[type, ...], where:
 def _count(data: dict[str, Any], key: str, where: str) -> int:
     value = _field(data, key, int, where)
     if value < 0:
-        raise TokentapeError(f"{where}: field '{key}' is {value}, expected a count (>= 0)")
+        raise StoreError(f"{where}: field '{key}' is {value}, expected a count (>= 0)")
     return value
 
 
 def _parse_shard(data: Any, where: str) -> ShardInfo:
     if not isinstance(data, dict):
-        raise TokentapeError(f"{where}: expected an object")
+        raise StoreError(f"{where}: expected an object")
     blocks = _field(data, "block_sha256", list, where)
     if not all(isinstance(b, str) for b in blocks):
-        raise TokentapeError(f"{where}: field 'block_sha256' must be a list of strings")
+        raise StoreError(f"{where}: field 'block_sha256' must be a list of strings")
     return ShardInfo(
         name=_field(data, "name", str, where),
         n_tokens=_count(data, "n_tokens", where),
@@ -161,14 +161,14 @@ def parse_manifest(text: str, where: str, *, strict: bool = True) -> Manifest:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise TokentapeError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        raise StoreError(f"{where}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     except (ValueError, RecursionError) as exc:  # nested too deep, an integer of 5,000 digits
-        raise TokentapeError(f"{where}: not valid JSON ({str(exc).splitlines()[0]})") from None
+        raise StoreError(f"{where}: not valid JSON ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
-        raise TokentapeError(f"{where}: not a tokentape store manifest (field 'format')")
+        raise StoreError(f"{where}: not a tokentape store manifest (field 'format')")
     version = _field(data, "format_version", int, where)
     if version != FORMAT_VERSION:
-        raise TokentapeError(
+        raise StoreError(
             f"{where}: format_version {version} is not supported; expected {FORMAT_VERSION}"
         )
     dtype = _field(data, "dtype", str, where)
@@ -179,7 +179,7 @@ def parse_manifest(text: str, where: str, *, strict: bool = True) -> Manifest:
         check_shard_names([s.name for s in shards], where)
     extra = data.get("extra", {})
     if not isinstance(extra, dict):
-        raise TokentapeError(f"{where}: field 'extra' is {type(extra).__name__}, expected dict")
+        raise StoreError(f"{where}: field 'extra' is {type(extra).__name__}, expected dict")
     manifest = Manifest(
         dtype=dtype,
         vocab_size=_count(data, "vocab_size", where),
@@ -196,9 +196,9 @@ def parse_manifest(text: str, where: str, *, strict: bool = True) -> Manifest:
         extra=extra,
     )
     if manifest.n_tokens != sum(s.n_tokens for s in shards):
-        raise TokentapeError(f"{where}: n_tokens does not equal the sum over shards")
+        raise StoreError(f"{where}: n_tokens does not equal the sum over shards")
     if manifest.n_docs != sum(s.n_docs for s in shards):
-        raise TokentapeError(f"{where}: n_docs does not equal the sum over shards")
+        raise StoreError(f"{where}: n_docs does not equal the sum over shards")
     if strict:
         _check_consistent(manifest, where)
     return manifest
@@ -206,12 +206,12 @@ def parse_manifest(text: str, where: str, *, strict: bool = True) -> Manifest:
 
 def _check_consistent(manifest: Manifest, where: str) -> None:
     if manifest.eod_id >= manifest.vocab_size:
-        raise TokentapeError(
+        raise StoreError(
             f"{where}: eod_id {manifest.eod_id} is not below vocab_size {manifest.vocab_size}"
         )
     recomputed = content_hash(manifest.shards, manifest.dtype)
     if manifest.content_hash != recomputed:
-        raise TokentapeError(
+        raise StoreError(
             f"{where}: content_hash {manifest.content_hash} does not follow from the shard "
             f"records ({recomputed}); the manifest was edited (run `tokentape verify`)"
         )
@@ -259,11 +259,11 @@ def read_manifest_text(
     refused."""
     path = Path(directory) / MANIFEST_NAME
     if dir_fd is None and not Path(directory).is_dir():
-        raise TokentapeError(no_store_directory(Path(directory)))
+        raise StoreError(no_store_directory(Path(directory)))
     try:
         os.lstat(path if dir_fd is None else MANIFEST_NAME, dir_fd=dir_fd)
     except FileNotFoundError:
-        raise TokentapeError(
+        raise StoreError(
             f"store '{directory}': no {MANIFEST_NAME}; not a complete tokentape store"
         ) from None
     except OSError:
@@ -273,7 +273,7 @@ def read_manifest_text(
         with open(fd, "rb") as f:
             return f.read().decode("utf-8"), path
     except (OSError, UnicodeDecodeError) as exc:
-        raise TokentapeError(f"{path}: cannot read ({exc})") from None
+        raise StoreError(f"{path}: cannot read ({exc})") from None
 
 
 def store_files(manifest: Manifest) -> list[tuple[str, str]]:

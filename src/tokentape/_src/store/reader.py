@@ -35,15 +35,15 @@ from tokentape._src.store.format import (
     read_npy_header,
 )
 from tokentape._src.store.tokenizers import STORED_NAMES, Tokenizer, tokenizer_from_manifest
-from tokentape.errors import ArgumentError, OutOfRangeError, TokentapeError
+from tokentape.errors import TokentapeError, ArgumentError, OutOfRangeError, StoreError
 
 INDEX_DTYPE = np.dtype("<i8")
 _OPEN_ATTEMPTS = 3
 """Opens of a store that is replaced while being opened, before giving up."""
 
 
-def _damaged(path: Path, what: str) -> TokentapeError:
-    return TokentapeError(f"{path}: {what}; the store is damaged (run `tokentape verify`)")
+def _damaged(path: Path, what: str) -> StoreError:
+    return StoreError(f"{path}: {what}; the store is damaged (run `tokentape verify`)")
 
 
 def _check_size(path: Path, fd: int, expected: int) -> None:
@@ -357,7 +357,7 @@ class Source(TokenStream):
         was when the store was opened)."""
         copy, name = self._tokenizer_copy, self.manifest.tokenizer.get("file")
         if copy is None and name in STORED_NAMES:  # never read by path after the open
-            raise TokentapeError(
+            raise StoreError(
                 f"{self.directory / name}: the tokenizer copy the manifest names was missing "
                 "when the store was opened"
             )

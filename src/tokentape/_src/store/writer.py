@@ -71,7 +71,7 @@ class _OpenShard:
         starts = np.zeros(len(lengths), dtype=np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
         self.starts.append(starts + self.n_tokens)
-        data = memoryview(tokens).cast("B")
+        data = tokens.data.cast("B")
         self.file.write(data)
         self.hasher.update(data)
         self.n_tokens += len(tokens)

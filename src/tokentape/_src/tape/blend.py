@@ -39,6 +39,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import overload
 
 import numpy as np
 
@@ -194,6 +195,10 @@ class Blend:
             raise OutOfRangeError(f"blend: draw {int(j.max())} lies beyond position 2**62")
         return p
 
+    @overload
+    def count(self, source: int, n: int) -> int: ...
+    @overload
+    def count(self, source: np.ndarray | int, n: np.ndarray | int) -> np.ndarray | int: ...
     def count(self, source: np.ndarray | int, n: np.ndarray | int) -> np.ndarray | int:
         """Draws of ``source`` among positions [0, n), in O(1); an int when both are scalars.
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 
@@ -107,8 +108,8 @@ def round_keys(seed: int, name: str, epoch: int, rounds: int = ROUNDS) -> tuple[
 
 
 def _round(
-    half: np.ndarray, key: np.unsignedinteger, word: _Word, out_shift: np.unsignedinteger,
-    z: np.ndarray, tmp: np.ndarray,
+    half: np.ndarray, key: np.unsignedinteger | np.ndarray, word: _Word,
+    out_shift: np.unsignedinteger, z: np.ndarray, tmp: np.ndarray,
 ) -> np.ndarray:  # fmt: skip
     """F(half, key) into ``z``: a well-mixed ``h``-bit value (``tmp`` is scratch).
 
@@ -180,15 +181,23 @@ class Permutation:
         half = half_bits_for(n) if type(n) is int else 1  # a bad n: __post_init__ names it
         return cls(n, round_keys(seed, name, epoch), half)
 
-    def __call__(self, x: np.ndarray | int) -> np.ndarray | int:
+    @overload
+    def __call__(self, x: int | np.integer) -> int: ...
+    @overload
+    def __call__(self, x: np.ndarray) -> np.ndarray: ...
+    def __call__(self, x: np.ndarray | int | np.integer) -> np.ndarray | int:
         """Index -> permuted index (int in, int out; array in, int64 array of its shape out)."""
         return self._apply(x, forward=True)
 
-    def inverse(self, y: np.ndarray | int) -> np.ndarray | int:
+    @overload
+    def inverse(self, y: int | np.integer) -> int: ...
+    @overload
+    def inverse(self, y: np.ndarray) -> np.ndarray: ...
+    def inverse(self, y: np.ndarray | int | np.integer) -> np.ndarray | int:
         """Permuted index -> index: ``inverse(self(x)) == x``."""
         return self._apply(y, forward=False)
 
-    def _apply(self, x: np.ndarray | int, forward: bool) -> np.ndarray | int:
+    def _apply(self, x: np.ndarray | int | np.integer, forward: bool) -> np.ndarray | int:
         if isinstance(x, bool | np.bool_):
             raise ArgumentTypeError("permutation: indices must be integers, not booleans")
         if isinstance(x, int | np.integer):
@@ -313,6 +322,12 @@ def permute_epochs(
     return out.astype(np.int64).reshape(x.shape)
 
 
-def permute(n: int, seed: int, name: str, epoch: int, x: np.ndarray | int) -> np.ndarray | int:
+@overload
+def permute(n: int, seed: int, name: str, epoch: int, x: int | np.integer) -> int: ...
+@overload
+def permute(n: int, seed: int, name: str, epoch: int, x: np.ndarray) -> np.ndarray: ...
+def permute(
+    n: int, seed: int, name: str, epoch: int, x: np.ndarray | int | np.integer
+) -> np.ndarray | int:
     """``Permutation.for_epoch(n, seed, name, epoch)(x)``."""
     return Permutation.for_epoch(n, seed, name, epoch)(x)

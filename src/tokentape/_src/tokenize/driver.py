@@ -38,6 +38,7 @@ from tokentape._src.store.format import (
     numpy_dtype,
 )
 from tokentape._src.store.lock import output_lock
+from tokentape._src.store.output import WORK_DIR, clear_out, discard_store
 from tokentape._src.store.tokenizers import (
     Tokenizer,
     load_tokenizer,
@@ -48,13 +49,8 @@ from tokentape._src.tokenize.filters import FilterSet, parse_filters
 from tokentape._src.tokenize.inputs import Unit, expand_inputs, plan_units
 from tokentape._src.tokenize.job import (
     JOB_FILE,
-    WORK_DIR,
     OutState,
     TokenizeConfig,
-    canonical_hash,
-    clear_out,
-    crashpoint,
-    discard_store,
     inspect_out,
     job_identity,
     units_dir,
@@ -69,6 +65,8 @@ from tokentape._src.tokenize.worker import (
     unit_intact,
     unit_paths,
 )
+from tokentape._src.util.faults import crashpoint
+from tokentape._src.util.hashing import canonical_hash
 from tokentape._src.util.progress import Counters, ProgressBar
 from tokentape._src.util.version import __version__
 from tokentape.errors import TokentapeError

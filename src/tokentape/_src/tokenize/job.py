@@ -8,16 +8,9 @@ local process pool or on a Ray cluster.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
-import numbers
 import os
-import re
-import shutil
-import signal
 import stat
-from contextlib import suppress
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -31,11 +24,12 @@ from tokentape._src.store.format import (
     numpy_dtype,
     parse_manifest,
 )
+from tokentape._src.store.output import WORK_DIR, clear_out, discard_store, is_store_file
 from tokentape._src.tokenize.inputs import InputFile
+from tokentape._src.util.checks import check_count, check_mb, check_path, check_text
+from tokentape._src.util.hashing import canonical_hash
 from tokentape.errors import ArgumentError, TokentapeError
 
-CRASH_ENV = "TOKENTAPE_CRASH_AT"
-WORK_DIR = ".tokentape-work"
 JOB_FILE = "job.json"
 UNITS_PREFIX = "units-"
 """Unit files live in ``WORK_DIR/units-<hash of the resume key>/``: a helper of an earlier,
@@ -49,46 +43,6 @@ EXECUTORS = ("local", "ray")
 
 MAX_WORKERS = 65_536
 """The most ``--workers`` (processes, or Ray tasks in flight) one run takes."""
-MAX_MB = float(2**20)
-"""The largest ``--shard-mb`` / ``--unit-mb``: 1 TiB."""
-
-
-def check_mb(flag: str, value: object) -> None:
-    """A size in MiB: a finite number in (0, ``MAX_MB``]."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ArgumentError(f"{flag} must be a number of MiB, got {value!r}")
-    if not (math.isfinite(value) and 0 < value <= MAX_MB):
-        raise ArgumentError(f"{flag} must be a number of MiB in (0, {MAX_MB:.0f}], got {value}")
-
-
-def check_count(flag: str, value: object, low: int, high: int) -> None:
-    """An integer in ``[low, high]``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ArgumentError(f"{flag} must be an integer, got {value!r}")
-    if not low <= value <= high:
-        raise ArgumentError(f"{flag} must be between {low} and {high:,}, got {value}")
-
-
-def check_text(flag: str, value: object) -> None:
-    """A non-empty string without NUL or line breaks (it ends up in one-line messages)."""
-    if not isinstance(value, str):
-        raise ArgumentError(f"{flag} must be a string, got {value!r}")
-    if not value:
-        raise ArgumentError(f"{flag} must not be empty")
-    if any(c in value for c in "\0\n\r"):
-        raise ArgumentError(f"{flag} {value!r}: must not hold NUL or line breaks")
-
-
-def check_path(flag: str, value: object) -> None:
-    """A path (a string or ``os.PathLike``), not empty."""
-    if isinstance(value, os.PathLike):
-        value = os.fspath(value)
-    if not isinstance(value, str):
-        raise ArgumentError(f"{flag} must be a path, got {value!r}")
-    if not value:
-        raise ArgumentError(f"{flag} must not be empty")
-    if "\0" in value:
-        raise ArgumentError(f"{flag} {value!r}: a path cannot hold NUL")
 
 
 @dataclass(frozen=True)
@@ -163,11 +117,6 @@ class TokenizeConfig:
         return min(MAX_AUTO_UNIT, max(MIN_AUTO_UNIT, total_input_bytes // 32))
 
 
-def canonical_hash(data: Any) -> str:
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
-
-
 def job_identity(
     config: TokenizeConfig,
     files: list[InputFile],
@@ -190,31 +139,10 @@ def job_identity(
     }
 
 
-def crashpoint(name: str) -> None:
-    """Test hook: SIGKILL this process at the named point when ``TOKENTAPE_CRASH_AT`` says so."""
-    if os.environ.get(CRASH_ENV) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 class OutState(Enum):
     FRESH = "fresh"  # nothing of ours there (the directory may not exist yet)
     RESUME = "resume"  # an unfinished run of this same job
     COMPLETE = "complete"  # a finished store of this same job
-
-
-_OURS = re.compile(r"(?:part-\d{5,}\.(?:bin|idx\.npy)|manifest\.json|tokenizer\.(?:json|tiktoken))")
-
-
-def is_store_file(name: str) -> bool:
-    """Whether a name in a store directory is one tokentape writes: a shard's two files, the
-    manifest, the tokenizer copy, the temporary name of one of those, or the work directory.
-    Exact names only: a ``part-00000-x.snappy.parquet`` or ``tokenizer_config.json`` is not
-    ours and is never removed."""
-    if name == WORK_DIR:
-        return True
-    if name.startswith(".") and ".tmp-" in name:
-        name = name[1 : name.index(".tmp-")]
-    return _OURS.fullmatch(name) is not None
 
 
 @dataclass(frozen=True)
@@ -330,16 +258,6 @@ def _same_run(work: Path, resume_key: dict[str, Any]) -> bool:
         return False
 
 
-def discard_store(directory: Path) -> None:
-    """Remove a store directory that is no longer wanted (a staging directory left by an
-    earlier run, or the old store after a replacement): our files only (store names), then
-    the directory if that left it empty; anything else in it is left alone."""
-    if directory.is_dir() and not directory.is_symlink():
-        clear_out(directory)
-        with suppress(OSError):  # not empty: someone else's files, left alone
-            directory.rmdir()
-
-
 def inspect_out(
     out: Path,
     job_hash: str,
@@ -441,14 +359,3 @@ def _staged(
         return OutPlan(OutState.RESUME, staging, replace=True)
     clear_out(staging)
     return OutPlan(OutState.FRESH, staging, replace=True)
-
-
-def clear_out(out: Path, keep: tuple[str, ...] = ()) -> None:
-    """Remove everything tokentape writes in ``out`` (and nothing else), but for ``keep``."""
-    for name in os.listdir(out):
-        if is_store_file(name) and name not in keep:
-            path = out / name
-            if path.is_dir() and not path.is_symlink():  # a link is removed, never followed
-                shutil.rmtree(path)
-            else:
-                path.unlink()

@@ -23,8 +23,8 @@ from typing import Any
 from tokentape._src.store.tokenizers import Tokenizer, load_tokenizer
 from tokentape._src.tokenize.filters import FilterSet, parse_filters
 from tokentape._src.tokenize.inputs import Unit
-from tokentape._src.tokenize.job import CRASH_ENV, crashpoint
 from tokentape._src.tokenize.worker import WorkerSettings, tokenize_unit
+from tokentape._src.util.faults import CRASH_ENV, crashpoint
 from tokentape._src.util.progress import Counters
 from tokentape.errors import TokentapeError
 
@@ -175,4 +175,4 @@ def run_units(
             p.join()
     if not errors.empty():
         raise TokentapeError(errors.get())
-    return [p.exitcode for p in helpers if p.exitcode != 0]
+    return [code for p in helpers if (code := p.exitcode)]  # joined: every exit code is set

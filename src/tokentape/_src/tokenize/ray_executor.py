@@ -28,9 +28,9 @@ from typing import Any
 from tokentape._src.store.tokenizers import Tokenizer, load_tokenizer
 from tokentape._src.tokenize.filters import FilterSet, parse_filters
 from tokentape._src.tokenize.inputs import Unit
-from tokentape._src.tokenize.job import CRASH_ENV, crashpoint
 from tokentape._src.tokenize.pool import SINGLE_THREAD_ENV, PoolJob, WorkerDied
 from tokentape._src.tokenize.worker import UnitResult, tokenize_unit
+from tokentape._src.util.faults import CRASH_ENV, crashpoint
 from tokentape._src.util.progress import Counters
 from tokentape.errors import TokentapeError
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -83,8 +84,12 @@ def _well_formed(r: UnitResult) -> bool:
     return all(map(count, numbers)) and counts(r.dropped_docs) and counts(r.dropped_tokens)
 
 
-def _batches(texts: Iterable[str], size: int) -> Iterator[list[str]]:
-    it = iter(texts)
+_T = TypeVar("_T")
+
+
+def _batches(items: Iterable[_T], size: int) -> Iterator[list[_T]]:
+    """``items`` in lists of ``size`` (the last one shorter)."""
+    it = iter(items)
     while batch := list(islice(it, size)):
         yield batch
 

@@ -19,7 +19,7 @@ import os
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,8 +78,8 @@ def step_tokens_hash(batch: Batch, plan: Plan) -> str:
     """The step log's tokens hash: sha256 over the positions (int64 little-endian), then the
     token windows as ``hash_dtype(plan)``, row by row. Hashed through the buffer protocol: no
     copy when the batch already has that dtype."""
-    h = hashlib.sha256(np.ascontiguousarray(batch.positions, dtype="<i8"))
-    h.update(np.ascontiguousarray(batch.tokens, dtype=hash_dtype(plan)))
+    h = hashlib.sha256(np.ascontiguousarray(batch.positions, dtype="<i8").data)
+    h.update(np.ascontiguousarray(batch.tokens, dtype=hash_dtype(plan)).data)
     return h.hexdigest()
 
 
@@ -261,9 +261,6 @@ class Loader:
 
 
 def _slice(batch: Batch, lo: int, hi: int) -> Batch:
-    """Rows [lo, hi) of every per-row array of ``batch``."""
-    return Batch(*(None if a is None else a[lo:hi] for a in _fields_of(batch)))
-
-
-def _fields_of(batch: Batch) -> tuple[np.ndarray | None, ...]:
-    return tuple(getattr(batch, f.name) for f in fields(batch))
+    """Rows [lo, hi) of every per-row array of ``batch`` (an absent one stays absent)."""
+    arrays = ((f.name, getattr(batch, f.name)) for f in fields(batch))
+    return replace(batch, **{name: a[lo:hi] for name, a in arrays if a is not None})

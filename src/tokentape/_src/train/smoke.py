@@ -73,7 +73,7 @@ class RankReport:
     @classmethod
     def from_record(cls, record: np.ndarray) -> RankReport:
         values = [int(v) for v in record[: len(_FIELDS)]]
-        fields = dict(zip(_FIELDS, values, strict=True))
+        fields: dict[str, Any] = dict(zip(_FIELDS, values, strict=True))
         fields["contiguous"] = bool(fields["contiguous"])
         digest = np.ascontiguousarray(record[len(_FIELDS) :], dtype="<i8").tobytes()
         return cls(**fields, digest=digest)
@@ -86,11 +86,11 @@ def report(step: Step, rank: int, dp_rank: int) -> RankReport:
     for micro in step.micro_batches:
         positions = np.ascontiguousarray(micro.positions, dtype="<i8").reshape(-1)
         parts.append(positions)
-        h.update(positions)
-        h.update(np.ascontiguousarray(micro.tokens, dtype="<i8"))
+        h.update(positions.data)
+        h.update(np.ascontiguousarray(micro.tokens, dtype="<i8").data)
         for extra in (micro.segment_ids, micro.doc_positions):
             if extra is not None:
-                h.update(np.ascontiguousarray(extra, dtype="<i8"))
+                h.update(np.ascontiguousarray(extra, dtype="<i8").data)
     flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
     first = int(flat[0]) if flat.size else 0
     contiguous = bool(np.array_equal(flat, np.arange(first, first + flat.size)))
@@ -218,7 +218,7 @@ def verify(reports: list[RankReport], model_parallel_size: int | None = None) ->
             merged.append([a, b])
     if merged != [[consumed, consumed + global_batch]]:
         problems.append(
-            f"step {ref.step}: the ranks' positions {_ranges([tuple(m) for m in merged])} are "
+            f"step {ref.step}: the ranks' positions {_ranges([(a, b) for a, b in merged])} are "
             f"not [{consumed}, {consumed + global_batch})"
         )
     return problems

@@ -30,7 +30,7 @@ class Counters:
 
     def snapshot(self) -> tuple[int, int, int, int]:
         with self.values.get_lock():
-            return tuple(self.values[:])  # type: ignore[return-value]
+            return tuple(self.values[:])
 
 
 def _human(n: float, unit: str = "") -> str:

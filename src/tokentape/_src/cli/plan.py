@@ -1,0 +1,72 @@
+"""`tokentape plan`: resolve a mixture plan, print its repeat table, write PLAN.json."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from tokentape._src.plan.plan import check_budgets, load_plan_spec, resolve_plan
+from tokentape._src.render.text import plan_text
+from tokentape._src.store.atomic import write_atomic
+from tokentape.errors import TokentapeError
+
+PLAN_EPILOG = """\
+plan file:
+  seq_len = 4096
+  seed = 1234
+  total_tokens = "2T"          # or total_samples = 488_281_250: the horizon
+  [[source]]
+  name = "web"
+  path = "stores/web"          # a store directory, relative to the plan file
+  weight = 60                  # any positive numbers; normalised
+  max_repeats = 1.0            # repeat budget: planned passes over this source
+
+example:
+  tokentape plan mix.toml --out mix.json --plot mix.png
+"""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "plan",
+        help="resolve a mixture plan: repeat table, index hash, PLAN.json",
+        description="Resolve a plan file (TOML): open its stores, turn the weights into exact "
+        "rationals, print the repeat table and the index hash, and refuse a plan that repeats a "
+        "source beyond its max_repeats. See docs/plan.md.",
+        epilog=PLAN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("plan", metavar="PLAN.toml")
+    p.add_argument("--out", metavar="PLAN.json", help="write the resolved plan (for the loader)")
+    p.add_argument("--json", action="store_true", help="print the resolved plan as JSON")
+    p.add_argument("--plot", metavar="PNG", help="draw shares and repeats (needs matplotlib)")
+    p.set_defaults(func=cmd)
+
+
+def cmd(args: argparse.Namespace) -> int:
+    plan = resolve_plan(load_plan_spec(args.plan), args.plan)
+    check_budgets(plan, args.plan)
+    for path in (args.out, args.plot):
+        _check_output_file(path)  # both, before either is written
+    drawing = None
+    if args.plot:  # drawn before anything is written: a bad --plot writes nothing
+        from tokentape._src.render.plot import draw_plan  # matplotlib: imported only when drawing
+
+        drawing = draw_plan(plan, args.plot)
+    if args.out:
+        write_atomic(args.out, plan.to_json().encode())
+    if drawing is not None:
+        write_atomic(args.plot, drawing)
+    print(plan.to_json() if args.json else plan_text(plan), end="" if args.json else "\n")
+    return 0
+
+
+def _check_output_file(path: str | None) -> None:
+    """Refuse an output file that cannot be written (no directory, or a directory there), in
+    the words the atomic writer would use."""
+    if path is None:
+        return
+    if os.path.isdir(path):
+        raise TokentapeError(f"'{path}': Is a directory")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        raise TokentapeError(f"'{path}': No such file or directory")

@@ -1,0 +1,51 @@
+"""Argument checks shared by the library's entry points: one clear error naming the argument."""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+
+from tokentape.errors import ArgumentError
+
+MAX_MB = float(2**20)
+"""The largest ``--shard-mb`` / ``--unit-mb``: 1 TiB."""
+
+
+def check_mb(flag: str, value: object) -> None:
+    """A size in MiB: a finite number in (0, ``MAX_MB``]."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentError(f"{flag} must be a number of MiB, got {value!r}")
+    # typeshed's numbers.Real declares no comparison with an int; every Real has one at runtime
+    if not (math.isfinite(value) and 0 < value <= MAX_MB):  # type: ignore[operator]
+        raise ArgumentError(f"{flag} must be a number of MiB in (0, {MAX_MB:.0f}], got {value}")
+
+
+def check_count(flag: str, value: object, low: int, high: int) -> None:
+    """An integer in ``[low, high]``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentError(f"{flag} must be an integer, got {value!r}")
+    if not low <= int(value) <= high:  # int() is exact for an Integral
+        raise ArgumentError(f"{flag} must be between {low} and {high:,}, got {value}")
+
+
+def check_text(flag: str, value: object) -> None:
+    """A non-empty string without NUL or line breaks (it ends up in one-line messages)."""
+    if not isinstance(value, str):
+        raise ArgumentError(f"{flag} must be a string, got {value!r}")
+    if not value:
+        raise ArgumentError(f"{flag} must not be empty")
+    if any(c in value for c in "\0\n\r"):
+        raise ArgumentError(f"{flag} {value!r}: must not hold NUL or line breaks")
+
+
+def check_path(flag: str, value: object) -> None:
+    """A path (a string or ``os.PathLike``), not empty."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise ArgumentError(f"{flag} must be a path, got {value!r}")
+    if not value:
+        raise ArgumentError(f"{flag} must not be empty")
+    if "\0" in value:
+        raise ArgumentError(f"{flag} {value!r}: a path cannot hold NUL")

@@ -1,0 +1,114 @@
+"""Every ```python block of the README and the docs runs as written, in a directory holding what
+the blocks name (stores, ``mix.json``, a run's step log, the built-in corpora); the README's
+Train section is examples/train_mixture.py; no text teaches an internal module."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+import tokentape
+from tokentape._src.corpora import write_builtin_corpora
+
+ROOT = Path(__file__).parents[2]
+DOCS = ["README.md", "docs/audit.md", "docs/locate.md", "docs/train.md"]
+"""The pages with Python blocks to run (docs/errors.md shows interpreter sessions instead)."""
+TRAIN_ARGV = ["train_mixture.py", "corpora", "run-mixture", "3"]
+"""The README's Train block is the example script: it reads its arguments from ``sys.argv``."""
+
+
+def python_blocks(doc: str) -> list[tuple[int, str]]:
+    """(line number, code) of each ```python block of ``doc``."""
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    blocks = []
+    for m in re.finditer(r"^```python\n(.*?)^```$", text, re.S | re.M):
+        blocks.append((text[: m.start()].count("\n") + 2, m.group(1)))
+    return blocks
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """What the blocks name, built with the public API: the built-in corpora; ``data/web``
+    and ``stores/web`` (as the README's tokenize block makes it), ``stores/math``;
+    ``mix.json`` over them; a run's step log ``run/steps.jsonl``."""
+    root = tmp_path_factory.mktemp("readme")
+    corpora = write_builtin_corpora(root / "corpora")
+    shutil.copytree(corpora["prose"], root / "data" / "web")
+    with contextlib.chdir(root):  # the README's call, so that the block finds its store made
+        tokentape.tokenize("data/web/", "stores/web", filters=["min-tokens:16"], workers=2)
+    tokentape.tokenize(corpora["notes"], root / "stores" / "math")
+    sources = {"web": {"path": "stores/web", "weight": 60}}
+    sources["math"] = {"path": "stores/math", "weight": 5, "max_repeats": 4.0}
+    plan = tokentape.Plan.build(sources, seq_len=64, seed=1234, total_samples=20_000, base_dir=root)
+    plan.save(root / "mix.json")
+    config = tokentape.BatchConfig(dp_size=1, micro=4, accum=2)
+    (root / "run").mkdir()
+    with tokentape.Loader(plan, 0, config, step_log=root / "run" / "steps.jsonl") as loader:
+        for _ in range(10):
+            loader.step()
+            loader.commit()
+        loader.state_dict()
+    return root
+
+
+def _cases() -> list:
+    return [pytest.param(doc, id=doc.removeprefix("docs/")) for doc in DOCS]
+
+
+@pytest.mark.parametrize("doc", _cases())
+def test_python_blocks_run_as_written(doc, workdir, monkeypatch):
+    if doc in ("README.md", "docs/train.md"):
+        pytest.importorskip("torch")
+    blocks = python_blocks(doc)
+    assert blocks, f"{doc} has no python block"
+    monkeypatch.chdir(workdir)
+    monkeypatch.setattr(sys, "argv", TRAIN_ARGV)
+    namespace: dict = {"__name__": "__main__"}  # one namespace per page, block after block
+    for line, code in blocks:
+        exec(compile(code, f"{doc}:{line}", "exec"), namespace)
+    if doc == "README.md":  # the blocks did what the text around them says
+        assert namespace["summary"].n_docs > 0 and namespace["summary"].status == "already complete"
+        assert [s.name for s in namespace["plan"].sources] == ["prose", "code", "notes"]
+        assert namespace["loader"].state.step == 3
+        assert (workdir / "run-mixture" / "ckpt.pt").is_file()
+        assert namespace["found"].position.size > 0 and namespace["replayed"].step == 7
+
+
+def test_readme_train_section_is_the_example():
+    code = (ROOT / "examples" / "train_mixture.py").read_text(encoding="utf-8")
+    body = code.splitlines()[ast.parse(code).body[0].end_lineno :]
+    shown = [c for _, c in python_blocks("README.md") if "loader.commit()" in c]
+    assert shown == ["\n".join(body).strip("\n") + "\n"]
+
+
+def test_the_example_fits_in_25_lines():
+    code = (ROOT / "examples" / "train_mixture.py").read_text(encoding="utf-8")
+    body = code.splitlines()[ast.parse(code).body[0].end_lineno :]
+    assert len([x for x in body if x.strip()]) <= 25
+
+
+def test_readme_starts_with_make_demo_and_make_test():
+    head = (ROOT / "README.md").read_text(encoding="utf-8").split("\n\n")[1]
+    assert "make demo" in head and "make test" in head
+
+
+TEXTS = [
+    "README.md",
+    *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")),
+    *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "examples").iterdir() if p.is_file()),
+]
+PUBLIC = {"tokentape", "tokentape.torch", "tokentape.megatron", "tokentape.errors"}
+
+
+@pytest.mark.parametrize("path", TEXTS)
+def test_no_text_teaches_an_internal_module(path):
+    text = (ROOT / path).read_text(encoding="utf-8")
+    assert "tokentape._src" not in text, path
+    imports = re.findall(r"^\s*(?:from|import) (tokentape[\w.]*)", text, re.M)
+    assert set(imports) <= PUBLIC, path

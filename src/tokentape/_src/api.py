@@ -31,6 +31,7 @@ from tokentape._src.tokenize.driver import tokenize as _tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
 from tokentape._src.train.partition import BatchConfig
 from tokentape._src.train.schedule import Schedule
+from tokentape._src.util.progress import ProgressCallback
 from tokentape.errors import ArgumentError
 
 PathArg = str | os.PathLike[str]
@@ -53,7 +54,7 @@ def tokenize(
     shard_mb: float = 256.0,
     unit_mb: float | None = None,
     overwrite: bool = False,
-    progress: bool | None = None,
+    progress: ProgressCallback | None = None,
 ) -> TokenizeSummary:
     """Tokenize text files into a token store (``tokentape tokenize``), or resume the job.
 
@@ -76,7 +77,9 @@ def tokenize(
         shard_mb: Target shard size in MiB of tokens.
         unit_mb: Input MiB per unit of work (default: chosen from the input size).
         overwrite: Replace a store or an unfinished run with other settings in ``out``.
-        progress: True draws a progress bar on stderr; by default nothing is drawn.
+        progress: Called with a ``Progress`` (bytes, documents and tokens done, elapsed
+            seconds) every half second while units are tokenized, and once at the end with
+            ``final=True``. Nothing is drawn on the terminal.
 
     Returns:
         The summary: counts, dropped documents per filter, content hash, status.
@@ -101,7 +104,7 @@ def tokenize(
         unit_mb=unit_mb,
         overwrite=overwrite,
     )
-    return _tokenize(config, show_progress=bool(progress))
+    return _tokenize(config, progress)
 
 
 def _plan(plan: Plan | PathArg) -> Plan:

@@ -18,19 +18,35 @@ from tokentape._src.train.loader import Loader, Step
 from tokentape._src.train.partition import BatchConfig
 from tokentape._src.train.state import DataState
 from tokentape._src.util.version import __version__
-from tokentape.errors import ArgumentError, OutOfRangeError, TokentapeError
+from tokentape.errors import (
+    ArgumentError,
+    InputError,
+    OutOfRangeError,
+    OutputError,
+    PlanError,
+    ResumeRefused,
+    StoreChanged,
+    StoreError,
+    TokentapeError,
+)
 
 __all__ = [
     "ArgumentError",
     "Batch",
     "BatchConfig",
     "DataState",
+    "InputError",
     "Loader",
     "MegatronSource",
     "OutOfRangeError",
+    "OutputError",
     "Plan",
+    "PlanError",
+    "ResumeRefused",
     "Source",
     "Step",
+    "StoreChanged",
+    "StoreError",
     "TokenizeSummary",
     "TokentapeError",
     "__version__",

@@ -77,7 +77,7 @@ def build(out: Path, mb: float, seq_len: int, seconds: dict[str, float]) -> Path
     started = time.perf_counter()
     for name in SOURCES:
         config = TokenizeConfig(inputs=(str(out / f"{name}.jsonl"),), out=str(out / name))
-        tokenize(config, show_progress=False)
+        tokenize(config)
     seconds["tokenize"] = time.perf_counter() - started
     toml = out / "plan.toml"
     lines = [f"seq_len = {seq_len}", "seed = 1234", "total_samples = 10_000_000_000_000", ""]

@@ -266,7 +266,7 @@ def generate_corpora(root: Path) -> Data:
     for name in CORPORA_WEIGHTS:
         out = store_dir(root, name)
         config = TokenizeConfig(inputs=(str(dirs[name]),), out=str(out), tokenizer="bytes")
-        tokenize(config, show_progress=False)
+        tokenize(config)
         src = open_source(out)
         vocab, eod = src.manifest.vocab_size, src.eod_id
         prefix = megatron_prefix(root, name)

@@ -336,7 +336,7 @@ def tokentape_child(spec: str, files: list[str], workers: int, store: str, unit_
         inputs=tuple(files), out=store, tokenizer=spec, workers=workers, unit_mb=unit_mb
     )
     t0, cpu0 = time.perf_counter(), time.process_time()
-    summary = tokenize(config, show_progress=False)
+    summary = tokenize(config)
     seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # the pool's workers, reaped by now
     return {

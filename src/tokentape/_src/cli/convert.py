@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from tokentape._src.cli.progress import terminal_bar
 from tokentape._src.megatron.convert import (
     ConvertSummary,
     FromMegatron,
@@ -86,7 +87,7 @@ _FROM_ONLY = ("vocab_size", "eod_id", "tokenizer", "eod_token", "append_eod")
 
 
 def cmd(args: argparse.Namespace) -> int:
-    show = not args.json
+    bar = terminal_bar(quiet=args.json)
     if args.to:
         given = [f for f in _FROM_ONLY if getattr(args, f) not in (None, False)]
         if args.shard_mb is not None:
@@ -94,7 +95,7 @@ def cmd(args: argparse.Namespace) -> int:
         if given:
             flag = "--" + given[0].replace("_", "-")
             raise TokentapeError(f"{flag} applies to --from megatron only")
-        summary = to_megatron(args.source, args.out, args.dtype, args.overwrite, show)
+        summary = to_megatron(args.source, args.out, args.dtype, args.overwrite, bar)
     else:
         config = FromMegatron(
             prefix=args.source,
@@ -108,7 +109,7 @@ def cmd(args: argparse.Namespace) -> int:
             shard_mb=256.0 if args.shard_mb is None else args.shard_mb,
             overwrite=args.overwrite,
         )
-        summary = from_megatron(config, show)
+        summary = from_megatron(config, bar)
     if args.json:
         print(json.dumps(summary.to_json(), indent=2))
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from tokentape._src.cli.progress import terminal_bar
 from tokentape._src.plan.plan import check_budgets, load_plan_spec, resolve_plan
 from tokentape._src.render.text import plan_text
 from tokentape._src.store.atomic import write_atomic
@@ -44,7 +45,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd(args: argparse.Namespace) -> int:
-    plan = resolve_plan(load_plan_spec(args.plan), args.plan)
+    plan = resolve_plan(load_plan_spec(args.plan), args.plan, terminal_bar(quiet=args.json))
     check_budgets(plan, args.plan)
     for path in (args.out, args.plot):
         _check_output_file(path)  # both, before either is written

@@ -6,6 +6,7 @@ import argparse
 import json
 from dataclasses import fields
 
+from tokentape._src.cli.progress import terminal_bar
 from tokentape._src.render.text import dropped_text
 from tokentape._src.tokenize.driver import TokenizeSummary, tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
@@ -135,7 +136,7 @@ def cmd(args: argparse.Namespace) -> int:
         **{k: v for k, v in vars(args).items() if k in names}
         | {"inputs": tuple(args.inputs), "filters": tuple(args.filters)}
     )
-    summary = tokenize(config, show_progress=not args.json)
+    summary = tokenize(config, progress=terminal_bar(quiet=args.json))
     if args.json:
         print(json.dumps(summary.to_json(), indent=2))
     else:

@@ -5,11 +5,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import TextIO
 
 from tokentape._src.audit.verify import (
     DEFAULT_QUICK_BLOCKS,
@@ -23,9 +20,10 @@ from tokentape._src.audit.verify import (
     find_targets,
     load_manifest,
 )
+from tokentape._src.cli.progress import terminal_bar
 from tokentape._src.megatron.source import MEGATRON
 from tokentape._src.megatron.verify import planned_bytes
-from tokentape._src.util.progress import INPUT_BYTES, TOKENS, Counters, ProgressBar
+from tokentape._src.util.progress import tally
 from tokentape._src.util.text import fmt_bytes, fmt_int
 from tokentape.errors import TokentapeError
 
@@ -88,30 +86,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd)
 
 
-class _VerifyBar(ProgressBar):
-    """The tokenize progress bar, showing bytes and tokens verified."""
-
-    def line(self) -> str:
-        snap = self.counters.snapshot()
-        done, tokens = snap[INPUT_BYTES], snap[TOKENS]
-        elapsed = max(time.monotonic() - self._start, 1e-9)
-        frac = min(done / max(self.total_input_bytes, 1), 1.0)
-        bar = "#" * int(frac * 24) + "-" * (24 - int(frac * 24))
-        eta = f"{elapsed * (1 - frac) / frac:.0f} s" if frac > 0 else "?"
-        return (
-            f"{self.label} [{bar}] {frac:6.1%}  {fmt_bytes(done / elapsed)}/s  "
-            f"{tokens / elapsed / 1e6:.1f}M tok/s  elapsed {elapsed:.0f} s  ETA {eta}"
-        )
-
-
 @contextlib.contextmanager
-def _progress(total: int, stream: TextIO | None) -> Iterator[Progress | None]:
-    if stream is None or not stream.isatty():
-        yield None
-        return
-    counters = Counters()
-    with _VerifyBar(counters, total, label="verify", stream=stream):
-        yield lambda n_bytes, n_tokens: counters.add(tokens=n_tokens, input_bytes=n_bytes)
+def _progress(total: int, quiet: bool) -> Iterator[Progress | None]:
+    """The library's per-chunk callback, drawn as a bar on a terminal (not with --json)."""
+    with tally(total, "verify", terminal_bar(quiet=quiet)) as counting:
+        yield None if counting is None else counting.add
 
 
 def _summary(r: StoreReport) -> str:
@@ -159,7 +138,7 @@ def cmd(args: argparse.Namespace) -> int:
             total += planned_bytes(t.path, args.quick, _chooser(t.path, blocks))
         else:
             total += bytes_to_hash(load_manifest(t.path)[0], args.quick, blocks)
-    with _progress(total, None if args.json else sys.stderr) as progress:
+    with _progress(total, args.json) as progress:
         reports = [
             check_megatron_target(t, args.quick, blocks, progress)
             if t.kind == MEGATRON

@@ -86,7 +86,6 @@ def loss_spike_story(
             filters=("unique-lines",),
             workers=workers,
         ),
-        show_progress=False,
     )
     dropped = summary.dropped_docs.get("unique-lines", 0)
     dropped_tokens = summary.dropped_tokens.get("unique-lines", 0)

@@ -10,6 +10,7 @@ import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+from tokentape._src.cli.progress import terminal_bar
 from tokentape._src.corpora import write_builtin_corpora
 from tokentape._src.demo.audit import loss_spike_story
 from tokentape._src.demo.train import CHECKPOINT_EVERY, Phase, simulate_training
@@ -100,7 +101,7 @@ def run_demo(out: str, workers: int) -> int:
     rows, stores = [], {}
     for name, directory in sources.items():
         config = _tokenize_config(directory, root / "stores" / name, tok_path, workers)
-        summary = tokenize(config, show_progress=True)
+        summary = tokenize(config, progress=terminal_bar())
         rows.append(_row(name, summary))
         stores[name] = summary
     header = ["source", "docs read", "kept", "dropped", "tokens", "shards", "seconds"]
@@ -109,7 +110,7 @@ def run_demo(out: str, workers: int) -> int:
     heading(4, "Same bytes whatever the worker count")
     prose = stores["prose"]
     one = _tokenize_config(sources["prose"], root / "stores" / "prose-1-worker", tok_path, 1)
-    again = tokenize(one, show_progress=False)
+    again = tokenize(one)
     same = again.content_hash == prose.content_hash
     print(f"  {workers} workers: {prose.content_hash}")
     print(f"  1 worker : {again.content_hash}")

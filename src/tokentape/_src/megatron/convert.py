@@ -26,7 +26,7 @@ import secrets
 import shutil
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -57,14 +57,12 @@ from tokentape._src.store.writer import ShardWriter
 from tokentape._src.util.checks import check_count, check_mb, check_path, check_text
 from tokentape._src.util.faults import crashpoint
 from tokentape._src.util.hashing import canonical_hash
-from tokentape._src.util.progress import bytes_progress
+from tokentape._src.util.progress import ProgressCallback, tally
 from tokentape._src.util.version import __version__
-from tokentape.errors import ArgumentError, TokentapeError
+from tokentape.errors import ArgumentError, InputError, OutputError, StoreError, TokentapeError
 
 CHUNK_TOKENS = 2**24
 """Tokens converted at a time (a larger document is converted whole)."""
-
-Progress = Callable[[int], None] | None
 
 
 @dataclass(frozen=True)
@@ -120,9 +118,10 @@ def to_megatron(
     prefix: str | os.PathLike[str],
     dtype: str = "auto",
     overwrite: bool = False,
-    show_progress: bool = True,
+    progress: ProgressCallback | None = None,
 ) -> ConvertSummary:
-    """Write the store's documents as ``PREFIX.bin``/``PREFIX.idx``, one sequence each."""
+    """Write the store's documents as ``PREFIX.bin``/``PREFIX.idx``, one sequence each;
+    ``progress`` receives the bytes converted as it goes."""
     started = time.monotonic()
     check_path("STORE", store)
     check_path("OUT_PREFIX", prefix)
@@ -135,7 +134,7 @@ def to_megatron(
     name = megatron.choose_dtype(m.vocab_size) if dtype == "auto" else dtype
     megatron.dtype_code(name)
     if not megatron.holds(name, m.vocab_size):
-        raise TokentapeError(
+        raise InputError(
             f"--dtype {name} cannot hold the store's ids (vocabulary of {m.vocab_size}); "
             f"use {megatron.choose_dtype(m.vocab_size)}"
         )
@@ -151,13 +150,13 @@ def to_megatron(
         try:
             writer = megatron.MegatronWriter(tmp, name)
             total = src.n_tokens * src.dtype.itemsize
-            with _progress(total, "convert", show_progress) as progress:
+            with tally(total, "convert", progress) as counting:
                 for first, stop in doc_chunks(src, CHUNK_TOKENS):
                     start, end, lengths = _span(src, first, stop)
                     tokens = src.tokens(start, end)
                     writer.add(tokens, lengths)
-                    if progress is not None:
-                        progress(tokens.nbytes)
+                    if counting is not None:
+                        counting.add(tokens.nbytes)
             identity = writer.finish()
             writer = None
             _install_prefix(tmp, out, overwrite)
@@ -231,9 +230,7 @@ def _check_sidecar_names(out: Path) -> None:
     it or in the cache): it could not be replaced once the prefix is in place."""
     for path in sidecar_paths(out):
         if path.is_dir() and not path.is_symlink():
-            raise TokentapeError(
-                f"'{path}': a directory where the sidecar of '{out}' goes; remove it"
-            )
+            raise OutputError(f"'{path}': a directory where the sidecar of '{out}' goes; remove it")
 
 
 def _check_prefix_out(out: Path, overwrite: bool) -> None:
@@ -246,12 +243,12 @@ def _check_prefix_out(out: Path, overwrite: bool) -> None:
     if not existing:
         return
     if not overwrite:
-        raise TokentapeError(f"'{existing[0]}' exists; pass --overwrite to replace it")
+        raise OutputError(f"'{existing[0]}' exists; pass --overwrite to replace it")
     keep = "; refusing to replace it (remove it yourself or choose another output prefix)"
     if os.path.lexists(idx_file) and not idx_file.is_file():
-        raise TokentapeError(f"'{idx_file}' is not a regular file{keep}")
+        raise OutputError(f"'{idx_file}' is not a regular file{keep}")
     if not idx_file.is_file():
-        raise TokentapeError(
+        raise OutputError(
             f"'{bin_file}' exists without a Megatron index '{idx_file.name}' beside it{keep}"
         )
     implied = _implied_bin_bytes(idx_file, keep)
@@ -260,7 +257,7 @@ def _check_prefix_out(out: Path, overwrite: bool) -> None:
     found = bin_file.stat().st_size if bin_file.is_file() else None
     if found != implied:
         what = "is not a regular file" if found is None else f"holds {found} bytes"
-        raise TokentapeError(
+        raise OutputError(
             f"'{bin_file}' {what}, but '{idx_file.name}' describes {implied} bytes of tokens: "
             f"not one Megatron dataset{keep}"
         )
@@ -272,13 +269,13 @@ def _implied_bin_bytes(idx_file: Path, keep: str) -> int:
     with open(idx_file, "rb") as f:
         head = f.read(megatron.HEADER.size)
         if head[: len(megatron.MAGIC)] != megatron.MAGIC:
-            raise TokentapeError(f"'{idx_file}' is not a Megatron index (no MMIDIDX magic){keep}")
+            raise OutputError(f"'{idx_file}' is not a Megatron index (no MMIDIDX magic){keep}")
         if len(head) < megatron.HEADER.size:
-            raise TokentapeError(f"'{idx_file}': a truncated Megatron index{keep}")
+            raise OutputError(f"'{idx_file}': a truncated Megatron index{keep}")
         _, _, code, n_seq, n_entries = megatron.HEADER.unpack(head)
         expected = megatron.HEADER.size + 12 * n_seq + 8 * n_entries
         if code not in megatron.DTYPES or size not in (expected, expected + n_seq):
-            raise TokentapeError(
+            raise OutputError(
                 f"'{idx_file}': a Megatron index whose header does not match its size or "
                 f"dtype{keep}"
             )
@@ -409,16 +406,7 @@ def _output_errors(output: Path) -> Iterator[None]:
             path = output
         reason = exc.strerror or str(exc) or type(exc).__name__
         where = "" if os.fspath(path) == os.fspath(output) else f" (writing '{output}')"
-        raise TokentapeError(f"'{path}': {reason}{where}") from None
-
-
-@contextlib.contextmanager
-def _progress(total: int, label: str, show: bool) -> Iterator[Progress]:
-    if not show:
-        yield None
-        return
-    with bytes_progress(total, label) as progress:
-        yield progress
+        raise OutputError(f"'{path}': {reason}{where}") from None
 
 
 # --- Megatron → tokentape ---------------------------------------------------------------------
@@ -469,8 +457,9 @@ class FromMegatron:
                 raise ArgumentError(f"{name}: expected True or False, got {getattr(self, name)!r}")
 
 
-def from_megatron(config: FromMegatron, show_progress: bool = True) -> ConvertSummary:
-    """Write a tokentape store with the documents and tokens of a Megatron prefix."""
+def from_megatron(config: FromMegatron, progress: ProgressCallback | None = None) -> ConvertSummary:
+    """Write a tokentape store with the documents and tokens of a Megatron prefix;
+    ``progress`` receives the bytes converted as it goes."""
     started = time.monotonic()
     tokenizer = _tokenizer(config)
     src = MegatronSource(
@@ -486,7 +475,7 @@ def from_megatron(config: FromMegatron, show_progress: bool = True) -> ConvertSu
     itemsize = numpy_dtype(dtype).itemsize
     id_limit = min(vocab, 2 ** (8 * itemsize))
     if eod >= id_limit:
-        raise TokentapeError(f"--dtype {dtype} cannot hold the end-of-document id {eod}")
+        raise InputError(f"--dtype {dtype} cannot hold the end-of-document id {eod}")
     shard_tokens = max(1, int(config.shard_mb * 2**20) // itemsize)
     out = _store_dir(config.out)
     total = src.n_tokens * src.dtype.itemsize
@@ -500,7 +489,7 @@ def from_megatron(config: FromMegatron, show_progress: bool = True) -> ConvertSu
             tmp.mkdir()
             writer = ShardWriter(tmp, dtype, shard_tokens)
             bin_hash = hashlib.sha256()
-            with _progress(total, "convert", show_progress) as progress:
+            with tally(total, "convert", progress) as counting:
                 for first, stop in doc_chunks(src, CHUNK_TOKENS):
                     start, end, lengths = _span(src, first, stop)
                     tokens = src.tokens(start, end)
@@ -510,13 +499,13 @@ def from_megatron(config: FromMegatron, show_progress: bool = True) -> ConvertSu
                         tokens = np.insert(tokens, np.cumsum(lengths), eod)
                         lengths = lengths + 1
                     writer.add(tokens, lengths)
-                    if progress is not None:
-                        progress((end - start) * src.dtype.itemsize)
+                    if counting is not None:
+                        counting.add((end - start) * src.dtype.itemsize)
             shards = writer.finish()
             writer = None
             n_tokens = sum(s.n_tokens for s in shards)
             if n_tokens == 0:
-                raise TokentapeError(f"Megatron prefix '{config.prefix}': holds no tokens")
+                raise StoreError(f"Megatron prefix '{config.prefix}': holds no tokens")
             idx_sha = _index_sha256(src, config.prefix)
             stored = src.tokenizer.stored_file()
             if stored is not None:
@@ -557,7 +546,7 @@ def _index_sha256(src: MegatronSource, prefix: str, chunk_bytes: int = 8 * 2**20
         after = megatron.FileKey.of(os.fstat(f.fileno()))
     read = src.index.keys.idx if src.index.keys is not None else before
     if not before == after == read:
-        raise TokentapeError(
+        raise StoreError(
             f"'{path}': changed while it was being converted; nothing was written, run the "
             "command again"
         )
@@ -573,7 +562,7 @@ def _sha256_file(path: Path, chunk_bytes: int = 8 * 2**20) -> str:
 def _tokenizer(config: FromMegatron) -> Tokenizer | None:
     if config.tokenizer is None:
         if config.eod_token is not None:
-            raise TokentapeError("--eod-token needs --tokenizer")
+            raise InputError("--eod-token needs --tokenizer")
         return None
     return load_tokenizer(config.tokenizer, config.eod_token)
 
@@ -589,10 +578,10 @@ def _check_ids(tokens: np.ndarray, vocab: int, limit: int, start: int, prefix: s
     i = int(np.flatnonzero((tokens < 0) | (tokens >= limit))[0])
     value, where = int(tokens[i]), f"{megatron.bin_path(prefix)}: token {start + i}"
     if value < 0:
-        raise TokentapeError(f"{where} has the negative id {value}")
+        raise StoreError(f"{where} has the negative id {value}")
     if value >= vocab:
-        raise TokentapeError(f"{where} has id {value}, not below vocab_size {vocab}")
-    raise TokentapeError(f"{where} has id {value}, which the store's dtype cannot hold")
+        raise StoreError(f"{where} has id {value}, not below vocab_size {vocab}")
+    raise StoreError(f"{where} has id {value}, which the store's dtype cannot hold")
 
 
 def _store_dir(out: str) -> Path:
@@ -602,7 +591,7 @@ def _store_dir(out: str) -> Path:
     if path.is_symlink():
         path = Path(os.path.realpath(path))
     if not path.name:
-        raise TokentapeError(f"'{out}': a store cannot be written at the file system's root")
+        raise OutputError(f"'{out}': a store cannot be written at the file system's root")
     return path
 
 
@@ -613,18 +602,18 @@ def _check_store_out(out: Path, overwrite: bool) -> None:
     if not os.path.lexists(out):
         return
     if not out.is_dir():
-        raise TokentapeError(f"'{out}': exists and is not a directory")
+        raise OutputError(f"'{out}': exists and is not a directory")
     names = sorted(os.listdir(out))
     foreign = [n for n in names if not is_store_file(n)]
     if foreign:
-        raise TokentapeError(
+        raise OutputError(
             f"'{out}': not empty and not a tokentape store (found '{foreign[0]}'); choose a new "
             "or empty directory"
         )
     if names and not overwrite:
         if MANIFEST_NAME in names:
-            raise TokentapeError(f"'{out}': holds a store; pass --overwrite to replace it")
-        raise TokentapeError(
+            raise OutputError(f"'{out}': holds a store; pass --overwrite to replace it")
+        raise OutputError(
             f"'{out}': holds an unfinished tokentape store (found '{names[0]}'); pass "
             "--overwrite to replace it"
         )

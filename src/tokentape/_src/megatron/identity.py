@@ -42,7 +42,6 @@ import hashlib
 import json
 import os
 import stat
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields, replace
@@ -70,8 +69,8 @@ from tokentape._src.megatron.format import (
 from tokentape._src.store.atomic import write_atomic
 from tokentape._src.store.format import DEFAULT_BLOCK_BYTES
 from tokentape._src.store.writer import BlockHasher
-from tokentape._src.util.progress import bytes_progress
-from tokentape.errors import TokentapeError
+from tokentape._src.util.progress import ProgressCallback, tally
+from tokentape.errors import StoreError
 
 SIDECAR_SUFFIX = ".tokentape.json"
 SIDECAR_FORMAT = "tokentape.megatron-identity"
@@ -367,8 +366,8 @@ class MegatronRecord:
 # --- hashing ----------------------------------------------------------------------------------
 
 
-def _changed(prefix: Path, when: str) -> TokentapeError:
-    return TokentapeError(
+def _changed(prefix: Path, when: str) -> StoreError:
+    return StoreError(
         f"{prefix}: .bin or .idx changed {when}; try again once the files are complete"
     )
 
@@ -507,7 +506,7 @@ def current_identity(
     return None, None
 
 
-def no_identity(prefix: Path, planned: bool) -> TokentapeError:
+def no_identity(prefix: Path, planned: bool) -> StoreError:
     """Why a reader that must not hash (a training rank) cannot open ``prefix``, and what to
     run once instead."""
     why = (
@@ -516,7 +515,7 @@ def no_identity(prefix: Path, planned: bool) -> TokentapeError:
         if planned
         else "the plan recorded none, and no sidecar matches its files"
     )
-    return TokentapeError(
+    return StoreError(
         f"Megatron prefix '{prefix}' has no current identity: {why}; hashing it here would "
         f"read all of it on every rank: run `tokentape verify {prefix}` (or `tokentape plan`) "
         "once where it can record one, or set TOKENTAPE_CACHE_DIR to a directory shared by "
@@ -538,16 +537,17 @@ def record_end_id(index: MegatronIndex, identity: MegatronIdentity, end_id: int)
         )
 
 
-def megatron_identity(index: MegatronIndex, show_progress: bool = True) -> MegatronIdentity:
-    """The identity of ``index.prefix``: from a current sidecar, else hashed (a progress bar on
-    a terminal when ``show_progress``) and cached."""
+def megatron_identity(
+    index: MegatronIndex, progress: ProgressCallback | None = None
+) -> MegatronIdentity:
+    """The identity of ``index.prefix``: from a current sidecar, else hashed (reported to
+    ``progress`` as it goes) and cached."""
     prefix = index.prefix
     keys = index.keys if index.keys is not None else file_keys(prefix)
     cached = read_sidecar(prefix, keys)
     if cached is not None and (cached.n_tokens, cached.n_docs) == (index.n_tokens, index.n_docs):
         return cached
-    stream = sys.stderr if show_progress else None
-    with bytes_progress(keys.bin.size, f"hashing {prefix.name}", stream) as progress:
-        identity = hash_files(index, progress)
+    with tally(keys.bin.size, f"hashing {prefix.name}", progress) as counting:
+        identity = hash_files(index, None if counting is None else counting.add)
     write_sidecar(prefix, identity, keys, taken_ns=index.taken_ns or None)
     return identity

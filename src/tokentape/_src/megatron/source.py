@@ -68,7 +68,8 @@ from tokentape._src.store.tokenizers import (
     load_tokenizer,
     tokenizer_manifest,
 )
-from tokentape.errors import ArgumentError, TokentapeError
+from tokentape._src.util.progress import ProgressCallback
+from tokentape.errors import ArgumentError, PlanError, StoreError
 
 MEGATRON = "megatron"
 
@@ -113,7 +114,7 @@ def resolve_vocabulary(
             ("eod_id", eod_id, tokenizer.eod_id),
         ):
             if given is not None and given != known:
-                raise TokentapeError(
+                raise ArgumentError(
                     f"{where}: {name} {given} differs from the tokenizer's ({known}); give the "
                     "tokenizer's values or leave them out"
                 )
@@ -125,13 +126,13 @@ def resolve_vocabulary(
             raise ArgumentError(f"{where}: {name} must be an integer, got {value!r}")
     if vocab_size is None or eod_id is None:
         missing = "vocab_size" if vocab_size is None else "eod_id"
-        raise TokentapeError(
+        raise ArgumentError(
             f"{where}: a Megatron .idx records no vocabulary: give {missing} (or a tokenizer)"
         )
     if vocab_size <= 0:
-        raise TokentapeError(f"{where}: vocab_size must be positive, got {vocab_size}")
+        raise ArgumentError(f"{where}: vocab_size must be positive, got {vocab_size}")
     if not 0 <= eod_id < vocab_size:
-        raise TokentapeError(f"{where}: eod_id {eod_id} is not in [0, vocab_size = {vocab_size})")
+        raise ArgumentError(f"{where}: eod_id {eod_id} is not in [0, vocab_size = {vocab_size})")
     return vocab_size, eod_id
 
 
@@ -150,11 +151,11 @@ def check_documents(tokens: np.ndarray, doc_starts: np.ndarray, eod_id: int, whe
             continue
         j = int(bad[0])
         if empty[j]:
-            raise TokentapeError(
+            raise StoreError(
                 f"{where}: document {lo + j} is empty, so it cannot end with the end-of-document "
                 f"id {eod_id}; {APPEND_EOD_HINT}"
             )
-        raise TokentapeError(
+        raise StoreError(
             f"{where}: document {lo + j} (tokens [{int(starts[j])}, {int(ends[j])})) ends "
             f"with id {int(last[j])}, not the end-of-document id {eod_id}; {APPEND_EOD_HINT}"
         )
@@ -172,7 +173,7 @@ class MegatronSource(TokenStream):
         *,
         check_eod: bool = True,
         identify: bool = True,
-        show_progress: bool = True,
+        progress: ProgressCallback | None = None,
         planned: tuple[FileKeys, MegatronIdentity] | None = None,
         hash_missing: bool = True,
         fingerprint: str | None = None,
@@ -182,12 +183,12 @@ class MegatronSource(TokenStream):
 
         ``check_eod=False`` skips the end-of-document check (conversion appending the EOD);
         ``identify=False`` defers the identity (hash and id range) to the first use of
-        ``manifest``; ``show_progress`` draws a bar on a terminal while hashing.
+        ``manifest``; ``progress`` receives the hashing's progress (if it must hash).
         ``planned``: the files' keys and identity a plan recorded (used while the keys match);
         ``hash_missing=False`` refuses a prefix without a current identity instead of hashing
         it; ``fingerprint``: the tokenizer's fingerprint a plan recorded.
         """
-        self.directory = Path(prefix)  # where the source lives, as for a store
+        self._directory = Path(prefix)
         where = f"Megatron prefix '{prefix}'"
         self._where, self._fingerprint = where, fingerprint
         self._spec = tokenizer if isinstance(tokenizer, str) else None
@@ -197,7 +198,7 @@ class MegatronSource(TokenStream):
         self._vocab_size, self._eod_id = resolve_vocabulary(
             vocab_size, eod_id, self._tokenizer, where
         )
-        self._show_progress = show_progress
+        self._progress = progress
         with PrefixFiles(prefix) as files:
             known, origin = current_identity(files, planned)
             if known is None and not hash_missing:
@@ -236,14 +237,21 @@ class MegatronSource(TokenStream):
         """Load the tokenizer ``spec``; it must have the recorded fingerprint (when known)."""
         tok = load_tokenizer(spec)
         if self._fingerprint is not None and tok.fingerprint != self._fingerprint:
-            raise TokentapeError(
+            raise PlanError(
                 f"{self._where}: tokenizer '{spec}' has fingerprint {tok.fingerprint}, the plan "
                 f"recorded {self._fingerprint}: the tokenizer changed since the plan was made"
             )
         return tok
 
     @property
+    def directory(self) -> Path:
+        """The prefix (``PREFIX`` of ``PREFIX.bin`` and ``PREFIX.idx``): where the source lives,
+        as for a store."""
+        return self._directory
+
+    @property
     def eod_id(self) -> int:
+        """The end-of-document id given (or the tokenizer's)."""
         return self._eod_id
 
     @property
@@ -260,12 +268,12 @@ class MegatronSource(TokenStream):
         negative id or one at or above ``vocab_size``."""
         identity = self._known
         if identity is None:
-            identity = self._known = megatron_identity(self.index, self._show_progress)
+            identity = self._known = megatron_identity(self.index, self._progress)
         where = bin_path(self.directory)
         if identity.min_id is not None and identity.min_id < 0:
-            raise TokentapeError(f"{where}: holds the negative token id {identity.min_id}")
+            raise StoreError(f"{where}: holds the negative token id {identity.min_id}")
         if identity.max_id is not None and identity.max_id >= self._vocab_size:
-            raise TokentapeError(
+            raise StoreError(
                 f"{where}: holds token id {identity.max_id}, not below vocab_size "
                 f"{self._vocab_size}"
             )

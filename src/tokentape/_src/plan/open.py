@@ -1,8 +1,7 @@
 """Open any kind of source: a tokentape store directory or a Megatron prefix.
 
-``open_store`` returns a ``reader.Source`` or a ``megatron_source.MegatronSource``; both offer
-the same reading interface (``reader.TokenStream``) and a ``manifest`` with ``content_hash``,
-``dtype``, ``vocab_size``, ``eod_id`` and ``tokenizer``.
+``open_store`` returns a ``reader.Source`` or a ``megatron.source.MegatronSource``, typed as
+their interface ``reader.TokenStream`` (whose ``manifest`` is a ``reader.SourceManifest``).
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ from tokentape._src.megatron.format import is_prefix
 from tokentape._src.megatron.source import MEGATRON, MegatronSource
 from tokentape._src.store.format import MANIFEST_NAME
 from tokentape._src.store.reader import Source, TokenStream
+from tokentape._src.util.progress import ProgressCallback
 from tokentape.errors import ArgumentError, InputError, StoreError
 
 TOKENTAPE = "tokentape"
@@ -49,7 +49,7 @@ def open_store(
     vocab_size: int | None = None,
     eod_id: int | None = None,
     tokenizer: str | None = None,
-    show_progress: bool = True,
+    progress: ProgressCallback | None = None,
 ) -> Source | MegatronSource:
     """Open the source at ``path``: a tokentape store, or a Megatron prefix (which needs
     ``vocab_size`` and ``eod_id``, or a ``tokenizer`` spec that has them; for a store they are
@@ -71,7 +71,7 @@ def open_store(
                 )
         return store
     if kind == MEGATRON:
-        return MegatronSource(path, vocab_size, eod_id, tokenizer, show_progress=show_progress)
+        return MegatronSource(path, vocab_size, eod_id, tokenizer, progress=progress)
     raise ArgumentError(f"'{path}': unknown format '{kind}'; expected one of {', '.join(FORMATS)}")
 
 

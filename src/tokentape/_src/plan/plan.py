@@ -38,6 +38,7 @@ from tokentape._src.tape.blend import (
     rational_weights,
 )
 from tokentape._src.tape.resolve import Tape
+from tokentape._src.util.progress import ProgressCallback
 from tokentape.errors import ArgumentError, PlanError, TokentapeError, _reworded
 
 ALGORITHM_VERSION = 1
@@ -455,13 +456,13 @@ def resolve_tokenizer_spec(spec: str, base_dir: str) -> str:
 
 
 def _open_source(
-    s: SourceSpec, path: Path
+    s: SourceSpec, path: Path, progress: ProgressCallback | None
 ) -> tuple[str, Manifest | MegatronManifest, MegatronRecord | None]:
     """The source's format and manifest (a Megatron prefix is opened: validated, identified,
     hashed if no identity is current) and, for a Megatron prefix, what the plan records of it."""
     kind = s.format or detect_format(path)
     if kind == MEGATRON:
-        source = MegatronSource(path, s.vocab_size, s.eod_id, s.tokenizer)
+        source = MegatronSource(path, s.vocab_size, s.eod_id, s.tokenizer, progress=progress)
         return kind, source.manifest, source.plan_record()
     if s.tokenizer is not None:
         raise PlanError(
@@ -474,8 +475,11 @@ def _open_source(
     return kind, m, None
 
 
-def resolve_plan(spec: PlanSpec, where: str = "plan") -> Plan:
-    """Open every source's store, check they agree, and compute the blend and repeat table."""
+def resolve_plan(
+    spec: PlanSpec, where: str = "plan", progress: ProgressCallback | None = None
+) -> Plan:
+    """Open every source's store, check they agree, and compute the blend and repeat table.
+    ``progress`` receives the hashing of a Megatron prefix that has no current identity."""
     manifests: list[tuple[str, Manifest | MegatronManifest]] = []
     paths: list[str] = []
     kinds: list[str] = []
@@ -486,7 +490,7 @@ def resolve_plan(spec: PlanSpec, where: str = "plan") -> Plan:
         tok = s.tokenizer and resolve_tokenizer_spec(s.tokenizer, spec.base_dir)
         try:
             kind, manifest, record = _open_source(
-                SourceSpec(**{**asdict(s), "tokenizer": tok}), path
+                SourceSpec(**{**asdict(s), "tokenizer": tok}), path, progress
             )
         except TokentapeError as exc:
             raise _reworded(exc, f"{where}: source '{s.name}': {exc}") from None

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import time
 from collections import Counter
 from contextlib import ExitStack
@@ -67,9 +66,9 @@ from tokentape._src.tokenize.worker import (
 )
 from tokentape._src.util.faults import crashpoint
 from tokentape._src.util.hashing import canonical_hash
-from tokentape._src.util.progress import Counters, ProgressBar
+from tokentape._src.util.progress import Counters, ProgressCallback, watch
 from tokentape._src.util.version import __version__
-from tokentape.errors import TokentapeError
+from tokentape.errors import InputError, TokentapeError
 
 
 @dataclass(frozen=True)
@@ -155,11 +154,13 @@ def _filter_stats(results: list[UnitResult], filters: FilterSet) -> dict[str, An
     }
 
 
-def tokenize(config: TokenizeConfig, show_progress: bool = True) -> TokenizeSummary:
+def tokenize(config: TokenizeConfig, progress: ProgressCallback | None = None) -> TokenizeSummary:
     """Run (or resume) a tokenization job and return its summary.
 
     The job holds the writer lock of ``config.out`` (``store.lock``) from before it looks at
-    the directory until it is done; another writer on the same output is refused at once."""
+    the directory until it is done; another writer on the same output is refused at once.
+    ``progress`` receives a report every half second while units are tokenized (nothing is
+    drawn by the library: the command line passes a terminal bar)."""
     started = time.monotonic()
     tokenizer = load_tokenizer(config.tokenizer, config.eod_token)
     filters = parse_filters(config.filters)
@@ -188,7 +189,7 @@ def tokenize(config: TokenizeConfig, show_progress: bool = True) -> TokenizeSumm
     )
     out = Path(config.out)
     with output_lock(out, "tokenize"):
-        return _run(job, out, show_progress)
+        return _run(job, out, progress)
 
 
 @dataclass(frozen=True)
@@ -208,7 +209,7 @@ class _Job:
     started: float
 
 
-def _run(job: _Job, out: Path, show_progress: bool) -> TokenizeSummary:
+def _run(job: _Job, out: Path, progress: ProgressCallback | None) -> TokenizeSummary:
     """The locked part of ``tokenize``: inspect ``out``, build, replace."""
     config, units = job.config, job.units
     stored = job.tokenizer.stored_file()
@@ -248,8 +249,7 @@ def _run(job: _Job, out: Path, show_progress: bool) -> TokenizeSummary:
         reused_bytes = sum(u.n_bytes for u in units if finished[u.index] is not None)
         counters.add(input_bytes=reused_bytes)
         total_bytes = sum(u.n_bytes for u in units)
-        stream = sys.stderr if show_progress else None
-        with ProgressBar(counters, total_bytes, stream=stream, baseline=counters.snapshot()):
+        with watch(counters, total_bytes, "tokenize", progress):
             pool_job = PoolJob(
                 config.tokenizer, config.eod_token, config.filters, settings, tuple(pending)
             )
@@ -263,11 +263,11 @@ def _run(job: _Job, out: Path, show_progress: bool) -> TokenizeSummary:
         missing = [u.index for u, r in zip(units, results, strict=True) if r is None]
         if missing:
             raise WorkerDied(_unfinished(missing, dead, unit_dir))
-        done: list[UnitResult] = results  # type: ignore[assignment]
+        done = [r for r in results if r is not None]  # every one: none is missing
         clear_out(build, keep=(WORK_DIR,))  # what an interrupted assembly left behind
         shards, n_tokens = _assemble(build, unit_dir, done, job.dtype, job.shard_tokens)
         if n_tokens == 0:
-            raise TokentapeError(
+            raise InputError(
                 f"inputs {', '.join(config.inputs)}: no document left to store "
                 "(all inputs empty or dropped by filters)"
             )

@@ -1,15 +1,14 @@
-"""Live counters shared with worker processes, and a terminal progress bar that reads them."""
+"""Progress of long jobs as data: counters shared with worker processes, ``Progress`` reports
+and the callbacks that receive them. Drawing is the command line's business (``cli/progress``)."""
 
 from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TextIO
 
 # Slots of the shared counter array.
 DOCS, TOKENS, TEXT_BYTES, INPUT_BYTES = range(4)
@@ -33,101 +32,115 @@ class Counters:
             return tuple(self.values[:])
 
 
-def _human(n: float, unit: str = "") -> str:
-    for suffix in ("", "k", "M", "G", "T"):
-        if abs(n) < 1000:
-            return f"{n:.1f}{suffix}{unit}" if suffix else f"{n:.0f}{unit}"
-        n /= 1000
-    return f"{n:.1f}P{unit}"
+@dataclass(frozen=True)
+class Progress:
+    """How far a long job is: what a progress callback receives (the library draws nothing)."""
+
+    label: str
+    """What is running: ``tokenize``, ``convert``, ``verify``, ``hashing NAME``."""
+    done_bytes: int
+    """Input bytes done so far (in this run: an interrupted run's reused work excluded)."""
+    total_bytes: int
+    """Input bytes this run has to do."""
+    elapsed: float
+    """Seconds since the job started."""
+    docs: int = 0
+    """Documents done (tokenize only)."""
+    tokens: int = 0
+    """Tokens done (tokenize and verify)."""
+    text_bytes: int = 0
+    """Text bytes done (tokenize only)."""
+    final: bool = False
+    """True on the last call, once the work is over."""
 
 
-def _clock(seconds: float) -> str:
-    seconds = int(seconds)
-    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+ProgressCallback = Callable[[Progress], None]
+"""Called from time to time while a long job runs (at most every ``INTERVAL`` seconds, from the
+job's thread or a monitor thread), and once more with ``final=True`` at the end."""
 
-
-@dataclass
-class ProgressBar:
-    """Redraws one stderr line every ``interval`` seconds from ``counters``, on a terminal only."""
-
-    counters: Counters
-    total_input_bytes: int
-    label: str = "tokenize"
-    interval: float = 0.5
-    stream: TextIO | None = sys.stderr
-    baseline: tuple[int, int, int, int] = (0, 0, 0, 0)
-
-    def __post_init__(self) -> None:
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._start = time.monotonic()
-
-    @property
-    def enabled(self) -> bool:
-        return self.stream is not None and self.stream.isatty()
-
-    def __enter__(self) -> ProgressBar:
-        self._start = time.monotonic()
-        if self.enabled:
-            self._thread = threading.Thread(target=self._run, daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None and self.stream is not None:
-            self._thread.join()
-            self.stream.write("\r" + self.line() + "\n")
-            self.stream.flush()
-
-    def _run(self) -> None:
-        assert self.stream is not None
-        while not self._stop.wait(self.interval):
-            self.stream.write("\r" + self.line() + "\x1b[K")
-            self.stream.flush()
-
-    def line(self) -> str:
-        docs, tokens, text_bytes, done = (
-            a - b for a, b in zip(self.counters.snapshot(), self.baseline, strict=True)
-        )
-        elapsed = max(time.monotonic() - self._start, 1e-9)
-        todo = max(self.total_input_bytes - self.baseline[INPUT_BYTES], 1)
-        frac = min(done / todo, 1.0)
-        width = 24
-        bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
-        eta = _clock(elapsed * (1 - frac) / frac) if frac > 0 else "?:??:??"
-        return (
-            f"{self.label} [{bar}] {frac:6.1%}  {_human(docs / elapsed)} docs/s  "
-            f"{_human(tokens / elapsed)} tok/s  {text_bytes / elapsed / 1e6:.1f} MB/s  "
-            f"elapsed {_clock(elapsed)}  ETA {eta}"
-        )
-
-
-class BytesBar(ProgressBar):
-    """The progress bar of a long read (hashing, converting): bytes done, rate and ETA."""
-
-    def line(self) -> str:
-        done = self.counters.snapshot()[INPUT_BYTES] - self.baseline[INPUT_BYTES]
-        elapsed = max(time.monotonic() - self._start, 1e-9)
-        frac = min(done / max(self.total_input_bytes, 1), 1.0)
-        width = 24
-        bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
-        eta = _clock(elapsed * (1 - frac) / frac) if frac > 0 else "?:??:??"
-        return (
-            f"{self.label} [{bar}] {frac:6.1%}  {_human(done / elapsed, 'B')}/s  "
-            f"elapsed {_clock(elapsed)}  ETA {eta}"
-        )
+INTERVAL = 0.5
 
 
 @contextlib.contextmanager
-def bytes_progress(
-    total: int, label: str, stream: TextIO | None = sys.stderr
-) -> Iterator[Callable[[int], None] | None]:
-    """A ``BytesBar`` on ``stream`` when it is a terminal: yields a callback taking the bytes
-    just done, or None (no terminal, nothing to draw)."""
-    if stream is None or not stream.isatty():
+def watch(
+    counters: Counters,
+    total_bytes: int,
+    label: str,
+    callback: ProgressCallback | None,
+    interval: float = INTERVAL,
+) -> Iterator[None]:
+    """Report ``counters`` to ``callback`` every ``interval`` seconds from a monitor thread
+    while the block runs (worker processes update the counters), then once with ``final``."""
+    if callback is None:
+        yield
+        return
+    baseline = counters.snapshot()
+    start = time.monotonic()
+    stop = threading.Event()
+
+    def report(final: bool) -> None:
+        docs, tokens, text_bytes, done = (
+            a - b for a, b in zip(counters.snapshot(), baseline, strict=True)
+        )
+        todo = total_bytes - baseline[INPUT_BYTES]
+        elapsed = time.monotonic() - start
+        callback(Progress(label, done, todo, elapsed, docs, tokens, text_bytes, final))
+
+    def run() -> None:
+        while not stop.wait(interval):
+            report(False)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+    report(True)
+
+
+class Tally:
+    """Bytes (and tokens) done by the calling thread, passed on to a callback at most every
+    ``interval`` seconds, and once more by ``close``."""
+
+    def __init__(
+        self, total_bytes: int, label: str, callback: ProgressCallback, interval: float = INTERVAL
+    ) -> None:
+        self.total_bytes, self.label, self.callback = total_bytes, label, callback
+        self.interval = interval
+        self.done_bytes = self.tokens = 0
+        self.start = self.last = time.monotonic()
+
+    def add(self, n_bytes: int, n_tokens: int = 0) -> None:
+        """Count work just done; reports when ``interval`` has passed since the last report."""
+        self.done_bytes += n_bytes
+        self.tokens += n_tokens
+        now = time.monotonic()
+        if now - self.last >= self.interval:
+            self.last = now
+            self._report(False)
+
+    def close(self) -> None:
+        """The final report."""
+        self._report(True)
+
+    def _report(self, final: bool) -> None:
+        elapsed = time.monotonic() - self.start
+        done, total = self.done_bytes, self.total_bytes
+        self.callback(Progress(self.label, done, total, elapsed, tokens=self.tokens, final=final))
+
+
+@contextlib.contextmanager
+def tally(
+    total_bytes: int, label: str, callback: ProgressCallback | None
+) -> Iterator[Tally | None]:
+    """A ``Tally`` reporting to ``callback`` (closed at the end), or None without a callback."""
+    if callback is None:
         yield None
         return
-    counters = Counters()
-    with BytesBar(counters, total, label=label, stream=stream):
-        yield lambda n_bytes: counters.add(input_bytes=n_bytes)
+    counting = Tally(total_bytes, label, callback)
+    try:
+        yield counting
+    finally:
+        counting.close()

@@ -5,8 +5,8 @@ thing was refused, so that a trainer can catch one kind without matching message
 
     TokentapeError
     ├── InputError (also a ValueError)      invalid input: an argument, a value, a spec, a file
-    │   └── ArgumentError                   an argument of a library call
-    │       └── OutOfRangeError (IndexError) an index outside its range
+    │   ├── ArgumentError                   an argument of a library call
+    │   └── OutOfRangeError (IndexError)    an index outside its range
     ├── PlanError                           a plan (TOML, PLAN.json) or step log refused
     ├── StoreError                          a store or Megatron prefix missing or damaged
     │   └── StoreChanged                    a store no longer matches the plan
@@ -48,7 +48,7 @@ class ArgumentError(InputError):
     """An argument of a library call has the wrong type or value; the message names it."""
 
 
-class OutOfRangeError(ArgumentError, IndexError):
+class OutOfRangeError(InputError, IndexError):
     """An index argument (a position, sample, document or rank) lies outside its range; the
     message names the argument and the range. Also an ``IndexError``."""
 

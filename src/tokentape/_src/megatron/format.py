@@ -26,7 +26,7 @@ import numpy as np
 from tokentape._src.store.atomic import fsync_dir, temp_name
 from tokentape._src.store.format import DEFAULT_BLOCK_BYTES
 from tokentape._src.store.writer import BlockHasher
-from tokentape.errors import ArgumentError, TokentapeError
+from tokentape.errors import ArgumentError, StoreError
 
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
@@ -71,7 +71,7 @@ def dtype_code(name: str) -> int:
         if DTYPE_NAMES[code] == name:
             return code
     names = ", ".join(sorted(DTYPE_NAMES[c] for c in INTEGER_CODES))
-    raise TokentapeError(f"dtype '{name}' is not a Megatron integer dtype; expected one of {names}")
+    raise ArgumentError(f"dtype '{name}' is not a Megatron integer dtype; expected one of {names}")
 
 
 def choose_dtype(vocab_size: int) -> str:
@@ -81,7 +81,7 @@ def choose_dtype(vocab_size: int) -> str:
         return "uint16"
     if vocab_size <= 2**31:
         return "int32"
-    raise TokentapeError(f"a vocabulary of {vocab_size} ids does not fit Megatron's int32")
+    raise ArgumentError(f"a vocabulary of {vocab_size} ids does not fit Megatron's int32")
 
 
 def holds(name: str, vocab_size: int) -> bool:
@@ -239,38 +239,36 @@ def open_for_reading(path: Path) -> io.BufferedReader:
     try:
         return open(path, "rb")  # the caller closes it
     except FileNotFoundError:
-        raise TokentapeError(
-            f"{path}: no such file (a Megatron prefix needs .bin and .idx)"
-        ) from None
+        raise StoreError(f"{path}: no such file (a Megatron prefix needs .bin and .idx)") from None
     except OSError as exc:
-        raise TokentapeError(f"{path}: cannot read ({exc.strerror})") from None
+        raise StoreError(f"{path}: cannot read ({exc.strerror})") from None
 
 
 def parse_header(path: Path, size: int, head: bytes) -> tuple[int, int, int, int]:
     """The checked header of the ``.idx`` at ``path`` (``size`` bytes, starting with ``head``)."""
     if len(head) >= len(MAGIC) and head[: len(MAGIC)] != MAGIC:
-        raise TokentapeError(
+        raise StoreError(
             f"{path}: not a Megatron index: starts with {head[: len(MAGIC)]!r}, expected {MAGIC!r}"
         )
     if size < HEADER.size or len(head) < HEADER.size:
-        raise TokentapeError(
+        raise StoreError(
             f"{path}: truncated: {size} bytes, shorter than the {HEADER.size}-byte header"
         )
     _, version, code, n_seq, n_doc_entries = HEADER.unpack(head)
     if version != VERSION:
-        raise TokentapeError(f"{path}: index version {version} is not supported; expected 1")
+        raise StoreError(f"{path}: index version {version} is not supported; expected 1")
     if code not in DTYPES:
-        raise TokentapeError(
+        raise StoreError(
             f"{path}: dtype code {code} is unknown; expected 1-8 "
             "(uint8, int8, int16, int32, int64, float64, float32, uint16)"
         )
     if code not in INTEGER_CODES:
-        raise TokentapeError(
+        raise StoreError(
             f"{path}: dtype code {code} ({DTYPE_NAMES[code]}) holds floats; token ids must be "
             "integers"
         )
     if n_doc_entries == 0:
-        raise TokentapeError(
+        raise StoreError(
             f"{path}: the document index has no entries; it needs at least its leading 0"
         )
     return size, code, n_seq, n_doc_entries
@@ -295,17 +293,17 @@ def read_index(
     expected = HEADER.size + 12 * n_seq + 8 * n_entries
     counts = f"{n_seq} sequences and {n_entries - 1} documents"
     if size < expected:
-        raise TokentapeError(
+        raise StoreError(
             f"{path}: truncated, or its header's counts are wrong: {size} bytes, {counts} "
             f"need {expected}"
         )
     if size == expected + n_seq and n_seq:
-        raise TokentapeError(
+        raise StoreError(
             f"{path}: {size} bytes, {n_seq} more than {counts} need: per-sequence modes of a "
             "multimodal dataset? tokentape reads token datasets only"
         )
     if size != expected:
-        raise TokentapeError(
+        raise StoreError(
             f"{path}: {size} bytes, {counts} need {expected}; the counts in the header do not "
             "match the file"
         )
@@ -320,7 +318,7 @@ def read_index(
     found = files.keys.bin.size
     if found != n_tokens * itemsize:
         what = "truncated" if found < n_tokens * itemsize else "longer than its index says"
-        raise TokentapeError(
+        raise StoreError(
             f"{data}: {what}: {found} bytes, the index says {n_tokens} tokens of "
             f"{DTYPE_NAMES[code]} = {n_tokens * itemsize} bytes"
         )
@@ -331,9 +329,9 @@ def read_index(
 
 def _check_document_ends(path: Path, docs: np.ndarray, n_seq: int) -> None:
     if int(docs[0]) != 0:
-        raise TokentapeError(f"{path}: the document index starts at {int(docs[0])}, expected 0")
+        raise StoreError(f"{path}: the document index starts at {int(docs[0])}, expected 0")
     if int(docs[-1]) != n_seq:
-        raise TokentapeError(
+        raise StoreError(
             f"{path}: the document index ends at sequence {int(docs[-1])}, but the header "
             f"counts {n_seq} sequences"
         )
@@ -346,14 +344,14 @@ def _check_documents(path: Path, docs: np.ndarray, n_seq: int) -> None:
         outside = (chunk < 0) | (chunk > n_seq)
         if outside.any():
             i = lo + _first(outside)
-            raise TokentapeError(
+            raise StoreError(
                 f"{path}: document {i} starts at sequence {int(docs[i])}, outside the "
                 f"{n_seq} sequences"
             )
         down = np.diff(chunk) < 0
         if down.any():
             i = lo + _first(down)
-            raise TokentapeError(
+            raise StoreError(
                 f"{path}: the document index decreases at document {i} "
                 f"(sequence {int(docs[i + 1])} after {int(docs[i])})"
             )
@@ -366,14 +364,14 @@ def _check_sequences(path: Path, lengths: np.ndarray, pointers: np.ndarray, item
         n = np.asarray(lengths[lo : lo + CHUNK], dtype=np.int64)
         if n.size and int(n.min()) < 0:
             i = lo + _first(n < 0)
-            raise TokentapeError(f"{path}: sequence {i} has a negative length {int(lengths[i])}")
+            raise StoreError(f"{path}: sequence {i} has a negative length {int(lengths[i])}")
         ends = np.cumsum(n) * itemsize + offset
         expected = ends - n * itemsize
         found = np.asarray(pointers[lo : lo + CHUNK])
         moved = found != expected
         if moved.any():
             i = _first(moved)
-            raise TokentapeError(
+            raise StoreError(
                 f"{path}: sequence {lo + i} starts at byte {int(found[i])} of .bin, expected "
                 f"{int(expected[i])}: tokentape needs the sequences back to back, in order"
             )
@@ -499,7 +497,7 @@ class MegatronWriter:
                 f"lengths add up to {int(lengths.sum())} tokens, tokens has {len(tokens)}"
             )
         if lengths.size and int(lengths.max()) >= 2**31:
-            raise TokentapeError(
+            raise ArgumentError(
                 f"a document of {int(lengths.max())} tokens does not fit Megatron's int32 "
                 "sequence lengths"
             )
@@ -507,7 +505,7 @@ class MegatronWriter:
         info = np.iinfo(self.dtype)
         lo, hi = self._ids.min, self._ids.max  # both None (no id yet) or both set
         if lo is not None and hi is not None and not info.min <= lo <= hi <= info.max:
-            raise TokentapeError(
+            raise ArgumentError(
                 f"token ids {self._ids.min}..{self._ids.max} do not fit Megatron's "
                 f"{self.dtype.name}; choose a wider dtype"
             )

@@ -24,7 +24,7 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
-from tokentape.errors import TokentapeError, StoreError
+from tokentape.errors import StoreError
 
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 """No link followed at the name; a FIFO opens without blocking (and is then refused)."""

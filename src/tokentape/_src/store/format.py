@@ -121,9 +121,7 @@ def _field(data: dict[str, Any], key: str, kind: type | tuple[type, ...], where:
     value = data[key]
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         expected = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-        raise StoreError(
-            f"{where}: field '{key}' is {type(value).__name__}, expected {expected}"
-        )
+        raise StoreError(f"{where}: field '{key}' is {type(value).__name__}, expected {expected}")
     return value
 
 

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tokentape.errors import TokentapeError
+from tokentape.errors import OutputError
 
 try:
     import fcntl
@@ -41,7 +41,7 @@ HOLDER_WAIT_S = 2.0
 tell who holds the lock."""
 
 
-class OutputLocked(TokentapeError):
+class OutputLocked(OutputError):
     """Another process is writing the same output; the message names it."""
 
 
@@ -49,7 +49,7 @@ def lock_path(out: str | os.PathLike[str]) -> Path:
     """The lock file of the output ``out``: ``.NAME.lock`` in its (resolved) parent."""
     real = Path(os.path.realpath(out))
     if not real.name:
-        raise TokentapeError(f"'{out}': an output cannot be the file system's root")
+        raise OutputError(f"'{out}': an output cannot be the file system's root")
     return real.parent / f".{real.name}.lock"
 
 
@@ -116,7 +116,7 @@ def _describe(record: dict | None) -> str:
 
 def _try_lock(fd: int, path: Path) -> bool:
     if fcntl is None:
-        raise TokentapeError(f"'{path}': writer locks need flock (Linux, macOS, other POSIX)")
+        raise OutputError(f"'{path}': writer locks need flock (Linux, macOS, other POSIX)")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -124,7 +124,7 @@ def _try_lock(fd: int, path: Path) -> bool:
     except OSError as exc:
         if exc.errno in (errno.EAGAIN, errno.EACCES):
             return False
-        raise TokentapeError(
+        raise OutputError(
             f"'{path}': cannot lock the output ({exc.strerror or exc}); this file system has no "
             "working locks: write the output on a local disk or a file system mounted with "
             "locking (see docs/cluster.md)"
@@ -163,24 +163,24 @@ def _open_lock_file(path: Path, out: str | os.PathLike[str]) -> int:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             if os.path.islink(path):
-                raise TokentapeError(
+                raise OutputError(
                     f"'{path}': the writer lock file of '{out}' is a symbolic link "
                     f"(to {os.readlink(path)!r}), not tokentape's; remove it"
                 ) from None
             if os.path.isdir(path):
-                raise TokentapeError(
+                raise OutputError(
                     f"'{path}': the writer lock file of '{out}' is a directory, "
                     "not tokentape's; remove it"
                 ) from None
-            raise TokentapeError(
+            raise OutputError(
                 f"'{path}': cannot create the writer lock of '{out}' ({exc.strerror or exc}); "
                 "the output's parent directory must be writable"
             ) from None
     else:
-        raise TokentapeError(f"'{path}': cannot create the writer lock of '{out}'")
+        raise OutputError(f"'{path}': cannot create the writer lock of '{out}'")
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise TokentapeError(
+        raise OutputError(
             f"'{path}': the writer lock file of '{out}' is not a regular file, "
             "not tokentape's; remove it"
         )
@@ -221,7 +221,7 @@ def output_lock(out: str | os.PathLike[str], command: str) -> Iterator[Path]:
     """
     path = lock_path(out)
     if os.path.lexists(path.parent) and not path.parent.is_dir():
-        raise TokentapeError(f"'{out}': '{path.parent}' is not a directory")
+        raise OutputError(f"'{out}': '{path.parent}' is not a directory")
     created = _make_parents(path.parent)
     try:
         fd = _acquire(path, out, command)

@@ -35,7 +35,7 @@ from tokentape._src.store.format import (
     read_npy_header,
 )
 from tokentape._src.store.tokenizers import STORED_NAMES, Tokenizer, tokenizer_from_manifest
-from tokentape.errors import TokentapeError, ArgumentError, OutOfRangeError, StoreError
+from tokentape.errors import ArgumentError, OutOfRangeError, StoreError, TokentapeError
 
 INDEX_DTYPE = np.dtype("<i8")
 _OPEN_ATTEMPTS = 3

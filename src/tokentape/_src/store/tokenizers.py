@@ -35,7 +35,7 @@ import tiktoken
 import tokenizers
 
 from tokentape._src.store.confine import open_inside
-from tokentape.errors import TokentapeError
+from tokentape.errors import ArgumentError, InputError, StoreError, TokentapeError
 
 GPT2_SPLIT_PATTERN = (
     r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -152,7 +152,7 @@ def _check_ids(ids: Sequence[int], vocab_size: int, what: str) -> list[int]:
     id_list = [int(i) for i in ids]
     bad = [i for i in id_list if not 0 <= i < vocab_size]
     if bad:
-        raise TokentapeError(
+        raise ArgumentError(
             f"{what}: token id {bad[0]} is outside the vocabulary [0, {vocab_size})"
         )
     return id_list
@@ -163,11 +163,11 @@ def _read_file(path: Path, context: str) -> bytes:
     try:
         return path.read_bytes()
     except FileNotFoundError:
-        raise TokentapeError(f"tokenizer file '{path}': not found ({context})") from None
+        raise InputError(f"tokenizer file '{path}': not found ({context})") from None
     except IsADirectoryError:
-        raise TokentapeError(f"tokenizer file '{path}': is a directory ({context})") from None
+        raise InputError(f"tokenizer file '{path}': is a directory ({context})") from None
     except OSError as exc:
-        raise TokentapeError(f"tokenizer file '{path}': cannot read ({exc.strerror})") from None
+        raise InputError(f"tokenizer file '{path}': cannot read ({exc.strerror})") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -216,8 +216,8 @@ class ByteTokenizer:
 # tiktoken
 
 
-def _ranks_error(path: Path, detail: str) -> TokentapeError:
-    return TokentapeError(f"tiktoken ranks file '{path}': {detail}")
+def _ranks_error(path: Path, detail: str) -> InputError:
+    return InputError(f"tiktoken ranks file '{path}': {detail}")
 
 
 def parse_tiktoken_ranks(data: bytes, path: Path) -> dict[bytes, int]:
@@ -274,7 +274,7 @@ class TiktokenTokenizer:
         A ranks file names no special token: the one tokentape adds, ``<|endoftext|>`` at max
         rank + 1, is the only EOD token it can have (another name would not be that token)."""
         if eod_token != DEFAULT_TIKTOKEN_EOD:
-            raise TokentapeError(
+            raise InputError(
                 f"tokenizer {spec!r}: --eod-token {eod_token!r} is not a token of this tiktoken "
                 f"ranks file; accepted: {DEFAULT_TIKTOKEN_EOD!r} (the special token tokentape "
                 "adds at max rank + 1), or leave --eod-token out"
@@ -328,7 +328,7 @@ class TiktokenTokenizer:
         try:
             return self.encoding.decode(id_list, errors="replace")
         except KeyError as exc:  # a gap in the ranks
-            raise TokentapeError(
+            raise ArgumentError(
                 f"tokenizer {self.spec!r}: token id {exc.args[0]} has no rank"
             ) from None
 
@@ -351,14 +351,14 @@ def _hf_backend(data: bytes, path: Path) -> tokenizers.Tokenizer:
     try:
         json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise TokentapeError(
+        raise InputError(
             f"tokenizer file '{path}': not valid JSON ({_one_line(exc)}); "
             "expected a Hugging Face tokenizer.json"
         ) from None
     try:
         backend = tokenizers.Tokenizer.from_str(data.decode("utf-8"))
     except Exception as exc:  # the Rust library raises plain Exception
-        raise TokentapeError(
+        raise InputError(
             f"tokenizer file '{path}': not a Hugging Face tokenizer.json ({_one_line(exc)})"
         ) from None
     backend.no_truncation()
@@ -372,7 +372,7 @@ def _hf_eod(backend: tokenizers.Tokenizer, spec: str, eod_token: str | None) -> 
     if eod_token is not None:
         eod_id = backend.token_to_id(eod_token)
         if eod_id is None:
-            raise TokentapeError(
+            raise InputError(
                 f"tokenizer {spec!r}: --eod-token {eod_token!r} is not in its vocabulary"
             )
         return eod_token, eod_id
@@ -380,7 +380,7 @@ def _hf_eod(backend: tokenizers.Tokenizer, spec: str, eod_token: str | None) -> 
         eod_id = backend.token_to_id(candidate)
         if eod_id is not None:
             return candidate, eod_id
-    raise TokentapeError(
+    raise InputError(
         f"tokenizer {spec!r}: no end-of-document token among "
         f"{', '.join(HF_EOD_CANDIDATES)}; name one with --eod-token"
     )
@@ -437,7 +437,7 @@ class HFTokenizer:
 
     def _checked(self, ids: list[int]) -> list[int]:
         if not self.eod_is_special and self.eod_id in ids:
-            raise TokentapeError(
+            raise InputError(
                 f"tokenizer {self.spec!r}: document text encodes to the end-of-document id "
                 f"{self.eod_id} ({self.eod_token!r} is not a special token); "
                 "name a special token with --eod-token"
@@ -522,14 +522,14 @@ def load_tokenizer(spec: str, eod_token: str | None = None) -> Tokenizer:
     """Load ``bytes``, ``tiktoken:PATH``, or ``[hf:]PATH`` to a Hugging Face tokenizer.json."""
     if spec == "bytes":
         if eod_token is not None:
-            raise TokentapeError(
+            raise InputError(
                 f"--eod-token {eod_token!r}: the bytes tokenizer has no named tokens "
                 f"(its end-of-document id is {BYTE_EOD_ID})"
             )
         return ByteTokenizer()
     prefix, colon, rest = spec.partition(":")
     if colon and prefix in ("tiktoken", "hf") and not rest:
-        raise TokentapeError(f"tokenizer spec {spec!r}: expected {prefix}:PATH")
+        raise InputError(f"tokenizer spec {spec!r}: expected {prefix}:PATH")
     if spec.startswith("tiktoken:"):
         path = Path(spec.removeprefix("tiktoken:"))
         data = _read_file(path, f"from tokenizer spec {spec!r}")
@@ -540,7 +540,7 @@ def load_tokenizer(spec: str, eod_token: str | None = None) -> Tokenizer:
         return HFTokenizer.from_bytes(
             _read_file(path, f"from tokenizer spec {spec!r}"), path, spec, eod_token
         )
-    raise TokentapeError(
+    raise InputError(
         f"unknown tokenizer spec {spec!r}: expected 'bytes', 'tiktoken:PATH' or a path to a "
         "Hugging Face tokenizer.json"
     )
@@ -576,7 +576,7 @@ def _check_manifest_fields(info: dict[str, Any], where: str) -> None:
         value = info.get(name, ...)
         if value is ... or not isinstance(value, types) or isinstance(value, bool):
             expected = " or ".join("null" if t is type(None) else t.__name__ for t in types)
-            raise TokentapeError(f"{where}: field tokenizer.{name} missing or not {expected}")
+            raise StoreError(f"{where}: field tokenizer.{name} missing or not {expected}")
 
 
 def _check_copy(data: bytes, kind: str, info: dict[str, Any], where: str) -> None:
@@ -585,7 +585,7 @@ def _check_copy(data: bytes, kind: str, info: dict[str, Any], where: str) -> Non
     parts = (data, GPT2_SPLIT_PATTERN.encode()) if kind == "tiktoken" else (data,)
     found = _fingerprint(kind, info["eod_id"], *parts)
     if found != info["fingerprint"]:
-        raise TokentapeError(
+        raise StoreError(
             f"{where}: tokenizer fingerprint {info['fingerprint']} does not match the stored "
             f"tokenizer ({found}); the store's tokenizer file was changed"
         )
@@ -604,7 +604,7 @@ def tokenizer_from_manifest(
     kind, spec, name = info["kind"], info["spec"], info["file"]
     tok: Tokenizer
     if kind in ("bytes", "none") and name is not None:
-        raise TokentapeError(f"{where}: field tokenizer.file is {name!r}; expected null")
+        raise StoreError(f"{where}: field tokenizer.file is {name!r}; expected null")
     if kind == "bytes":
         tok = ByteTokenizer(spec=spec)
     elif kind == "none":
@@ -612,7 +612,7 @@ def tokenizer_from_manifest(
     elif kind in ("hf", "tiktoken"):
         expected_name = HF_STORED_NAME if kind == "hf" else TIKTOKEN_STORED_NAME
         if name != expected_name:
-            raise TokentapeError(
+            raise StoreError(
                 f"{where}: field tokenizer.file is {name!r}; expected {expected_name!r}"
             )
         path = store_dir / name
@@ -626,23 +626,23 @@ def tokenizer_from_manifest(
             tok = HFTokenizer.from_bytes(data, path, spec, info["eod_token"])
         else:
             if info["eod_token"] != DEFAULT_TIKTOKEN_EOD:
-                raise TokentapeError(
+                raise StoreError(
                     f"{where}: field tokenizer.eod_token is {info['eod_token']!r}; a tiktoken "
                     f"store's end-of-document token is {DEFAULT_TIKTOKEN_EOD!r}"
                 )
             tok = TiktokenTokenizer.from_bytes(data, path, spec)
     else:
-        raise TokentapeError(
+        raise StoreError(
             f"{where}: field tokenizer.kind is {kind!r}; expected 'hf', 'tiktoken', 'bytes' or "
             "'none'"
         )
     if tok.fingerprint != info["fingerprint"]:
-        raise TokentapeError(
+        raise StoreError(
             f"{where}: tokenizer fingerprint {info['fingerprint']} does not match the stored "
             f"tokenizer ({tok.fingerprint}); the store's tokenizer file was changed"
         )
     if (tok.eod_id, tok.vocab_size) != (info["eod_id"], info["vocab_size"]):
-        raise TokentapeError(
+        raise StoreError(
             f"{where}: tokenizer eod_id/vocab_size {info['eod_id']}/{info['vocab_size']} do "
             f"not match the stored tokenizer ({tok.eod_id}/{tok.vocab_size})"
         )

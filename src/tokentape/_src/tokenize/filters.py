@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from tokentape.errors import TokentapeError
+from tokentape.errors import ArgumentError, InputError, TokentapeError
 
 _FILTER_USAGE = "expected unique-lines[:min_lines=N,min_ratio=R], min-tokens:N or max-tokens:N"
 _INT_RE = re.compile(r"[0-9]+")
@@ -44,18 +44,16 @@ class UniqueLines:
 
     def __post_init__(self) -> None:
         if isinstance(self.min_lines, bool) or not isinstance(self.min_lines, int):
-            raise TokentapeError(f"{self.name}: min_lines must be an integer")
+            raise InputError(f"{self.name}: min_lines must be an integer")
         if self.min_lines < 1:
-            raise TokentapeError(f"{self.name}: min_lines must be >= 1, got {self.min_lines}")
+            raise InputError(f"{self.name}: min_lines must be >= 1, got {self.min_lines}")
         if self.min_lines > MAX_COUNT:
-            raise TokentapeError(
-                f"{self.name}: min_lines must be at most 2**62, got {self.min_lines}"
-            )
+            raise InputError(f"{self.name}: min_lines must be at most 2**62, got {self.min_lines}")
         ratio = self.min_ratio
         if isinstance(ratio, bool) or not isinstance(ratio, int | float):
-            raise TokentapeError(f"{self.name}: min_ratio must be a number")
+            raise InputError(f"{self.name}: min_ratio must be a number")
         if not (math.isfinite(ratio) and 0 < ratio <= 1):
-            raise TokentapeError(f"{self.name}: min_ratio must be in (0, 1], got {ratio}")
+            raise InputError(f"{self.name}: min_ratio must be in (0, 1], got {ratio}")
         object.__setattr__(self, "min_ratio", float(ratio))
 
     def drops(self, text: str) -> bool:
@@ -76,11 +74,11 @@ class UniqueLines:
 
 def _check_count(name: str, n: object, minimum: int) -> None:
     if isinstance(n, bool) or not isinstance(n, int):
-        raise TokentapeError(f"{name}: N must be an integer")
+        raise InputError(f"{name}: N must be an integer")
     if n < minimum:
-        raise TokentapeError(f"{name}: N must be >= {minimum}, got {n}")
+        raise InputError(f"{name}: N must be >= {minimum}, got {n}")
     if n > MAX_COUNT:
-        raise TokentapeError(f"{name}: N must be at most 2**62, got {n}")
+        raise InputError(f"{name}: N must be at most 2**62, got {n}")
 
 
 @dataclass(frozen=True)
@@ -144,14 +142,14 @@ class FilterSet:
         seen: set[str] = set()
         for f in filters:
             if not isinstance(f, UniqueLines | MinTokens | MaxTokens):
-                raise TypeError(f"not a filter: {f!r}")
+                raise ArgumentError(f"not a filter: {f!r}")
             if f.name in seen:
-                raise TokentapeError(f"--filter: {f.name!r} is given more than once")
+                raise InputError(f"--filter: {f.name!r} is given more than once")
             seen.add(f.name)
         lo = next((f.n for f in filters if isinstance(f, MinTokens)), 0)
         hi = next((f.n for f in filters if isinstance(f, MaxTokens)), None)
         if hi is not None and lo > hi:
-            raise TokentapeError(
+            raise InputError(
                 f"--filter: min-tokens:{lo} is above max-tokens:{hi}; every document would be "
                 "dropped"
             )
@@ -192,13 +190,13 @@ class FilterSet:
             params = {k: v for k, v in item.items() if k != "name"}
             kind = _FILTER_TYPES.get(item.get("name"))  # type: ignore[arg-type]
             if kind is None:
-                raise TokentapeError(f"filter {item!r}: unknown filter; {_FILTER_USAGE}")
+                raise InputError(f"filter {item!r}: unknown filter; {_FILTER_USAGE}")
             try:
                 filters.append(kind(**params))
             except TypeError:
-                raise TokentapeError(f"filter {item!r}: unexpected parameters") from None
+                raise InputError(f"filter {item!r}: unexpected parameters") from None
             except TokentapeError as exc:
-                raise TokentapeError(f"filter {item!r}: {exc}") from None
+                raise InputError(f"filter {item!r}: {exc}") from None
         return cls(tuple(filters))
 
 
@@ -211,7 +209,7 @@ _FILTER_TYPES: dict[str, type[UniqueLines] | type[MinTokens] | type[MaxTokens]] 
 
 def _parse_int(spec: str, what: str, text: str) -> int:
     if not _INT_RE.fullmatch(text):
-        raise TokentapeError(f"--filter {spec!r}: {what} must be a non-negative integer")
+        raise InputError(f"--filter {spec!r}: {what} must be a non-negative integer")
     return int(text)
 
 
@@ -221,7 +219,7 @@ def _parse_ratio(spec: str, text: str) -> float:
     except ValueError:
         ratio = math.nan
     if not (math.isfinite(ratio) and 0 < ratio <= 1):
-        raise TokentapeError(f"--filter {spec!r}: min_ratio must be a number in (0, 1]")
+        raise InputError(f"--filter {spec!r}: min_ratio must be a number in (0, 1]")
     return ratio
 
 
@@ -233,17 +231,15 @@ def _parse_unique_lines(spec: str, args: str | None) -> UniqueLines:
         key, eq, value = item.partition("=")
         key = key.strip()
         if not eq or not key:
-            raise TokentapeError(
-                f"--filter {spec!r}: expected unique-lines:min_lines=N,min_ratio=R"
-            )
+            raise InputError(f"--filter {spec!r}: expected unique-lines:min_lines=N,min_ratio=R")
         if key in params:
-            raise TokentapeError(f"--filter {spec!r}: parameter {key!r} given twice")
+            raise InputError(f"--filter {spec!r}: parameter {key!r} given twice")
         if key == "min_lines":
             params[key] = _parse_int(spec, "min_lines", value.strip())
         elif key == "min_ratio":
             params[key] = _parse_ratio(spec, value.strip())
         else:
-            raise TokentapeError(
+            raise InputError(
                 f"--filter {spec!r}: unknown parameter {key!r}; expected min_lines or min_ratio"
             )
     return UniqueLines(**params)
@@ -252,7 +248,7 @@ def _parse_unique_lines(spec: str, args: str | None) -> UniqueLines:
 def parse_filter(spec: str) -> Filter:
     """Parse one ``--filter`` value."""
     if not isinstance(spec, str):
-        raise TokentapeError(f"--filter {spec!r}: expected a string such as 'min-tokens:16'")
+        raise InputError(f"--filter {spec!r}: expected a string such as 'min-tokens:16'")
     name, colon, rest = spec.strip().partition(":")
     args = rest if colon else None
     try:
@@ -260,7 +256,7 @@ def parse_filter(spec: str) -> Filter:
             return _parse_unique_lines(spec, args)
         if name in (MinTokens.name, MaxTokens.name):
             if args is None:
-                raise TokentapeError(f"--filter {spec!r}: expected {name}:N")
+                raise InputError(f"--filter {spec!r}: expected {name}:N")
             n = _parse_int(spec, "N", args.strip())
             return MinTokens(n) if name == MinTokens.name else MaxTokens(n)
     except TokentapeError as exc:
@@ -268,8 +264,8 @@ def parse_filter(spec: str) -> Filter:
         if message.startswith("--filter"):
             raise
         message = message.removeprefix(f"{name}: ")
-        raise TokentapeError(f"--filter {spec!r}: {message}") from None
-    raise TokentapeError(f"--filter {spec!r}: unknown filter; {_FILTER_USAGE}")
+        raise InputError(f"--filter {spec!r}: {message}") from None
+    raise InputError(f"--filter {spec!r}: unknown filter; {_FILTER_USAGE}")
 
 
 def parse_filters(specs: Sequence[str]) -> FilterSet:
@@ -278,7 +274,7 @@ def parse_filters(specs: Sequence[str]) -> FilterSet:
     seen: dict[str, str] = {}
     for spec, f in zip(specs, filters, strict=True):
         if f.name in seen:
-            raise TokentapeError(
+            raise InputError(
                 f"--filter {spec!r}: {f.name} is already given by --filter {seen[f.name]!r}"
             )
         seen[f.name] = spec

@@ -62,7 +62,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
-from tokentape.errors import TokentapeError
+from tokentape.errors import InputError
 
 SUPPORTED_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".txt")
 
@@ -152,7 +152,7 @@ def _supported_list() -> str:
 
 def _walk_error(spec: str) -> Callable[[OSError], None]:
     def raise_error(err: OSError) -> None:
-        raise TokentapeError(f"input '{spec}': cannot list '{err.filename}' ({err.strerror})")
+        raise InputError(f"input '{spec}': cannot list '{err.filename}' ({err.strerror})")
 
     return raise_error
 
@@ -174,7 +174,7 @@ def _files_in_dir(spec: str, directory: str) -> list[str]:
 def _expand_glob(spec: str) -> list[str]:
     matches = sorted(glob.glob(spec, recursive=True))
     if not matches:
-        raise TokentapeError(f"input '{spec}': glob matched no files")
+        raise InputError(f"input '{spec}': glob matched no files")
     paths: list[str] = []
     for match in matches:
         if os.path.isdir(match):
@@ -182,7 +182,7 @@ def _expand_glob(spec: str) -> list[str]:
         elif file_kind(match) is not None and os.path.isfile(match):
             paths.append(match)
     if not paths:
-        raise TokentapeError(
+        raise InputError(
             f"input '{spec}': glob matched {len(matches)} path(s) but no supported file; "
             f"expected one of {_supported_list()}"
         )
@@ -195,21 +195,21 @@ def _expand_spec(spec: str) -> list[str]:
     if os.path.isdir(spec):
         paths = _files_in_dir(spec, spec)
         if not paths:
-            raise TokentapeError(
+            raise InputError(
                 f"input '{spec}': directory holds no supported file; "
                 f"expected one of {_supported_list()}"
             )
         return paths
     if not os.path.lexists(spec):
-        raise TokentapeError(f"input '{spec}': no such file or directory")
+        raise InputError(f"input '{spec}': no such file or directory")
     if not os.path.exists(spec):
-        raise TokentapeError(f"input '{spec}': broken symbolic link")
+        raise InputError(f"input '{spec}': broken symbolic link")
     if file_kind(spec) is None:
-        raise TokentapeError(
+        raise InputError(
             f"input '{spec}': unsupported file type; expected one of {_supported_list()}"
         )
     if not os.path.isfile(spec):
-        raise TokentapeError(f"input '{spec}': not a regular file")
+        raise InputError(f"input '{spec}': not a regular file")
     return [spec]
 
 
@@ -220,9 +220,9 @@ def _input_file(path: str) -> InputFile:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())
     except PermissionError:
-        raise TokentapeError(f"input '{path}': permission denied; cannot read the file") from None
+        raise InputError(f"input '{path}': permission denied; cannot read the file") from None
     except OSError as err:
-        raise TokentapeError(f"input '{path}': cannot open ({err.strerror})") from None
+        raise InputError(f"input '{path}': cannot open ({err.strerror})") from None
     return InputFile(path=path, kind=kind, size=st.st_size, mtime_ns=st.st_mtime_ns)
 
 
@@ -238,7 +238,7 @@ def expand_inputs(specs: Sequence[str]) -> list[InputFile]:
             seen.add(real)
             files.append(_input_file(path))
     if not files:
-        raise TokentapeError("no input files given; pass files, directories or globs")
+        raise InputError("no input files given; pass files, directories or globs")
     return files
 
 
@@ -286,7 +286,7 @@ def _open_planned(file: InputFile) -> Iterator[BinaryIO]:
     try:
         f = open(file.path, "rb")  # noqa: SIM115 - closed below
     except OSError as err:
-        raise TokentapeError(f"{file.path}: cannot open ({err.strerror})") from None
+        raise InputError(f"{file.path}: cannot open ({err.strerror})") from None
     with f:
         yield f
 
@@ -331,7 +331,7 @@ def _file_parts(file: InputFile, unit_bytes: int) -> list[UnitPart]:
 def plan_units(files: Sequence[InputFile], unit_bytes: int) -> list[Unit]:
     """Cut ``files`` into numbered units of about ``unit_bytes`` input bytes each."""
     if unit_bytes < 1:
-        raise TokentapeError(f"unit size {unit_bytes}: expected a positive number of bytes")
+        raise InputError(f"unit size {unit_bytes}: expected a positive number of bytes")
     groups: list[list[UnitPart]] = []
     current: list[UnitPart] = []
     total = 0
@@ -367,16 +367,16 @@ def read_documents(part: UnitPart, text_key: str) -> Iterator[str]:
         return _read_parquet(part, text_key)
     if kind in ("jsonl", "jsonl.gz", "jsonl.zst"):
         return _read_jsonl(part, text_key)
-    raise TokentapeError(f"{part.file.path}: unknown input kind '{kind}'")
+    raise InputError(f"{part.file.path}: unknown input kind '{kind}'")
 
 
 def _check_unchanged(file: InputFile) -> None:
     try:
         size = os.stat(file.path).st_size
     except OSError as err:
-        raise TokentapeError(f"{file.path}: cannot open ({err.strerror})") from None
+        raise InputError(f"{file.path}: cannot open ({err.strerror})") from None
     if size != file.size:
-        raise TokentapeError(
+        raise InputError(
             f"{file.path}: size changed since the inputs were planned "
             f"({file.size} -> {size} bytes); re-run to plan again"
         )
@@ -400,13 +400,13 @@ def _read_txt(file: InputFile) -> Iterator[str]:
         with open(file.path, "rb") as f:
             data = f.read()
     except OSError as err:
-        raise TokentapeError(f"{file.path}: cannot read ({err.strerror})") from None
+        raise InputError(f"{file.path}: cannot read ({err.strerror})") from None
     if data.startswith(_BOM):
         data = data[len(_BOM) :]
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise TokentapeError(
+        raise InputError(
             f"{file.path}: not valid UTF-8 (byte offset {err.start}); expected UTF-8 text"
         ) from None
     yield text
@@ -424,9 +424,7 @@ def _open_parquet(file: InputFile) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(file.path)
     except (OSError, pa.ArrowException) as err:
-        raise TokentapeError(
-            f"{file.path}: not a readable parquet file ({_one_line(err)})"
-        ) from None
+        raise InputError(f"{file.path}: not a readable parquet file ({_one_line(err)})") from None
 
 
 def _read_parquet(part: UnitPart, text_key: str) -> Iterator[str]:
@@ -438,25 +436,23 @@ def _parquet_texts(pf: pq.ParquetFile, part: UnitPart, text_key: str) -> Iterato
     path = part.file.path
     schema = pf.schema_arrow
     if text_key not in schema.names:
-        raise TokentapeError(
+        raise InputError(
             f"{path}: no column '{text_key}' (columns: {', '.join(schema.names)}); "
             "choose the column with --text-key"
         )
     col_type = schema.field(text_key).type
     if not _is_string_type(col_type):
-        raise TokentapeError(f"{path}: column '{text_key}' is {col_type}, expected a string")
+        raise InputError(f"{path}: column '{text_key}' is {col_type}, expected a string")
     meta = pf.metadata
     row = sum(meta.row_group(i).num_rows for i in range(part.start))
     for i in range(part.start, part.stop):
         try:
             column = pf.read_row_group(i, columns=[text_key]).column(0)
         except (OSError, pa.ArrowException) as err:
-            raise TokentapeError(
-                f"{path}: row group {i} is not readable ({_one_line(err)})"
-            ) from None
+            raise InputError(f"{path}: row group {i} is not readable ({_one_line(err)})") from None
         if column.null_count:
             first_null = row + column.is_null().index(True).as_py()
-            raise TokentapeError(f"{path}: row {first_null}: field '{text_key}' is null")
+            raise InputError(f"{path}: row {first_null}: field '{text_key}' is null")
         for chunk in column.chunks:
             yield from chunk.to_pylist()
         row += len(column)
@@ -470,14 +466,14 @@ def _plain_blocks(part: UnitPart) -> Iterator[bytes]:
     try:
         f = open(path, "rb", buffering=0)  # noqa: SIM115 - closed below
     except OSError as err:
-        raise TokentapeError(f"{path}: cannot open ({err.strerror})") from None
+        raise InputError(f"{path}: cannot open ({err.strerror})") from None
     with f:
         f.seek(part.start)
         left = part.stop - part.start
         while left > 0:
             block = f.read(min(READ_BLOCK, left))
             if not block:
-                raise TokentapeError(
+                raise InputError(
                     f"{path}: ended at byte {part.stop - left}, expected {part.stop} bytes "
                     "(file changed since planning?)"
                 )
@@ -492,7 +488,7 @@ def _gzip_blocks(part: UnitPart) -> Iterator[bytes]:
             while block := f.read(READ_BLOCK):
                 yield block
     except (OSError, EOFError, zlib.error) as err:
-        raise TokentapeError(f"{path}: corrupt or truncated gzip file ({_one_line(err)})") from None
+        raise InputError(f"{path}: corrupt or truncated gzip file ({_one_line(err)})") from None
 
 
 def _zstd_blocks(part: UnitPart) -> Iterator[bytes]:
@@ -525,11 +521,11 @@ def _zstd_blocks(part: UnitPart) -> Iterator[bytes]:
                     yield b"".join(pending)
                     pending, n_pending = [], 0
     except zstandard.ZstdError as err:
-        raise TokentapeError(f"{path}: corrupt zstandard file ({_one_line(err)})") from None
+        raise InputError(f"{path}: corrupt zstandard file ({_one_line(err)})") from None
     except OSError as err:
-        raise TokentapeError(f"{path}: cannot read ({err.strerror})") from None
+        raise InputError(f"{path}: cannot read ({err.strerror})") from None
     if in_frame:
-        raise TokentapeError(f"{path}: truncated zstandard file (last frame incomplete)")
+        raise InputError(f"{path}: truncated zstandard file (last frame incomplete)")
     if pending:
         yield b"".join(pending)
 
@@ -570,8 +566,8 @@ class _JsonlContext:
         """1-based line number in the whole file (counts newlines before the part: slow)."""
         return _newlines_before(self.part) + line_in_part
 
-    def fail(self, line_in_part: int, what: str) -> TokentapeError:
-        return TokentapeError(f"{self.part.file.path}:{self.line_number(line_in_part)}: {what}")
+    def fail(self, line_in_part: int, what: str) -> InputError:
+        return InputError(f"{self.part.file.path}:{self.line_number(line_in_part)}: {what}")
 
 
 def _newlines_before(part: UnitPart) -> int:
@@ -589,7 +585,7 @@ def _newlines_before(part: UnitPart) -> int:
     return count
 
 
-def _diagnose(ctx: _JsonlContext, raw: bytes, line_in_part: int) -> TokentapeError | None:
+def _diagnose(ctx: _JsonlContext, raw: bytes, line_in_part: int) -> InputError | None:
     """The error for a line the fast path rejected, or None when the line is blank."""
     if not raw.strip():
         return None
@@ -617,7 +613,7 @@ def _diagnose(ctx: _JsonlContext, raw: bytes, line_in_part: int) -> TokentapeErr
     return _field_error(ctx, obj[key], line_in_part)
 
 
-def _field_error(ctx: _JsonlContext, value: object, line_in_part: int) -> TokentapeError:
+def _field_error(ctx: _JsonlContext, value: object, line_in_part: int) -> InputError:
     key = ctx.text_key
     if isinstance(value, str):
         return ctx.fail(

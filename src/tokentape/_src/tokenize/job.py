@@ -28,7 +28,7 @@ from tokentape._src.store.output import WORK_DIR, clear_out, discard_store, is_s
 from tokentape._src.tokenize.inputs import InputFile
 from tokentape._src.util.checks import check_count, check_mb, check_path, check_text
 from tokentape._src.util.hashing import canonical_hash
-from tokentape.errors import ArgumentError, TokentapeError
+from tokentape.errors import ArgumentError, OutputError, StoreError, TokentapeError
 
 JOB_FILE = "job.json"
 UNITS_PREFIX = "units-"
@@ -227,7 +227,7 @@ def _check_ours(out: Path, what: str) -> list[str]:
     names = sorted(os.listdir(out))
     foreign = [n for n in names if not is_store_file(n)]
     if foreign:
-        raise TokentapeError(
+        raise OutputError(
             f"{what} '{out}': not empty and not a tokentape store (found '{foreign[0]}'); "
             "choose a new or empty directory"
         )
@@ -269,9 +269,9 @@ def inspect_out(
     and a store of this job that is damaged (without ``overwrite``). ``stored`` is the
     tokenizer copy this job writes (checked in a complete store)."""
     if out.exists() and not out.is_dir():
-        raise TokentapeError(f"--out '{out}': exists and is not a directory")
+        raise OutputError(f"--out '{out}': exists and is not a directory")
     if out.is_symlink() and not out.exists():
-        raise TokentapeError(
+        raise OutputError(
             f"--out '{out}': a symbolic link to {os.readlink(out)!r}, which does not exist; "
             "create that directory or remove the link"
         )
@@ -295,12 +295,12 @@ def inspect_out(
                 discard_store(staging)
                 return OutPlan(OutState.COMPLETE, out, manifest)
             if not overwrite:
-                raise TokentapeError(
+                raise OutputError(
                     f"--out '{out}': holds this job's store, but it is damaged ({damage}); "
                     "pass --overwrite to rebuild it"
                 )
         elif not overwrite:
-            raise TokentapeError(
+            raise OutputError(
                 f"--out '{out}': holds a store made from other inputs or settings; "
                 "pass --overwrite to replace it"
             )
@@ -311,7 +311,7 @@ def inspect_out(
         if _same_run(out / WORK_DIR, resume_key):
             return OutPlan(OutState.RESUME, out)
         if not overwrite:
-            raise TokentapeError(
+            raise OutputError(
                 f"--out '{out}': holds an unfinished run with other inputs or settings "
                 "(or inputs changed since); pass --overwrite to discard it"
             )
@@ -326,14 +326,14 @@ def _read_manifest(path: Path, overwrite: bool) -> Manifest | None:
         with open(open_inside(path.parent, path.name, "the manifest"), "rb") as f:
             return parse_manifest(f.read().decode("utf-8"), str(path))
     except UnicodeDecodeError:
-        problem = TokentapeError(f"{path}: not UTF-8 text; not a readable manifest")
+        problem = StoreError(f"{path}: not UTF-8 text; not a readable manifest")
     except TokentapeError as exc:
         problem = exc
     except OSError as exc:
-        problem = TokentapeError(f"{path}: cannot read ({exc.strerror or exc})")
+        problem = StoreError(f"{path}: cannot read ({exc.strerror or exc})")
     if overwrite:
         return None
-    raise TokentapeError(f"{problem}; pass --overwrite to replace the store") from None
+    raise OutputError(f"{problem}; pass --overwrite to replace the store") from None
 
 
 def _staged(
@@ -342,7 +342,7 @@ def _staged(
     """The plan of a build beside ``out`` that replaces it: resume the staging directory an
     interrupted run of this job left (or swap it in, if it finished), else start it afresh."""
     if staging.is_symlink() or (os.path.lexists(staging) and not staging.is_dir()):
-        raise TokentapeError(f"'{staging}': exists and is not a directory; remove it")
+        raise OutputError(f"'{staging}': exists and is not a directory; remove it")
     if not staging.exists():
         return OutPlan(OutState.FRESH, staging, replace=True)
     _check_ours(staging, "staging directory")

@@ -138,7 +138,7 @@ def _helper_main(
         _drain(job, tokenizer, filters, next_unit, abort, counters, helper=True)
     except TokentapeError as exc:
         abort.value = 1
-        errors.put(str(exc))
+        errors.put(exc)  # our own exception, pickled: its subtype comes back
 
 
 def run_units(
@@ -174,5 +174,5 @@ def run_units(
         for p in helpers:
             p.join()
     if not errors.empty():
-        raise TokentapeError(errors.get())
+        raise errors.get()
     return [code for p in helpers if (code := p.exitcode)]  # joined: every exit code is set

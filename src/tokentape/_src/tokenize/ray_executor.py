@@ -32,7 +32,7 @@ from tokentape._src.tokenize.pool import SINGLE_THREAD_ENV, PoolJob, WorkerDied
 from tokentape._src.tokenize.worker import UnitResult, tokenize_unit
 from tokentape._src.util.faults import CRASH_ENV, crashpoint
 from tokentape._src.util.progress import Counters
-from tokentape.errors import TokentapeError
+from tokentape.errors import InputError, TokentapeError
 
 INSTALL_HINT = "pip install 'tokentape[ray]'"
 MAX_RETRIES = 3
@@ -88,7 +88,7 @@ def ray_session(address: str | None, workers: int) -> Iterator[ModuleType]:
     with redirect_stdout(sys.stderr):
         if ray.is_initialized():
             if address is not None:
-                raise TokentapeError(
+                raise InputError(
                     f"--ray-address {address}: Ray is already initialized in this process; "
                     "leave --ray-address unset to use that session"
                 )
@@ -122,7 +122,7 @@ def _connected(ray: ModuleType, address: str | None, workers: int) -> Iterator[N
 def _check_reachable(address: str) -> None:
     """Fail fast when nothing listens at HOST:PORT (``ray.init`` retries for minutes)."""
     if address.startswith(("http://", "https://")):
-        raise TokentapeError(
+        raise InputError(
             f"--ray-address {address}: that is a web (dashboard) address; give the head "
             "node's HOST:PORT (port 6379 by default), ray://HOST:10001 or auto"
         )
@@ -130,9 +130,9 @@ def _check_reachable(address: str) -> None:
     if not colon or not (port.isascii() and port.isdigit()) or "://" in host:
         return  # 'auto', 'local' or a scheme of a Ray plugin: left to Ray
     if not host.strip("[]"):
-        raise TokentapeError(f"--ray-address {address}: no host; expected HOST:PORT")
+        raise InputError(f"--ray-address {address}: no host; expected HOST:PORT")
     if not 1 <= int(port) <= 65535:
-        raise TokentapeError(f"--ray-address {address}: port {port} is not in 1-65535")
+        raise InputError(f"--ray-address {address}: port {port} is not in 1-65535")
     try:
         socket.create_connection((host.strip("[]"), int(port)), CONNECT_TIMEOUT_S).close()
     except (OSError, UnicodeError) as exc:  # UnicodeError: a host name IDNA cannot encode

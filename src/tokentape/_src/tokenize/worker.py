@@ -24,7 +24,7 @@ from tokentape._src.store.writer import npy_bytes
 from tokentape._src.tokenize.filters import FilterSet
 from tokentape._src.tokenize.inputs import Unit, UnitPart, read_documents
 from tokentape._src.util.progress import Counters
-from tokentape.errors import TokentapeError
+from tokentape.errors import InputError, StoreError
 
 BATCH_DOCS = 256
 EMPTY = "empty"
@@ -118,12 +118,12 @@ def _overflow(
     tokens: np.ndarray,
     settings: WorkerSettings,
     tokenizer: Tokenizer,
-) -> TokentapeError:
+) -> InputError:
     """The error for the first id at or above the limit, naming the file it came from."""
     first = int(np.argmax(tokens >= settings.id_limit))
     kept_parts = [part for (part, _), k in zip(batch, keep, strict=True) if k]
     doc = int(np.searchsorted(np.cumsum(counts[keep] + 1), first, side="right"))
-    return TokentapeError(
+    return InputError(
         f"{kept_parts[doc].file.path}: token id {int(tokens[first])} does not fit: ids must be "
         f"below {settings.id_limit} ({settings.dtype}, vocabulary {tokenizer.vocab_size})"
     )
@@ -219,7 +219,7 @@ def read_unit(
         good = False
     if not good:
         marker.unlink(missing_ok=True)  # the rerun makes this unit again
-        raise TokentapeError(
+        raise StoreError(
             f"{bin_path}: unit {result.index}'s output does not match its marker (damaged); "
             "run the same command again to make it anew"
         )

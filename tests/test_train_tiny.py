@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_batch import small_plan_json
+from helpers import small_plan_json
 
 from tokentape._src.plan.plan import load_plan
 from tokentape._src.train.batch import Batcher

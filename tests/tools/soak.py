@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 TOOLS = Path(__file__).resolve().parent
-sys.path[:0] = [str(TOOLS), str(TOOLS.parent)]  # the helpers here; test_batch's small plan
+sys.path[:0] = [str(TOOLS), str(TOOLS.parent)]  # the helpers here; tests/helpers.py's small plan
 
 import soak_tokenize  # noqa: E402
 import soak_train  # noqa: E402
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     progress(f"scratch directory {root}")
     try:
-        from test_batch import small_plan_json
+        from helpers import small_plan_json
 
         (root / "train").mkdir()
         plan = small_plan_json(root / "train")

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("torch")
 
 import torch.distributed as dist
-from test_batch import small_plan_json
+from helpers import small_plan_json
 
 from tokentape._src.plan.plan import load_plan
 from tokentape._src.program import main

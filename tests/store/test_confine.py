@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_store import write_store
+from helpers import write_store
 
 from tokentape import TokentapeError, open_source, open_store
 from tokentape._src.audit.verify import check_store

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_plan import PLAN, SIZES, make_store
+from helpers import PLAN, SIZES, make_store
 
 from tokentape._src.audit.locate import locate
 from tokentape._src.plan.plan import index_hash, load_plan, load_plan_spec, resolve_plan

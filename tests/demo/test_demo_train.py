@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_batch import small_shard_stores
+from helpers import small_shard_stores
 
 import tokentape._src.train.loader as loader_module
 from tokentape._src.demo.audit import worst_step

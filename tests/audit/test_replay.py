@@ -9,7 +9,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from test_batch import small_plan_json
+from helpers import small_plan_json
 
 from tokentape._src.audit.replay import replay, top_documents
 from tokentape._src.audit.runs import log_schedule

@@ -10,6 +10,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+from helpers import HASH, record
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,23 +18,6 @@ from tokentape._src.train.partition import BatchConfig
 from tokentape._src.train.state import BatchChange
 from tokentape._src.train.steplog import StepRecord, read_step_log, scan_step_log, schedule_of
 from tokentape.errors import TokentapeError
-
-HASH = "sha256:" + "ab" * 32
-
-
-def record(step: int, consumed: int, dp: int = 2, micro: int = 2, accum: int = 1, **extra) -> dict:
-    rec = {
-        "step": step,
-        "consumed": consumed,
-        "global_batch": dp * micro * accum,
-        "dp": dp,
-        "micro": micro,
-        "accum": accum,
-        "index_hash": HASH,
-        "tokens_hash": f"t{step}-{dp}-{micro}-{accum}",
-        "time": 1_700_000_000.5 + step,
-    }
-    return rec | extra
 
 
 def line(rec: dict) -> str:

@@ -8,9 +8,9 @@ import re
 import shutil
 
 import pytest
+from helpers import PLAN, SIZES, make_store, plan_of
 from hypothesis import given
 from hypothesis import strategies as st
-from test_plan import PLAN, SIZES, make_store, plan_of
 
 from tokentape._src.train.partition import BatchConfig
 from tokentape._src.train.state import DataState, identity_hash

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import make_documents, tree_bytes, write_jsonl
 from hypothesis import given
 from hypothesis import strategies as st
-from test_tokenize import make_documents, tree_bytes, write_jsonl
 
 from tokentape._src.plan.open import open_store
 from tokentape._src.program import main

@@ -7,7 +7,6 @@ import gzip
 import json
 import math
 import os
-import random
 import re
 import signal
 import subprocess
@@ -22,6 +21,7 @@ import pytest
 import tiktoken
 import tiktoken.load
 import tokenizers
+from helpers import make_documents, run_cli, tree_bytes, write_jsonl
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -30,19 +30,6 @@ from tokentape._src.program import main
 from tokentape._src.store.tokenizers import GPT2_SPLIT_PATTERN
 from tokentape._src.tokenize.job import TokenizeConfig
 from tokentape.errors import ArgumentError
-
-WORDS = ["alpha", "beta", "γάμμα", "δέλτα", "日本語", "emoji😀", "tab\tbed", "x" * 30, "42", "!?"]
-
-
-def make_documents(n: int, seed: int) -> list[str]:
-    rng = random.Random(seed)
-    docs = []
-    for _ in range(n):
-        lines = [
-            " ".join(rng.choices(WORDS, k=rng.randint(1, 12))) for _ in range(rng.randint(1, 8))
-        ]
-        docs.append("\n".join(lines) + rng.choice(["", "\n", "  "]))
-    return docs
 
 
 @pytest.fixture(scope="module")
@@ -62,24 +49,6 @@ def corpus(tmp_path_factory) -> tuple[Path, list[str]]:
     for i, t in enumerate(parts[5]):
         (txt / f"{i:02d}.txt").write_text(t)
     return root, docs
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tokentape", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        timeout=300,
-    )
-
-
-def tree_bytes(directory: Path) -> dict[str, bytes]:
-    return {
-        str(p.relative_to(directory)): p.read_bytes()
-        for p in sorted(directory.rglob("*"))
-        if p.is_file()
-    }
 
 
 def tokenize_args(root: Path, out: Path, *extra: str) -> list[str]:
@@ -219,11 +188,6 @@ def test_rerun_of_a_complete_store_changes_nothing(corpus, reference_store, tmp_
     # ... and accepted with it.
     assert main([*args, "--filter", "min-tokens:5", "--overwrite"]) == 0
     assert tree_bytes(tmp_path / "s") != reference_store
-
-
-def write_jsonl(path: Path, lines: list[str]) -> Path:
-    path.write_text("".join(line + "\n" for line in lines))
-    return path
 
 
 GOOD = [json.dumps({"text": t}) for t in make_documents(40, seed=1)]

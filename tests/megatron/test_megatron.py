@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_store import write_store
+from helpers import write_store
 
 from tokentape._src.megatron import format as megatron_mod
 from tokentape._src.megatron import identity as megatron_identity

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import PLAN, small_plan_json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_batch import small_plan_json
 
 from tokentape._src.plan.plan import Plan, index_hash, load_plan
 from tokentape._src.tape.blend import MAX_POSITION
@@ -334,8 +334,6 @@ def _parse_plan_or_error(text: str) -> None:
 @FUZZ
 @given(data=st.data())
 def test_plan_toml_with_edited_values(data):
-    from test_plan import PLAN
-
     lines = PLAN.splitlines()
     for _ in range(data.draw(st.integers(1, 3))):
         i = data.draw(st.integers(0, len(lines) - 1))
@@ -350,8 +348,6 @@ def test_plan_toml_with_edited_values(data):
 @FUZZ
 @given(data=st.data())
 def test_plan_toml_with_damaged_bytes(data):
-    from test_plan import PLAN
-
     damaged = data.draw(mutated_bytes(PLAN.encode()))
     try:
         text = damaged.decode()

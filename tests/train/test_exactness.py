@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from test_batch import small_plan_json
+from helpers import small_plan_json
 
 TRAINER = Path(__file__).parent / "tools" / "sim_trainer.py"
 SHAPES = [(4, 2, 1), (3, 1, 2), (6, 1, 1), (1, 4, 2), (2, 3, 1), (5, 1, 1)]

@@ -11,65 +11,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import write_store
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokentape import TokentapeError, open_source
 from tokentape._src.audit.verify import check_store
-from tokentape._src.store.atomic import write_atomic
 from tokentape._src.store.format import (
     MANIFEST_NAME,
-    Manifest,
     choose_dtype,
-    content_hash,
     read_manifest,
 )
-from tokentape._src.store.tokenizers import Tokenizer, load_tokenizer, tokenizer_manifest
+from tokentape._src.store.tokenizers import load_tokenizer
 from tokentape._src.store.writer import ShardWriter
 from tokentape.errors import ArgumentError, OutOfRangeError
 
 EOD = 256
-
-
-def write_store(
-    directory: Path,
-    docs: list[list[int]],
-    shard_tokens: int,
-    block_bytes: int = 64,
-    tok: Tokenizer | None = None,
-) -> Manifest:
-    """Write ``docs`` (each followed by the EOD id) with the shard writer, plus the tokenizer's
-    copy and a manifest (``tok``: the bytes tokenizer when None)."""
-    tok = tok or load_tokenizer("bytes")
-    directory.mkdir(parents=True, exist_ok=True)
-    dtype = "uint16" if tok.vocab_size <= 2**16 else "uint32"
-    writer = ShardWriter(directory, dtype, shard_tokens, block_bytes=block_bytes)
-    # Feed in two calls to exercise appends that continue an open shard.
-    half = len(docs) // 2
-    for chunk in (docs[:half], docs[half:]):
-        if chunk:
-            flat = np.array([t for d in chunk for t in [*d, tok.eod_id]], dtype=np.int64)
-            writer.add(flat, np.array([len(d) + 1 for d in chunk]))
-    shards = writer.finish()
-    stored = tok.stored_file()
-    if stored is not None:
-        write_atomic(directory / stored[0], stored[1])
-    manifest = Manifest(
-        dtype=dtype,
-        vocab_size=tok.vocab_size,
-        eod_id=tok.eod_id,
-        tokenizer=tokenizer_manifest(tok),
-        shards=tuple(shards),
-        n_tokens=sum(s.n_tokens for s in shards),
-        n_docs=sum(s.n_docs for s in shards),
-        content_hash=content_hash(shards, dtype),
-        filters={},
-        inputs={},
-        job="test",
-        created_by="test",
-    )
-    write_atomic(directory / MANIFEST_NAME, manifest.to_json().encode())
-    return manifest
 
 
 docs_strategy = st.lists(

@@ -16,12 +16,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_store import write_store
+from helpers import write_store
 
 from tokentape._src.megatron import convert
 from tokentape._src.megatron.format import MegatronWriter
 from tokentape._src.megatron.source import MegatronSource
 from tokentape._src.program import main
+from tokentape._src.store.format import sha256_stream
 from tokentape._src.store.reader import open_source
 from tokentape._src.store.writer import ShardWriter
 from tokentape.errors import ArgumentError
@@ -356,7 +357,8 @@ def test_the_index_is_hashed_in_chunks(tmp_path):
     path = tmp_path / "f"
     path.write_bytes(os.urandom(1000))
     expected = hashlib.sha256(path.read_bytes()).hexdigest()
-    assert convert._sha256_file(path, chunk_bytes=7) == expected
+    with open(path, "rb") as f:
+        assert sha256_stream(f, 7) == expected
 
 
 # --- bad flags: one line naming the flag, nothing written ---------------------------------

@@ -22,7 +22,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from test_tokenize import make_documents, run_cli, tree_bytes, write_jsonl
+from helpers import make_documents, run_cli, tree_bytes, write_jsonl
 
 from tokentape._src.program import main
 from tokentape._src.store.lock import output_lock

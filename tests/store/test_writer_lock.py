@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_tokenize import make_documents, run_cli, tree_bytes, write_jsonl
+from helpers import make_documents, run_cli, tree_bytes, write_jsonl
 
 from tokentape import open_source
 from tokentape._src.program import main

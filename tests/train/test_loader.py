@@ -8,8 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_batch import small_shard_stores
-from test_plan import PLAN
+from helpers import PLAN, small_shard_stores
 
 from tokentape._src.plan.plan import load_plan_spec, parse_plan, resolve_plan
 from tokentape._src.store.reader import open_source

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from test_batch import small_shard_stores  # noqa: E402
+from helpers import small_shard_stores  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
 from tokentape._src.plan.plan import load_plan_spec, resolve_plan  # noqa: E402

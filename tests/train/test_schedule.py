@@ -6,9 +6,9 @@ import json
 
 import numpy as np
 import pytest
+from helpers import record
 from hypothesis import given
 from hypothesis import strategies as st
-from test_steplog import record
 
 from tokentape._src.train.partition import BatchConfig, positions_for
 from tokentape._src.train.schedule import Schedule

@@ -1,0 +1,252 @@
+"""Builders shared by the tests (no test module imports another): small stores, the three-source
+plan, tokenize inputs, step-log records and Megatron prefixes written with tokentape's own code.
+
+``tests/`` is on ``sys.path`` (its conftest.py sits there), so every test directory imports this
+module as ``helpers``. Golden vectors depend on these builders: change none of them lightly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from tokentape._src.megatron.format import MegatronWriter, dtype_code, index_bytes
+from tokentape._src.plan.plan import load_plan_spec, parse_plan, resolve_plan
+from tokentape._src.store.atomic import write_atomic
+from tokentape._src.store.format import MANIFEST_NAME, Manifest, content_hash
+from tokentape._src.store.tokenizers import Tokenizer, load_tokenizer, tokenizer_manifest
+from tokentape._src.store.writer import ShardWriter
+from tokentape._src.tokenize.driver import tokenize
+from tokentape._src.tokenize.job import TokenizeConfig
+
+# --- a store written with the shard writer -----------------------------------------------------
+
+
+def write_store(
+    directory: Path,
+    docs: list[list[int]],
+    shard_tokens: int,
+    block_bytes: int = 64,
+    tok: Tokenizer | None = None,
+) -> Manifest:
+    """Write ``docs`` (each followed by the EOD id) with the shard writer, plus the tokenizer's
+    copy and a manifest (``tok``: the bytes tokenizer when None)."""
+    tok = tok or load_tokenizer("bytes")
+    directory.mkdir(parents=True, exist_ok=True)
+    dtype = "uint16" if tok.vocab_size <= 2**16 else "uint32"
+    writer = ShardWriter(directory, dtype, shard_tokens, block_bytes=block_bytes)
+    # Feed in two calls to exercise appends that continue an open shard.
+    half = len(docs) // 2
+    for chunk in (docs[:half], docs[half:]):
+        if chunk:
+            flat = np.array([t for d in chunk for t in [*d, tok.eod_id]], dtype=np.int64)
+            writer.add(flat, np.array([len(d) + 1 for d in chunk]))
+    shards = writer.finish()
+    stored = tok.stored_file()
+    if stored is not None:
+        write_atomic(directory / stored[0], stored[1])
+    manifest = Manifest(
+        dtype=dtype,
+        vocab_size=tok.vocab_size,
+        eod_id=tok.eod_id,
+        tokenizer=tokenizer_manifest(tok),
+        shards=tuple(shards),
+        n_tokens=sum(s.n_tokens for s in shards),
+        n_docs=sum(s.n_docs for s in shards),
+        content_hash=content_hash(shards, dtype),
+        filters={},
+        inputs={},
+        job="test",
+        created_by="test",
+    )
+    write_atomic(directory / MANIFEST_NAME, manifest.to_json().encode())
+    return manifest
+
+
+# --- the three-source plan over small stores --------------------------------------------------
+
+SIZES = {"web": 120, "code": 60, "math": 15}  # documents per source
+
+
+def write_docs(path: Path, name: str, n: int, edit: str = "") -> None:
+    lines = [json.dumps({"text": f"{name} document {i} " * (5 + i % 7) + edit}) for i in range(n)]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def make_store(root: Path, name: str, n: int, edit: str = "") -> Path:
+    data = root / f"{name}.jsonl"
+    write_docs(data, name, n, edit)
+    out = root / "stores" / name
+    tokenize(TokenizeConfig(inputs=(str(data),), out=str(out)))
+    return out
+
+
+PLAN = """\
+seq_len = 64
+seed = 1234
+total_samples = 2000
+[[source]]
+name = "web"
+path = "stores/web"
+weight = 60
+max_repeats = 8
+[[source]]
+name = "code"
+path = "stores/code"
+weight = 30
+max_repeats = 6
+[[source]]
+name = "math"
+path = "stores/math"
+weight = 10
+max_repeats = 40
+"""
+
+
+def plan_of(root: Path, text: str = PLAN):
+    return resolve_plan(parse_plan(text, "mix.toml", str(root)), "mix.toml")
+
+
+def small_shard_stores(root: Path) -> None:
+    for name, n in SIZES.items():
+        write_docs(root / f"{name}.jsonl", name, n)
+        config = TokenizeConfig(
+            inputs=(str(root / f"{name}.jsonl"),), out=str(root / "stores" / name), shard_mb=0.001
+        )
+        tokenize(config)
+    (root / "mix.toml").write_text(PLAN)
+
+
+def small_plan_json(root: Path) -> Path:
+    """The small stores and their resolved plan, written to ``root/plan.json``."""
+    small_shard_stores(root)
+    path = root / "plan.json"
+    path.write_text(resolve_plan(load_plan_spec(root / "mix.toml")).to_json())
+    return path
+
+
+# --- tokenize inputs and the command line as a process ------------------------------------------
+
+WORDS = ["alpha", "beta", "γάμμα", "δέλτα", "日本語", "emoji😀", "tab\tbed", "x" * 30, "42", "!?"]
+
+
+def make_documents(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    docs = []
+    for _ in range(n):
+        lines = [
+            " ".join(rng.choices(WORDS, k=rng.randint(1, 12))) for _ in range(rng.randint(1, 8))
+        ]
+        docs.append("\n".join(lines) + rng.choice(["", "\n", "  "]))
+    return docs
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tokentape", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=300,
+    )
+
+
+def tree_bytes(directory: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(directory)): p.read_bytes()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+
+
+def write_jsonl(path: Path, lines: list[str]) -> Path:
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+# --- step-log records -------------------------------------------------------------------------
+
+HASH = "sha256:" + "ab" * 32
+
+
+def record(step: int, consumed: int, dp: int = 2, micro: int = 2, accum: int = 1, **extra) -> dict:
+    rec = {
+        "step": step,
+        "consumed": consumed,
+        "global_batch": dp * micro * accum,
+        "dp": dp,
+        "micro": micro,
+        "accum": accum,
+        "index_hash": HASH,
+        "tokens_hash": f"t{step}-{dp}-{micro}-{accum}",
+        "time": 1_700_000_000.5 + step,
+    }
+    return rec | extra
+
+
+# --- Megatron prefixes --------------------------------------------------------------------------
+
+Docs = list[list[np.ndarray]]
+"""Documents, each a list of sequences (token arrays); a document's last sequence ends in EOD."""
+
+
+def random_docs(seed: int, n_docs: int, vocab: int, eod: int, max_seqs: int = 3) -> Docs:
+    """Documents of 1..max_seqs sequences (some empty) with ids in [0, vocab) minus EOD, each
+    document ending with EOD."""
+    rng = np.random.default_rng(seed)
+    docs = []
+    for _ in range(n_docs):
+        seqs = [rng.integers(0, vocab - 1, rng.integers(0, 12)) for _ in range(rng.integers(1, 4))]
+        seqs = seqs[:max_seqs]
+        seqs = [np.where(s >= eod, s + 1, s) for s in seqs]  # never EOD inside
+        seqs[-1] = np.append(seqs[-1], eod)
+        docs.append(seqs)
+    return docs
+
+
+def build(prefix: Path, docs: Docs, dtype: type) -> None:
+    """Write ``docs`` as a Megatron prefix with tokentape's own code: ``MegatronWriter`` when
+    every document is one sequence, else the ``.bin``'s bytes and the writer's ``.idx`` layout
+    (``index_bytes``) over the sequence lengths and document indices. These are the bytes
+    megatron-core's builder writes (tests/megatron/test_megatron_interop.py checks it)."""
+    name = np.dtype(dtype).name
+    if all(len(seqs) == 1 for seqs in docs):
+        writer = MegatronWriter(prefix, name)
+        if docs:
+            tokens = np.concatenate([seqs[0] for seqs in docs]).astype(np.int64)
+            writer.add(tokens, np.array([len(seqs[0]) for seqs in docs], dtype=np.int64))
+        writer.finish()
+        return
+    seqs = [np.asarray(s, dtype=np.int64) for d in docs for s in d]
+    lengths = np.array([len(s) for s in seqs], dtype=np.int64)
+    entries = np.concatenate([[0], np.cumsum([len(d) for d in docs])]).astype(np.int64)
+    tokens = np.concatenate([np.zeros(0, dtype=np.int64), *seqs]).astype(np.dtype(dtype))
+    Path(f"{prefix}.bin").write_bytes(tokens.tobytes())
+    Path(f"{prefix}.idx").write_bytes(b"".join(index_bytes(dtype_code(name), lengths, entries)))
+
+
+def flat_docs(docs: Docs) -> list[np.ndarray]:
+    return [np.concatenate(seqs).astype(np.int64) for seqs in docs]
+
+
+def stream_of(docs: Docs) -> np.ndarray:
+    return np.concatenate(flat_docs(docs))
+
+
+def starts_of(docs: Docs) -> np.ndarray:
+    lengths = [len(d) for d in flat_docs(docs)]
+    return np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+
+
+def age(prefix: Path, seconds: float = 60.0) -> None:
+    """Date both files back, so their identity may be cached (recent files never are)."""
+    for suffix in (".bin", ".idx"):
+        path = Path(f"{prefix}{suffix}")
+        t = path.stat().st_mtime_ns - int(seconds * 1e9)
+        os.utime(path, ns=(t, t))

@@ -27,7 +27,7 @@ def make_store(root: Path, name: str, n: int, edit: str = "") -> Path:
     data = root / f"{name}.jsonl"
     write_docs(data, name, n, edit)
     out = root / "stores" / name
-    tokenize(TokenizeConfig(inputs=(str(data),), out=str(out)), show_progress=False)
+    tokenize(TokenizeConfig(inputs=(str(data),), out=str(out)))
     return out
 
 
@@ -140,7 +140,7 @@ def test_stores_with_different_tokenizers_are_refused(stores, tmp_path, hf_token
         out=str(tmp_path / "stores" / "math"),
         tokenizer=str(hf_tokenizer_json),
     )
-    tokenize(config, show_progress=False)
+    tokenize(config)
     with pytest.raises(TokentapeError, match="source 'math' was tokenized with another tokenizer"):
         plan_of(tmp_path)
 

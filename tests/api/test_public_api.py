@@ -152,6 +152,15 @@ def test_parameters_are_documented_under_args(module, name, obj):
         if getattr(f, "__module__", "") in OWN or getattr(obj, "__module__", "") in OWN
     }
     assert not {k: v for k, v in missing.items() if v}, module
+    for m, f in callables_of(obj):
+        if getattr(f, "__module__", "") not in OWN or m == "__init__":
+            continue
+        doc = inspect.getdoc(f) or ""
+        returns = inspect.signature(f).return_annotation  # type: ignore[arg-type]
+        if returns not in ("None", None, inspect.Signature.empty) and not isinstance(f, property):
+            assert "\nReturns:\n" in doc, f"{name}.{m}: no Returns: section"
+        if parameters(f):
+            assert "\nRaises:\n" in doc, f"{name}.{m}: no Raises: section"
 
 
 def test_help_shows_the_public_api_and_nothing_internal():

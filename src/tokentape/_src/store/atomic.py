@@ -99,7 +99,8 @@ def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
 # --- replacing a directory ---------------------------------------------------------------------
 
 
-def _renameat2() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+def _renameat2() -> Callable[..., int] | None:
+    """libc's ``renameat2`` (returns 0 or -1, errno set), or None where there is none."""
     if not sys.platform.startswith("linux"):
         return None
     try:

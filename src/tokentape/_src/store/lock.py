@@ -34,6 +34,7 @@ from tokentape.errors import OutputError
 try:
     import fcntl
 except ImportError:  # not a POSIX system: no flock
+    # mypy types a name bound by import as that module only: None marks it missing
     fcntl = None  # type: ignore[assignment]
 
 HOLDER_WAIT_S = 2.0

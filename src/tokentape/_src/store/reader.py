@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Callable
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
 from functools import cached_property
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -119,14 +121,55 @@ def _index_arg(name: str, value: object) -> int:
     return int(value)
 
 
-class TokenStream:
-    """A source's token stream (the concatenation of memory-mapped pieces) and its document
-    starts: the sample windows, documents and segments every kind of source shares.
+class SourceManifest(Protocol):
+    """What a source records about itself: its identity, size and vocabulary, as the plan
+    records them and the loader checks them. A tokentape store's ``Manifest`` and a Megatron
+    prefix's ``MegatronManifest`` have these members (as fields or properties); a new kind of
+    source gives its manifest the same."""
 
-    Subclasses (``Source`` for a tokentape store, ``MegatronSource`` for a Megatron prefix)
-    provide ``manifest`` (with ``content_hash``, ``dtype``, ``vocab_size``, ``eod_id``),
-    ``eod_id``, ``directory`` and ``tokenizer``.
+    @property
+    def content_hash(self) -> str:
+        """``sha256:…`` over the source's data (tokens and document boundaries): its identity.
+        A plan records it and refuses the source once it differs."""
+
+    @property
+    def dtype(self) -> str:
+        """The numpy name of the dtype the token ids are stored in (``uint16``, ``uint32`` …)."""
+
+    @property
+    def vocab_size(self) -> int:
+        """Size of the vocabulary: every token id is below it."""
+
+    @property
+    def eod_id(self) -> int:
+        """The end-of-document id, the last token of every document."""
+
+    @property
+    def tokenizer(self) -> Mapping[str, Any]:
+        """The tokenizer's fields (``kind``, ``spec``, ``vocab_size``, ``eod_id``,
+        ``eod_token``, ``fingerprint``, ``file``), as a store's manifest records them."""
+
+    @property
+    def n_tokens(self) -> int:
+        """Tokens in the source."""
+
+    @property
+    def n_docs(self) -> int:
+        """Documents in the source."""
+
+
+class TokenStream(ABC):
+    """The interface of a source, as the plan, the loader and the audit read it: a token stream
+    (the concatenation of memory-mapped pieces) and its document starts, with the sample
+    windows, documents and segments every kind of source shares.
+
+    A kind of source (``Source`` for a tokentape store, ``MegatronSource`` for a Megatron
+    prefix) passes its pieces and document starts to ``__init__`` and implements the abstract
+    members ``manifest``, ``eod_id``, ``tokenizer`` and ``directory``.
     """
+
+    dtype: np.dtype
+    """The dtype of the stored token ids (``tokens`` and ``window`` return arrays of it)."""
 
     def __init__(
         self,
@@ -161,19 +204,34 @@ class TokenStream:
 
     @property
     def n_tokens(self) -> int:
+        """Tokens in the stream."""
         return int(self._shard_offsets[-1])
 
     @property
     def n_docs(self) -> int:
+        """Documents in the stream."""
         return self._n_docs if self._n_docs is not None else len(self.doc_starts)
 
     @property
-    def eod_id(self) -> int:
-        raise NotImplementedError
+    @abstractmethod
+    def manifest(self) -> SourceManifest:
+        """What the source records about itself (identity, size, vocabulary)."""
 
     @property
+    @abstractmethod
+    def eod_id(self) -> int:
+        """The end-of-document id, the last token of every document."""
+
+    @property
+    @abstractmethod
     def tokenizer(self) -> Tokenizer:
-        raise NotImplementedError
+        """The tokenizer that decodes the ids (``decode``); may be loaded on first use."""
+
+    @property
+    @abstractmethod
+    def directory(self) -> Path:
+        """Where the source lives, as it was opened (a store's directory, a Megatron prefix):
+        what messages name."""
 
     def n_samples(self, seq_len: int) -> int:
         """Windows of ``seq_len + 1`` tokens at stride ``seq_len``."""
@@ -303,6 +361,7 @@ class TokenStream:
         return self.tokens(start, end - 1)
 
     def decode(self, tokens: np.ndarray | list[int]) -> str:
+        """The text of ``tokens`` (with ``tokenizer``)."""
         return self.tokenizer.decode([int(t) for t in tokens])
 
 
@@ -312,7 +371,7 @@ class Source(TokenStream):
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         if not isinstance(directory, str | os.PathLike):
             raise ArgumentError(f"directory must be a path, got {directory!r}")
-        self.directory = Path(directory)
+        self._directory = Path(directory)
         for attempt in range(1, _OPEN_ATTEMPTS + 1):
             dir_fd = open_directory(self.directory)
             try:
@@ -328,7 +387,7 @@ class Source(TokenStream):
 
     def _open_in(self, dir_fd: int) -> None:
         """Read the manifest and map every file it names, all from the open directory."""
-        self.manifest: Manifest = read_manifest(self.directory, dir_fd)
+        self._manifest = read_manifest(self.directory, dir_fd)
         dtype = numpy_dtype(self.manifest.dtype)
         shards, self._indexes = [], []
         for shard in self.manifest.shards:
@@ -348,7 +407,18 @@ class Source(TokenStream):
         return np.concatenate(starts or [np.zeros(0, dtype=np.int64)]).astype(np.int64)
 
     @property
+    def manifest(self) -> Manifest:
+        """The store's ``manifest.json``, as read when the store was opened."""
+        return self._manifest
+
+    @property
+    def directory(self) -> Path:
+        """The store's directory."""
+        return self._directory
+
+    @property
     def eod_id(self) -> int:
+        """The end-of-document id the manifest records."""
         return self.manifest.eod_id
 
     @cached_property

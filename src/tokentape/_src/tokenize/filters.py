@@ -188,7 +188,7 @@ class FilterSet:
         filters: list[Filter] = []
         for item in items:
             params = {k: v for k, v in item.items() if k != "name"}
-            kind = _FILTER_TYPES.get(item.get("name"))  # type: ignore[arg-type]
+            kind = _FILTER_TYPES.get(item.get("name", ""))  # no name: no filter
             if kind is None:
                 raise InputError(f"filter {item!r}: unknown filter; {_FILTER_USAGE}")
             try:

@@ -322,6 +322,7 @@ def inspect_out(
 def _read_manifest(path: Path, overwrite: bool) -> Manifest | None:
     """The manifest at ``path``; one that cannot be read or parsed is an error naming it,
     or None with ``overwrite`` (the store is replaced)."""
+    problem: TokentapeError
     try:
         with open(open_inside(path.parent, path.name, "the manifest"), "rb") as f:
             return parse_manifest(f.read().decode("utf-8"), str(path))

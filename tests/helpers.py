@@ -18,6 +18,7 @@ import numpy as np
 
 from tokentape._src.megatron.format import MegatronWriter, dtype_code, index_bytes
 from tokentape._src.plan.plan import load_plan_spec, parse_plan, resolve_plan
+from tokentape._src.program import main
 from tokentape._src.store.atomic import write_atomic
 from tokentape._src.store.format import MANIFEST_NAME, Manifest, content_hash
 from tokentape._src.store.tokenizers import Tokenizer, load_tokenizer, tokenizer_manifest
@@ -250,3 +251,10 @@ def age(prefix: Path, seconds: float = 60.0) -> None:
         path = Path(f"{prefix}{suffix}")
         t = path.stat().st_mtime_ns - int(seconds * 1e9)
         os.utime(path, ns=(t, t))
+
+
+def cli(capsys, *args: object) -> tuple[int, str, str]:
+    """Run the command line in this process: its exit code, stdout and stderr."""
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err

@@ -1,7 +1,8 @@
-"""Megatron interop: datasets written by megatron-core's own IndexedDatasetBuilder are read in
-place (documents, tokens, windows, a plan and its loader), `tokentape convert` goes both ways
-and megatron-core's IndexedDataset reads what it writes, and every malformed input is one line,
-exit 2.
+"""Megatron prefixes without megatron-core: datasets written with tokentape's own code
+(``helpers.build``: ``MegatronWriter`` and its ``.idx`` layout, the bytes megatron-core's builder
+writes, as test_megatron_interop.py checks) are read in place (documents, tokens, windows, a plan
+and its loader), `tokentape convert` and `verify` work on them, their identity is recorded and
+trusted only while current, and every malformed input is one line, exit 2.
 
 Expectations are derived from the documents the tests build (plain numpy), never from the code
 under test.
@@ -18,12 +19,21 @@ import struct
 import subprocess
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import write_store
+from helpers import (
+    Docs,
+    age,
+    build,
+    cli,
+    flat_docs,
+    random_docs,
+    starts_of,
+    stream_of,
+    write_store,
+)
 
 from tokentape._src.megatron import format as megatron_mod
 from tokentape._src.megatron import identity as megatron_identity
@@ -40,63 +50,6 @@ from tokentape._src.train.loader import Loader
 from tokentape._src.train.partition import BatchConfig
 from tokentape.errors import ArgumentError, TokentapeError
 
-with warnings.catch_warnings():  # megatron-core warns that Apex / Transformer Engine are absent
-    warnings.simplefilter("ignore")
-    mcore = pytest.importorskip("megatron.core.datasets.indexed_dataset")
-torch = pytest.importorskip("torch")
-
-Docs = list[list[np.ndarray]]
-"""Documents, each a list of sequences (token arrays); a document's last sequence ends in EOD."""
-
-
-def random_docs(seed: int, n_docs: int, vocab: int, eod: int, max_seqs: int = 3) -> Docs:
-    """Documents of 1..max_seqs sequences (some empty) with ids in [0, vocab) minus EOD, each
-    document ending with EOD."""
-    rng = np.random.default_rng(seed)
-    docs = []
-    for _ in range(n_docs):
-        seqs = [rng.integers(0, vocab - 1, rng.integers(0, 12)) for _ in range(rng.integers(1, 4))]
-        seqs = seqs[:max_seqs]
-        seqs = [np.where(s >= eod, s + 1, s) for s in seqs]  # never EOD inside
-        seqs[-1] = np.append(seqs[-1], eod)
-        docs.append(seqs)
-    return docs
-
-
-def build(prefix: Path, docs: Docs, dtype: type) -> None:
-    """Write ``docs`` with megatron-core's builder, using both of its ways to add a document."""
-    builder = mcore.IndexedDatasetBuilder(f"{prefix}.bin", dtype=dtype)
-    for i, seqs in enumerate(docs):
-        if i % 2:
-            for s in seqs:
-                builder.add_item(torch.from_numpy(np.asarray(s, dtype=np.int64)))
-            builder.end_document()
-        else:
-            flat = np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.int64)
-            builder.add_document(flat.astype(np.int64), [len(s) for s in seqs])
-    builder.finalize(f"{prefix}.idx")
-
-
-def flat_docs(docs: Docs) -> list[np.ndarray]:
-    return [np.concatenate(seqs).astype(np.int64) for seqs in docs]
-
-
-def stream_of(docs: Docs) -> np.ndarray:
-    return np.concatenate(flat_docs(docs))
-
-
-def starts_of(docs: Docs) -> np.ndarray:
-    lengths = [len(d) for d in flat_docs(docs)]
-    return np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-
-
-def age(prefix: Path, seconds: float = 60.0) -> None:
-    """Date both files back, so their identity may be cached (recent files never are)."""
-    for suffix in (".bin", ".idx"):
-        path = Path(f"{prefix}{suffix}")
-        t = path.stat().st_mtime_ns - int(seconds * 1e9)
-        os.utime(path, ns=(t, t))
-
 
 @pytest.fixture(autouse=True)
 def trusted_timestamps(monkeypatch):
@@ -106,13 +59,7 @@ def trusted_timestamps(monkeypatch):
     monkeypatch.setattr(megatron_identity, "RACY_SECONDS", 0.0)
 
 
-def cli(capsys, *args: object) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-# --- reading megatron-core's files in place ----------------------------------------------------
+# --- reading Megatron files in place --------------------------------------------------------------
 
 DTYPES = [
     (np.uint8, 200),
@@ -125,7 +72,7 @@ DTYPES = [
 
 
 @pytest.mark.parametrize(("dtype", "vocab"), DTYPES, ids=[d.__name__ for d, _ in DTYPES])
-def test_reads_what_megatron_core_wrote(tmp_path, dtype, vocab):
+def test_reads_every_dtype_in_place(tmp_path, dtype, vocab):
     eod = vocab - 1
     docs = random_docs(int(vocab), 40, vocab, eod)
     prefix = tmp_path / "data_text_document"
@@ -140,13 +87,10 @@ def test_reads_what_megatron_core_wrote(tmp_path, dtype, vocab):
     for i, doc in enumerate(flat_docs(docs)):
         assert np.array_equal(src.doc(i), doc[:-1])
         assert src.doc_span(i) == (starts[i], starts[i] + len(doc))
-    # The peer agrees on what a document is: its sequences between two document indices.
-    peer = mcore.IndexedDataset(str(prefix))
-    assert np.array_equal(src.index.document_indices, peer.document_indices)
-    for i in range(len(docs)):
-        first, stop = peer.document_indices[i], peer.document_indices[i + 1]
-        got = np.concatenate([peer[j] for j in range(first, stop)]).astype(np.int64)
-        assert np.array_equal(got, flat_docs(docs)[i])
+    # A document is its sequences between two document indices.
+    assert np.array_equal(
+        src.index.document_indices, np.concatenate([[0], np.cumsum([len(d) for d in docs])])
+    )
     # Windows of L + 1 tokens at stride L, across document boundaries.
     seq_len = 7
     n = (len(stream) - 1) // seq_len
@@ -326,58 +270,6 @@ def test_recent_files_are_not_cached_and_a_read_only_place_falls_back(tmp_path, 
 
 
 # --- convert ----------------------------------------------------------------------------------
-
-
-def test_to_megatron_is_read_by_megatron_core(tmp_path, capsys):
-    docs = [list(d[0][:-1]) for d in random_docs(11, 80, 257, 256, max_seqs=1)]
-    write_store(tmp_path / "store", docs, shard_tokens=64)
-    prefix = tmp_path / "out" / "web_text_document"
-    code, out, _ = cli(capsys, "convert", "--to", "megatron", tmp_path / "store", prefix, "--json")
-    assert code == 0 and json.loads(out)["n_docs"] == len(docs)
-    peer = mcore.IndexedDataset(str(prefix))
-    assert peer.index.dtype == np.uint16
-    assert len(peer) == len(docs)
-    assert np.array_equal(peer.document_indices, np.arange(len(docs) + 1))
-    for i, doc in enumerate(docs):
-        assert peer[i].tolist() == [*doc, 256]
-    # Its identity was recorded while writing: reading it in place hashes nothing.
-    assert MegatronSource(prefix, 257, 256).manifest.content_hash == json.loads(out)["content_hash"]
-    assert json.loads(Path(f"{prefix}.tokentape.json").read_text())["identity"]["end_id"] == 256
-    code, _, err = cli(capsys, "convert", "--to", "megatron", tmp_path / "store", prefix)
-    assert code == 2 and "pass --overwrite" in err
-    assert (
-        cli(capsys, "convert", "--to", "megatron", tmp_path / "store", prefix, "--overwrite")[0]
-        == 0
-    )
-
-
-def test_round_trips_keep_documents_tokens_and_the_content_hash(tmp_path, capsys):
-    # Megatron (int32, documents of several sequences, ids above 65,535) -> tokentape.
-    vocab, eod = 70_000, 0
-    docs = random_docs(12, 60, vocab, eod)
-    assert stream_of(docs).max() > 2**16
-    build(tmp_path / "m", docs, np.int32)
-    store = tmp_path / "store"
-    args = ("--vocab-size", vocab, "--eod-id", eod, "--shard-mb", "0.0005")
-    code, _, _ = cli(capsys, "convert", "--from", "megatron", tmp_path / "m", store, *args)
-    assert code == 0
-    src = open_source(store)
-    assert src.manifest.dtype == "uint32" and len(src.manifest.shards) > 1
-    assert np.array_equal(src.tokens(0, src.n_tokens), stream_of(docs))
-    assert np.array_equal(src.doc_starts, starts_of(docs))
-    assert cli(capsys, "verify", store)[0] == 0
-    # -> Megatron again (int32: the vocabulary needs it) -> read by megatron-core.
-    code, _, _ = cli(capsys, "convert", "--to", "megatron", store, tmp_path / "again")
-    assert code == 0
-    peer = mcore.IndexedDataset(str(tmp_path / "again"))
-    assert peer.index.dtype == np.int32
-    assert [peer[i].tolist() for i in range(len(peer))] == [d.tolist() for d in flat_docs(docs)]
-    # -> tokentape again: the very same store content.
-    code, _, _ = cli(
-        capsys, "convert", "--from", "megatron", tmp_path / "again", tmp_path / "s2", *args
-    )
-    assert code == 0
-    assert open_source(tmp_path / "s2").manifest.content_hash == src.manifest.content_hash
 
 
 def test_from_megatron_with_a_tokenizer_and_append_eod(tmp_path, capsys):

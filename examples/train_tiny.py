@@ -25,7 +25,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -107,17 +106,15 @@ def save_checkpoint(path: Path, model: nn.Module, opt: torch.optim.Optimizer, da
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``path`` whole or not at all: a temporary file beside it, flushed to disk, then
-    renamed over it (a crash leaves the old checkpoint or the new one, never a torn one)."""
-    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as f:
-        try:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        except BaseException:
-            os.unlink(f.name)
-            raise
-    os.replace(f.name, path)
+    """Write ``path`` whole or not at all: a temporary file beside it (rank 0 is the only
+    writer), flushed to disk, then renamed over it, so a kill leaves the old checkpoint or the
+    new one, never a torn one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
     directory = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(directory)

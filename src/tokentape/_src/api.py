@@ -85,8 +85,10 @@ def tokenize(
         The summary: counts, dropped documents per filter, content hash, status.
 
     Raises:
-        TokentapeError: Bad input (a missing file, bad JSON, an unknown tokenizer, an ``out``
-            that is not a tokentape directory, ...), or another writer holds ``out``.
+        InputError: Bad input: an argument, a missing file, bad JSON, an unknown tokenizer or
+            filter (the message names the file, line or field).
+        OutputError: ``out`` is not a tokentape directory, holds another job's store (without
+            ``overwrite``), cannot be written, or another writer holds it.
     """
     paths = (inputs,) if isinstance(inputs, str | os.PathLike) else tuple(inputs)
     config = TokenizeConfig(
@@ -164,8 +166,10 @@ def replay(
         the documents each window overlaps, and the tokens hash the step log records.
 
     Raises:
-        TokentapeError: No or conflicting batch shape, a step beyond the run or the tape, a
-            step log written for another plan, or a store no longer the plan's.
+        ArgumentError: No or conflicting batch shapes.
+        OutOfRangeError: A step beyond the run or the tape.
+        PlanError: The plan, or a step log written for another plan or damaged.
+        StoreError: A store is damaged or no longer the plan's (``StoreChanged``).
     """
     resolved = _plan(plan)
     schedule = _schedule(resolved, global_batch, dp, micro, accum, step_log)
@@ -206,8 +210,11 @@ def locate(
         placement (``step``, ``dp_rank``, ``micro_step``).
 
     Raises:
-        TokentapeError: An unknown source, a document out of range, conflicting batch shapes,
-            or a store no longer the plan's.
+        ArgumentError: Conflicting batch shapes, or ``until_step`` without one.
+        InputError: An unknown source.
+        OutOfRangeError: A document out of range.
+        PlanError: The plan, or a step log written for another plan or damaged.
+        StoreError: A store is damaged or no longer the plan's (``StoreChanged``).
     """
     resolved = _plan(plan)
     schedule = _schedule(resolved, global_batch, dp, micro, accum, step_log)
@@ -238,10 +245,19 @@ def verify(
         One report per store (``report.ok``, ``report.problems``), in the order named.
 
     Raises:
-        TokentapeError: A path is not a store or plan, or a manifest cannot be read.
+        ArgumentError: ``blocks``, ``vocab_size`` or ``eod_id`` out of range.
+        TokentapeError: A path is not a store or plan, or a manifest cannot be read at all (a
+            store's damage is reported in its ``StoreReport``, not raised).
     """
     if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
         raise ArgumentError(f"blocks must be an integer >= 1, got {blocks!r}")
+    for name, value, low in (("vocab_size", vocab_size, 1), ("eod_id", eod_id, 0)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ArgumentError(f"{name} must be an integer, got {value!r}")
+        if value is not None and value < low:
+            raise ArgumentError(f"{name} must be at least {low}, got {value}")
+    if vocab_size is not None and eod_id is not None and eod_id >= vocab_size:
+        raise ArgumentError(f"eod_id {eod_id} is not below vocab_size {vocab_size}")
     given = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
     reports = []
     for target in find_targets(os.fspath(p) for p in given):

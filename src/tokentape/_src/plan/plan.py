@@ -183,9 +183,11 @@ class Plan:
             The resolved plan.
 
         Raises:
-            TokentapeError: A key is missing, unknown or of the wrong type or range, a store
-                cannot be opened, the sources disagree, or a source would be repeated beyond
-                its ``max_repeats``.
+            ArgumentError: ``sources`` is neither a dict of tables nor a list of them.
+            PlanError: A key is missing, unknown or of the wrong type or range, the sources
+                disagree (tokenizer, vocabulary), or a source would be repeated beyond its
+                ``max_repeats``.
+            StoreError: A source's store is missing or damaged.
         """
         tables: list[Any]
         if isinstance(sources, Mapping):
@@ -249,7 +251,7 @@ class Plan:
             path: The file to write; replaced whole, a reader sees the old or the new file.
 
         Raises:
-            TokentapeError: The file cannot be written (the message names it).
+            OutputError: The file cannot be written (the message names it).
         """
         write_atomic(path, self.to_json().encode())
 
@@ -753,7 +755,7 @@ def load_plan(path: str | os.PathLike[str]) -> Plan:
         The plan.
 
     Raises:
-        TokentapeError: The file is missing, unreadable, not a resolved plan, or edited by hand
+        PlanError: The file is missing, unreadable, not a resolved plan, or edited by hand
             (the message names the field).
     """
     try:

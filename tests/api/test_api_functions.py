@@ -1,0 +1,101 @@
+"""tokentape.tokenize, replay, locate and verify give what the commands print with --json,
+draw nothing on the terminal, and refuse bad arguments with the error types."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import cli, small_plan_json, write_docs
+
+import tokentape
+
+
+@pytest.fixture(scope="module")
+def plan_path(tmp_path_factory) -> Path:
+    return small_plan_json(tmp_path_factory.mktemp("api"))
+
+
+def test_tokenize_is_the_command(tmp_path, capsys):
+    write_docs(tmp_path / "docs.jsonl", "web", 40)
+    summary = tokentape.tokenize(tmp_path / "docs.jsonl", tmp_path / "py", filters=["min-tokens:5"])
+    assert capsys.readouterr() == ("", "")  # nothing drawn, nothing printed
+    code, out, _ = cli(
+        capsys, "tokenize", tmp_path / "docs.jsonl", "--out", tmp_path / "cli",
+        "--filter", "min-tokens:5", "--json",
+    )  # fmt: skip
+    assert code == 0
+    printed = json.loads(out)
+    for key in ("n_docs", "n_tokens", "content_hash", "dropped_docs", "vocab_size", "eod_id"):
+        assert getattr(summary, key) == printed[key], key
+    assert summary.status == "created"
+    again = tokentape.tokenize([tmp_path / "docs.jsonl"], tmp_path / "py", filters=["min-tokens:5"])
+    assert again.status == "already complete" and again.content_hash == summary.content_hash
+    seen: list = []
+    tokentape.tokenize(tmp_path / "docs.jsonl", tmp_path / "watched", progress=seen.append)
+    assert seen and seen[-1].final and seen[-1].done_bytes == seen[-1].total_bytes > 0
+    assert capsys.readouterr() == ("", "")
+    with pytest.raises(tokentape.InputError):
+        tokentape.tokenize([], tmp_path / "none")
+
+
+def test_replay_is_the_command(plan_path, capsys):
+    r = tokentape.replay(plan_path, 5, dp=2, micro=2, accum=2)
+    code, out, _ = cli(
+        capsys, "replay", plan_path, "--step", 5, "--dp", 2, "--micro", 2, "--accum", 2, "--json"
+    )
+    assert code == 0
+    printed = json.loads(out)
+    assert r.step == 5 and r.consumed == 40
+    assert [p["position"] for p in printed["positions"]] == r.batch.positions.tolist()
+    assert np.array_equal(r.batch.positions, np.arange(40, 48))
+    plan = tokentape.load_plan(plan_path)
+    same = tokentape.replay(plan, 5, global_batch=8)
+    assert np.array_equal(same.batch.tokens, r.batch.tokens)
+    with pytest.raises(tokentape.ArgumentError, match="one of"):
+        tokentape.replay(plan, 5, global_batch=8, dp=2, micro=2)
+    with pytest.raises(tokentape.ArgumentError, match="batch shape"):
+        tokentape.replay(plan, 5)
+
+
+def test_locate_is_the_command(plan_path, capsys):
+    found = tokentape.locate(plan_path, "math", 3, dp=2, micro=2, accum=2)
+    code, out, _ = cli(
+        capsys, "locate", plan_path, "math", 3, "--dp", 2, "--micro", 2, "--accum", 2,
+        "--json", "--limit", 0,
+    )  # fmt: skip
+    assert code == 0
+    printed = json.loads(out)
+    assert found.position.size == printed["count"] > 0
+    assert [r["position"] for r in printed["rows"]] == found.position.tolist()
+    assert found.placement is not None
+    assert [r["step"] for r in printed["rows"]] == found.placement.step.tolist()
+    assert [r["dp_rank"] for r in printed["rows"]] == found.placement.dp_rank.tolist()
+    assert np.array_equal(found.placement.step, found.position // 8)
+    unplaced = tokentape.locate(plan_path, "math", 3)
+    assert np.array_equal(unplaced.position, found.position) and unplaced.placement is None
+    with pytest.raises(tokentape.OutOfRangeError):
+        tokentape.locate(plan_path, "math", 10**6)
+    with pytest.raises(tokentape.ArgumentError, match="until_step"):
+        tokentape.locate(plan_path, "math", 3, until_step=3)
+
+
+def test_verify_reports_damage_as_data(plan_path, tmp_path, capsys):
+    reports = tokentape.verify(plan_path)
+    assert [r.ok for r in reports] == [True, True, True]
+    assert capsys.readouterr() == ("", "")
+    store = Path(tokentape.load_plan(plan_path).sources[0].path)
+    damaged = tmp_path / "web"
+    damaged.mkdir()
+    for f in store.iterdir():
+        (damaged / f.name).write_bytes(f.read_bytes())
+    shard = sorted(damaged.glob("*.bin"))[0]
+    data = bytearray(shard.read_bytes())
+    data[0] ^= 1
+    shard.write_bytes(bytes(data))
+    (report,) = tokentape.verify(damaged, quick=True, blocks=2)
+    assert not report.ok and report.problems
+    with pytest.raises(tokentape.ArgumentError):
+        tokentape.verify(damaged, quick=True, blocks=0)

@@ -31,7 +31,7 @@ from tokentape._src.tape.resolve import Tape
 from tokentape._src.train.batch import check_planned, open_planned
 from tokentape._src.train.schedule import Placement, Schedule
 from tokentape._src.util.text import fmt_int
-from tokentape.errors import OutOfRangeError, TokentapeError
+from tokentape.errors import ArgumentError, OutOfRangeError, PlanError
 
 DEFAULT_LIMIT = 50
 _BYTES_PER_ROW = 120
@@ -122,20 +122,20 @@ def search_limit(plan: Plan, schedule: Schedule | None, until_step: int | None) 
         if end is None or end <= plan.horizon_samples:
             return plan.horizon_samples
         if end > MAX_POSITION:
-            raise TokentapeError("the step log ends beyond position 2**62")
+            raise PlanError("the step log ends beyond position 2**62")
         return end
     if schedule is None:
-        raise TokentapeError(f"until step {until_step}: steps need a batch schedule")
+        raise ArgumentError(f"until step {until_step}: steps need a batch schedule")
     if until_step < 0:
-        raise TokentapeError(f"until step {until_step}: expected a step >= 0")
+        raise OutOfRangeError(f"until step {until_step}: expected a step >= 0")
     if schedule.steps is not None and until_step >= schedule.steps:
-        raise TokentapeError(
+        raise OutOfRangeError(
             f"until step {until_step}: beyond the step log, which ends at step {schedule.steps - 1}"
         )
     consumed, config = schedule.start(until_step)
     end = consumed + config.global_batch
     if end > MAX_POSITION:
-        raise TokentapeError(f"until step {until_step}: the step ends beyond position 2**62")
+        raise OutOfRangeError(f"until step {until_step}: the step ends beyond position 2**62")
     return end
 
 

@@ -27,7 +27,7 @@ from tokentape._src.train.loader import hash_dtype, step_tokens_hash
 from tokentape._src.train.partition import BatchConfig
 from tokentape._src.train.schedule import Placement, Schedule
 from tokentape._src.util.text import fmt_int
-from tokentape.errors import TokentapeError
+from tokentape.errors import OutOfRangeError
 
 DEFAULT_TOP = 10
 _BYTES_PER_WINDOW = 160
@@ -85,11 +85,11 @@ def replay(plan: Plan, step: int, schedule: Schedule, batcher: Batcher | None = 
     """Rebuild step ``step`` of a run with ``schedule``."""
     consumed, config = schedule.start(step)
     if schedule.steps is not None and step >= schedule.steps:
-        raise TokentapeError(
+        raise OutOfRangeError(
             f"step {step} is beyond the step log, which ends at step {schedule.steps - 1}"
         )
     if consumed + config.global_batch > MAX_POSITION:
-        raise TokentapeError(f"step {step}: the step ends beyond position 2**62")
+        raise OutOfRangeError(f"step {step}: the step ends beyond position 2**62")
     itemsize = batcher.dtype.itemsize if batcher is not None else hash_dtype(plan).itemsize
     per_window = (plan.seq_len + 1) * itemsize + _BYTES_PER_WINDOW
     check_fits(

@@ -12,7 +12,7 @@ from tokentape._src.tape.resolve import Tape
 from tokentape._src.train.schedule import Schedule
 from tokentape._src.train.steplog import StepLog, scan_step_log, short_hash
 from tokentape._src.util.text import fmt_bytes
-from tokentape.errors import TokentapeError
+from tokentape.errors import ArgumentError, PlanError, TokentapeError
 
 
 def memory_bytes() -> int:
@@ -44,7 +44,7 @@ def source_index(plan: Plan, name: str) -> int:
     """The index of source ``name`` in the plan, or an error listing the known names."""
     names = [s.name for s in plan.sources]
     if name not in names:
-        raise TokentapeError(f"unknown source '{name}'; the plan has: {', '.join(names)}")
+        raise ArgumentError(f"unknown source '{name}'; the plan has: {', '.join(names)}")
     return names.index(name)
 
 
@@ -53,7 +53,7 @@ def open_step_log(path: str, plan: Plan, steps: Iterable[int] = ()) -> StepLog:
     was written for another tape."""
     log = scan_step_log(path, steps)
     if log.index_hash != plan.index_hash:
-        raise TokentapeError(
+        raise PlanError(
             f"{path}: the step log's index hash {short_hash(log.index_hash)}… differs from the "
             f"plan's {plan.index_hash[:19]}…; it belongs to another plan"
         )

@@ -226,20 +226,20 @@ def _expand(raw: str) -> list[Target]:
         return [Target(path, raw, kind=MEGATRON)]
     if path.is_dir():
         if not (path / MANIFEST_NAME).is_file():
-            raise TokentapeError(
+            raise InputError(
                 f"'{raw}': directory without {MANIFEST_NAME}; expected a complete token store "
                 "or a plan JSON (tokentape plan --out)"
             )
         return [Target(path, raw)]
     if not path.exists():
-        raise TokentapeError(
+        raise InputError(
             f"'{raw}': no such file or directory; expected a token store directory, a Megatron "
             "prefix or a plan JSON"
         )
     try:
         plan = load_plan(path)
     except TokentapeError as exc:
-        raise TokentapeError(
+        raise InputError(
             f"'{raw}' is neither a token store directory nor a resolved plan JSON "
             f"(tokentape plan --out): {exc}"
         ) from None

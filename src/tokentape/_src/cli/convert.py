@@ -14,7 +14,7 @@ from tokentape._src.megatron.convert import (
 )
 from tokentape._src.megatron.source import MEGATRON
 from tokentape._src.util.text import fmt_bytes, fmt_int, key_values
-from tokentape.errors import TokentapeError
+from tokentape.errors import InputError
 
 EPILOG = """\
 directions:
@@ -94,7 +94,7 @@ def cmd(args: argparse.Namespace) -> int:
             given.append("shard_mb")
         if given:
             flag = "--" + given[0].replace("_", "-")
-            raise TokentapeError(f"{flag} applies to --from megatron only")
+            raise InputError(f"{flag} applies to --from megatron only")
         summary = to_megatron(args.source, args.out, args.dtype, args.overwrite, bar)
     else:
         config = FromMegatron(

@@ -16,7 +16,7 @@ from tokentape._src.audit.locate import (
 from tokentape._src.cli.schedule import SCHEDULE_HELP, add_schedule_args, schedule_from_args
 from tokentape._src.plan.plan import Plan, load_plan
 from tokentape._src.util.text import fmt_int, key_values, table
-from tokentape.errors import TokentapeError
+from tokentape.errors import InputError
 
 EPILOG = (
     SCHEDULE_HELP
@@ -177,11 +177,11 @@ def _cell(row: dict[str, Any], name: str) -> int | str:
 def cmd(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan)
     if args.limit < 0:
-        raise TokentapeError(f"--limit must be >= 0, got {args.limit}")
+        raise InputError(f"--limit must be >= 0, got {args.limit}")
     batching = schedule_from_args(args, plan)
     schedule, ranks = batching.schedule, batching.ranks
     if args.until_step is not None and schedule is None:
-        raise TokentapeError(
+        raise InputError(
             "--until-step needs the batch configuration: --global-batch, --dp/--micro/--accum "
             "or --log"
         )

@@ -9,7 +9,7 @@ from tokentape._src.cli.progress import terminal_bar
 from tokentape._src.plan.plan import check_budgets, load_plan_spec, resolve_plan
 from tokentape._src.render.text import plan_text
 from tokentape._src.store.atomic import write_atomic
-from tokentape.errors import TokentapeError
+from tokentape.errors import OutputError
 
 PLAN_EPILOG = """\
 plan file:
@@ -68,6 +68,6 @@ def _check_output_file(path: str | None) -> None:
     if path is None:
         return
     if os.path.isdir(path):
-        raise TokentapeError(f"'{path}': Is a directory")
+        raise OutputError(f"'{path}': Is a directory")
     if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
-        raise TokentapeError(f"'{path}': No such file or directory")
+        raise OutputError(f"'{path}': No such file or directory")

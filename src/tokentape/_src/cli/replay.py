@@ -26,7 +26,7 @@ from tokentape._src.train.partition import BatchConfig
 from tokentape._src.train.schedule import Schedule
 from tokentape._src.train.steplog import StepRecord
 from tokentape._src.util.text import fmt_int, key_values, table
-from tokentape.errors import TokentapeError
+from tokentape.errors import InputError
 
 EPILOG = (
     SCHEDULE_HELP
@@ -73,29 +73,29 @@ def _schedule(args: argparse.Namespace, plan: Plan) -> tuple[Schedule, bool, Ste
     batching = schedule_from_args(args, plan, log_steps=(args.step,))
     schedule, ranks = batching.schedule, batching.ranks
     if schedule is None:
-        raise TokentapeError(
+        raise InputError(
             "which positions make step N? give --log steps.jsonl (required when the batch "
             "shape ever changed), --global-batch B, or --dp/--micro/--accum"
         )
     if args.step < 0:
-        raise TokentapeError(f"--step must be >= 0, got {args.step}")
+        raise InputError(f"--step must be >= 0, got {args.step}")
     record = None
     if batching.log is not None:
         if args.step >= batching.log.steps:
-            raise TokentapeError(
+            raise InputError(
                 f"--step {args.step}: beyond the step log {args.log}, which ends at step "
                 f"{batching.log.steps - 1}"
             )
         record = batching.log.records[args.step]
     if args.rank is not None:
         if not ranks:
-            raise TokentapeError("--rank needs the ranks: give --log or --dp/--micro/--accum")
+            raise InputError("--rank needs the ranks: give --log or --dp/--micro/--accum")
         dp = schedule.start(args.step)[1].dp_size
         if not 0 <= args.rank < dp:
-            raise TokentapeError(f"--rank {args.rank}: step {args.step} had dp ranks 0..{dp - 1}")
+            raise InputError(f"--rank {args.rank}: step {args.step} had dp ranks 0..{dp - 1}")
     for flag in ("top", "preview_chars"):
         if getattr(args, flag) < 0:
-            raise TokentapeError(f"--{flag.replace('_', '-')} must be >= 0")
+            raise InputError(f"--{flag.replace('_', '-')} must be >= 0")
     return schedule, ranks, record
 
 

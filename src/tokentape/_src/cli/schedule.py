@@ -14,7 +14,7 @@ from tokentape._src.tape.blend import MAX_POSITION
 from tokentape._src.train.partition import BatchConfig
 from tokentape._src.train.schedule import Schedule
 from tokentape._src.train.steplog import StepLog
-from tokentape.errors import TokentapeError
+from tokentape.errors import InputError
 
 SCHEDULE_HELP = """\
 batch configuration:
@@ -50,7 +50,7 @@ def schedule_from_args(
         value = getattr(args, flag)
         if value is not None and value < 1:
             name = "--" + flag.replace("_", "-")
-            raise TokentapeError(f"{name} must be a positive integer, got {value}")
+            raise InputError(f"{name} must be a positive integer, got {value}")
     shape = [f"--{f}" for f in ("dp", "micro", "accum") if getattr(args, f) is not None]
     given = [
         kind
@@ -62,18 +62,18 @@ def schedule_from_args(
         if on
     ]
     if len(given) > 1:
-        raise TokentapeError(
+        raise InputError(
             "give one of --global-batch, --dp/--micro/--accum or --log, not " + " and ".join(given)
         )
     for flag in ("global_batch", "dp", "micro", "accum"):
         value = getattr(args, flag)
         if value is not None and value > MAX_POSITION:
             name = "--" + flag.replace("_", "-")
-            raise TokentapeError(f"{name} must be at most 2**62, got {value}")
+            raise InputError(f"{name} must be at most 2**62, got {value}")
     if shape and (args.dp is None or args.micro is None):
-        raise TokentapeError(f"{'/'.join(shape)} given: --dp and --micro go together")
+        raise InputError(f"{'/'.join(shape)} given: --dp and --micro go together")
     if shape and args.dp * args.micro * (args.accum or 1) > MAX_POSITION:
-        raise TokentapeError(
+        raise InputError(
             f"--dp {args.dp} x --micro {args.micro} x --accum {args.accum or 1}: a step of more "
             "than 2**62 samples"
         )

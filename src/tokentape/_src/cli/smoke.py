@@ -6,7 +6,7 @@ import argparse
 import importlib
 
 from tokentape._src.train.partition import BatchConfig
-from tokentape.errors import TokentapeError
+from tokentape.errors import InputError, TokentapeError
 
 MAX_SMOKE_PROCESSES = 64
 """Most processes ``smoke`` starts (``tokentape._src.train.smoke.MAX_PROCESSES``, without torch)."""
@@ -35,9 +35,9 @@ def cmd(args: argparse.Namespace) -> int:
     for name in ("dp", "tp", "micro", "accum", "steps"):  # before importing torch: fast, one line
         value = getattr(args, name)
         if value < 1:
-            raise TokentapeError(f"--{name} must be at least 1, got {value}")
+            raise InputError(f"--{name} must be at least 1, got {value}")
     if args.dp * args.tp > MAX_SMOKE_PROCESSES:  # before importing torch: fast, one line
-        raise TokentapeError(
+        raise InputError(
             f"--dp {args.dp} x --tp {args.tp} = {args.dp * args.tp} processes: smoke runs every "
             f"rank on this machine, at most {MAX_SMOKE_PROCESSES}"
         )

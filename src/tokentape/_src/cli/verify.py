@@ -25,7 +25,7 @@ from tokentape._src.megatron.source import MEGATRON
 from tokentape._src.megatron.verify import planned_bytes
 from tokentape._src.util.progress import tally
 from tokentape._src.util.text import fmt_bytes, fmt_int
-from tokentape.errors import TokentapeError
+from tokentape.errors import InputError
 
 EPILOG = """\
 checks (every mode):
@@ -117,19 +117,19 @@ def _with_vocabulary(target: Target, args: argparse.Namespace) -> Target:
 
 def _check_vocabulary_flags(vocab_size: int | None, eod_id: int | None) -> None:
     if vocab_size is not None and vocab_size <= 0:
-        raise TokentapeError(f"--vocab-size must be positive, got {vocab_size}")
+        raise InputError(f"--vocab-size must be positive, got {vocab_size}")
     if eod_id is not None and eod_id < 0:
-        raise TokentapeError(f"--eod-id must be a token id (>= 0), got {eod_id}")
+        raise InputError(f"--eod-id must be a token id (>= 0), got {eod_id}")
     if vocab_size is not None and eod_id is not None and eod_id >= vocab_size:
-        raise TokentapeError(f"--eod-id {eod_id} is not below --vocab-size {vocab_size}")
+        raise InputError(f"--eod-id {eod_id} is not below --vocab-size {vocab_size}")
 
 
 def cmd(args: argparse.Namespace) -> int:
     if args.blocks is not None and not args.quick:
-        raise TokentapeError("--blocks applies to --quick only")
+        raise InputError("--blocks applies to --quick only")
     blocks = DEFAULT_QUICK_BLOCKS if args.blocks is None else args.blocks
     if blocks < 1:
-        raise TokentapeError(f"--blocks must be at least 1, got {blocks}")
+        raise InputError(f"--blocks must be at least 1, got {blocks}")
     _check_vocabulary_flags(args.vocab_size, args.eod_id)
     targets = [_with_vocabulary(t, args) for t in find_targets(args.paths)]
     total = 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from tokentape.errors import TokentapeError
+from tokentape.errors import InputError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -21,7 +21,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd(args: argparse.Namespace) -> int:
     if args.workers < 1:
-        raise TokentapeError(f"--workers must be at least 1, got {args.workers}")
+        raise InputError(f"--workers must be at least 1, got {args.workers}")
     from tokentape._src.demo.run import run_demo  # the demo pulls in matplotlib and the BPE trainer
 
     return run_demo(args.out, args.workers)

@@ -9,7 +9,7 @@ import numpy as np
 
 from tokentape._src.plan.plan import Plan
 from tokentape._src.store.atomic import write_atomic
-from tokentape.errors import TokentapeError
+from tokentape.errors import InputError, TokentapeError
 
 try:
     import matplotlib
@@ -36,7 +36,7 @@ def draw_plan(plan: Plan, path: str | Path) -> bytes:
     formats = probe.canvas.get_supported_filetypes()
     plt.close(probe)  # only our own figure: a caller's open figures stay open
     if kind not in formats:
-        raise TokentapeError(
+        raise InputError(
             f"--plot {path}: unknown image format '{kind}'; name a file ending in one of "
             + ", ".join(f".{k}" for k in sorted(formats))
         )

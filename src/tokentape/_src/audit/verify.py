@@ -46,7 +46,7 @@ from tokentape._src.store.format import (
     shard_name,
 )
 from tokentape._src.store.tokenizers import STORED_NAMES
-from tokentape.errors import TokentapeError
+from tokentape.errors import InputError, TokentapeError
 
 DEFAULT_QUICK_BLOCKS = 4
 """Blocks hashed per shard by ``--quick``: the first, the last and two picked by a seeded hash."""

@@ -230,7 +230,7 @@ def read_header(path: Path) -> tuple[int, int, int, int]:
             size = os.fstat(f.fileno()).st_size
             head = f.read(HEADER.size)
         except OSError as exc:
-            raise TokentapeError(f"{path}: cannot read ({exc.strerror})") from None
+            raise StoreError(f"{path}: cannot read ({exc.strerror})") from None
     return parse_header(path, size, head)
 
 

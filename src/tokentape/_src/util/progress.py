@@ -20,7 +20,9 @@ class Counters:
     def __init__(self, ctx: mp.context.BaseContext | None = None) -> None:
         self.values = (ctx or mp.get_context("spawn")).Array("q", 4)
 
-    def add(self, docs: int = 0, tokens: int = 0, text_bytes: int = 0, input_bytes: int = 0):
+    def add(
+        self, docs: int = 0, tokens: int = 0, text_bytes: int = 0, input_bytes: int = 0
+    ) -> None:
         with self.values.get_lock():
             self.values[DOCS] += docs
             self.values[TOKENS] += tokens

@@ -46,6 +46,7 @@ from tokentape._src.store.format import (
     shard_name,
 )
 from tokentape._src.store.tokenizers import STORED_NAMES
+from tokentape._src.util.checks import is_int
 from tokentape.errors import InputError, TokentapeError
 
 DEFAULT_QUICK_BLOCKS = 4
@@ -179,10 +180,6 @@ def load_manifest(store: str | Path, dir_fd: int | None = None) -> tuple[Manifes
     return parse_manifest(text, str(path), strict=False), problems
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _fix_totals(data: dict[str, Any], where: str) -> list[Problem]:
     """Compare ``n_tokens``/``n_docs`` with the sums over shards; put the sums in ``data``."""
     shards = data.get("shards")
@@ -191,7 +188,7 @@ def _fix_totals(data: dict[str, Any], where: str) -> list[Problem]:
     problems = []
     for key in ("n_tokens", "n_docs"):
         values = [s.get(key) for s in shards]
-        if not _is_int(data.get(key)) or not all(_is_int(v) for v in values):
+        if not is_int(data.get(key)) or not all(is_int(v) for v in values):
             continue
         total = sum(values)
         if data[key] != total:

@@ -553,12 +553,6 @@ def _index_sha256(src: MegatronSource, prefix: str, chunk_bytes: int = 8 * 2**20
     return digest
 
 
-def _sha256_file(path: Path, chunk_bytes: int = 8 * 2**20) -> str:
-    """sha256 of a file, read a chunk at a time."""
-    with open(path, "rb") as f:
-        return sha256_stream(f, chunk_bytes)
-
-
 def _tokenizer(config: FromMegatron) -> Tokenizer | None:
     if config.tokenizer is None:
         if config.eod_token is not None:

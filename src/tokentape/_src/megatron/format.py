@@ -223,17 +223,6 @@ def _first(mask: np.ndarray) -> int:
     return int(np.flatnonzero(mask)[0])
 
 
-def read_header(path: Path) -> tuple[int, int, int, int]:
-    """(idx file size, dtype code, sequence count, document-index entries), each checked."""
-    with open_for_reading(path) as f:
-        try:
-            size = os.fstat(f.fileno()).st_size
-            head = f.read(HEADER.size)
-        except OSError as exc:
-            raise StoreError(f"{path}: cannot read ({exc.strerror})") from None
-    return parse_header(path, size, head)
-
-
 def open_for_reading(path: Path) -> io.BufferedReader:
     """One of a prefix's two files, opened; a missing or unreadable one is one clear line."""
     try:

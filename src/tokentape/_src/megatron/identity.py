@@ -69,6 +69,7 @@ from tokentape._src.megatron.format import (
 from tokentape._src.store.atomic import write_atomic
 from tokentape._src.store.format import DEFAULT_BLOCK_BYTES
 from tokentape._src.store.writer import BlockHasher
+from tokentape._src.util.checks import is_int
 from tokentape._src.util.progress import ProgressCallback, tally
 from tokentape.errors import StoreError
 
@@ -102,10 +103,6 @@ def file_keys(prefix: Path) -> FileKeys:
     return FileKeys(file_key(bin_path(prefix)), file_key(idx_path(prefix)))
 
 
-def _is_int(value: Any) -> bool:
-    return type(value) is int
-
-
 def keys_from_json(data: Any) -> FileKeys | None:
     """``FileKeys`` from their JSON form (``asdict``), or None when malformed."""
     names = {f.name for f in fields(FileKey)}
@@ -115,7 +112,7 @@ def keys_from_json(data: Any) -> FileKeys | None:
     for part in (data["bin"], data["idx"]):
         if not isinstance(part, dict) or set(part) != names:
             return None
-        if not all(_is_int(v) and v >= 0 for v in part.values()):
+        if not all(is_int(v) and v >= 0 for v in part.values()):
             return None
         keys.append(FileKey(**part))
     return FileKeys(*keys)
@@ -152,11 +149,11 @@ def identity_from_json(data: Any) -> MegatronIdentity | None:
     names = {f.name for f in fields(MegatronIdentity)}
     if not isinstance(data, dict) or not names - {"end_id"} <= set(data) <= names:
         return None
-    if not all(_is_int(data[k]) and data[k] >= 0 for k in _COUNTS):
+    if not all(is_int(data[k]) and data[k] >= 0 for k in _COUNTS):
         return None
     if not all(_is_digest(data[k]) for k in _DIGESTS):
         return None
-    if not all(data.get(k) is None or _is_int(data[k]) for k in _IDS):
+    if not all(data.get(k) is None or is_int(data[k]) for k in _IDS):
         return None
     blocks = data["block_sha256"]
     if not isinstance(blocks, list | tuple) or not all(_is_digest(b) for b in blocks):
@@ -218,7 +215,7 @@ def read_sidecars(prefix: Path) -> list[tuple[FileKeys | None, MegatronIdentity]
         if not isinstance(data, dict) or data.get("format") != SIDECAR_FORMAT:
             continue
         version = data.get("version")
-        if not _is_int(version) or version not in (1, SIDECAR_VERSION):
+        if not is_int(version) or version not in (1, SIDECAR_VERSION):
             continue
         identity = identity_from_json(data.get("identity"))
         if identity is None:
@@ -333,8 +330,8 @@ class MegatronRecord:
         if not isinstance(data, dict) or set(data) != names:
             return None
         keys = keys_from_json(data["files"])
-        counts_ok = all(_is_int(data[k]) and data[k] >= 0 for k in ("n_docs", "n_sequences"))
-        ids_ok = all(data[k] is None or _is_int(data[k]) for k in _IDS)
+        counts_ok = all(is_int(data[k]) and data[k] >= 0 for k in ("n_docs", "n_sequences"))
+        ids_ok = all(data[k] is None or is_int(data[k]) for k in _IDS)
         if keys is None or not counts_ok or not ids_ok:
             return None
         if not all(_is_digest(data[k]) for k in _DIGESTS):

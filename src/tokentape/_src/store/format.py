@@ -32,6 +32,10 @@ from tokentape.errors import ArgumentError, StoreError
 FORMAT_NAME = "tokentape.store"
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
+BIN_SUFFIX = ".bin"
+"""A shard's tokens: ``part-NNNNN.bin``."""
+IDX_SUFFIX = ".idx.npy"
+"""A shard's document starts: ``part-NNNNN.idx.npy``."""
 DEFAULT_BLOCK_BYTES = 64 * 2**20
 UINT16_MAX_VOCAB = 2**16
 
@@ -72,11 +76,11 @@ class ShardInfo:
 
     @property
     def bin_file(self) -> str:
-        return self.name + ".bin"
+        return self.name + BIN_SUFFIX
 
     @property
     def idx_file(self) -> str:
-        return self.name + ".idx.npy"
+        return self.name + IDX_SUFFIX
 
 
 @dataclass(frozen=True)

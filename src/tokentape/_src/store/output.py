@@ -8,10 +8,15 @@ import shutil
 from contextlib import suppress
 from pathlib import Path
 
+from tokentape._src.store.format import BIN_SUFFIX, IDX_SUFFIX, MANIFEST_NAME
+from tokentape._src.store.tokenizers import STORED_NAMES
+
 WORK_DIR = ".tokentape-work"
 
 
-_OURS = re.compile(r"(?:part-\d{5,}\.(?:bin|idx\.npy)|manifest\.json|tokenizer\.(?:json|tiktoken))")
+_SHARD_FILES = "|".join(map(re.escape, (BIN_SUFFIX, IDX_SUFFIX)))
+_OTHER_FILES = "|".join(map(re.escape, (MANIFEST_NAME, *STORED_NAMES)))
+_OURS = re.compile(rf"part-\d{{5,}}(?:{_SHARD_FILES})|{_OTHER_FILES}")
 
 
 def is_store_file(name: str) -> bool:

@@ -15,7 +15,14 @@ from pathlib import Path
 import numpy as np
 
 from tokentape._src.store.atomic import fsync_dir, temp_name, write_atomic
-from tokentape._src.store.format import DEFAULT_BLOCK_BYTES, ShardInfo, numpy_dtype, shard_name
+from tokentape._src.store.format import (
+    BIN_SUFFIX,
+    DEFAULT_BLOCK_BYTES,
+    IDX_SUFFIX,
+    ShardInfo,
+    numpy_dtype,
+    shard_name,
+)
 from tokentape.errors import ArgumentError
 
 
@@ -60,7 +67,7 @@ class BlockHasher:
 class _OpenShard:
     def __init__(self, directory: Path, index: int, block_bytes: int) -> None:
         self.name = shard_name(index)
-        self.final = directory / f"{self.name}.bin"
+        self.final = directory / (self.name + BIN_SUFFIX)
         self.tmp = temp_name(self.final)
         self.file = open(self.tmp, "wb")  # noqa: SIM115 - closed in close()/abort()
         self.hasher = BlockHasher(block_bytes)
@@ -82,7 +89,7 @@ class _OpenShard:
         self.file.close()
         idx = np.concatenate(self.starts) if self.starts else np.zeros(0, dtype=np.int64)
         idx_data = npy_bytes(idx.astype("<i8", copy=False))
-        write_atomic(self.final.with_name(f"{self.name}.idx.npy"), idx_data)
+        write_atomic(self.final.with_name(self.name + IDX_SUFFIX), idx_data)
         os.replace(self.tmp, self.final)
         bin_hash, blocks = self.hasher.finish()
         return ShardInfo(

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
 
-from tokentape._src.plan.plan import Plan, load_plan, open_plan_store
+from tokentape._src.plan.plan import Plan, open_plan_store
 from tokentape._src.store.reader import TokenStream
 from tokentape._src.tape.resolve import Tape, as_positions
 from tokentape.errors import (
@@ -113,10 +112,6 @@ class Batcher:
             source.advise_random()
         self.segments = segments
         """Also compute per-token document segment ids and in-document positions."""
-
-    @classmethod
-    def open(cls, plan_path: str | os.PathLike[str], dtype: np.dtype | type = np.int64) -> Batcher:
-        return cls(load_plan(plan_path), dtype)
 
     def batch(self, positions: np.ndarray) -> Batch:
         p = as_positions(positions).reshape(-1)

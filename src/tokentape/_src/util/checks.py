@@ -8,6 +8,12 @@ import os
 
 from tokentape.errors import ArgumentError
 
+
+def is_int(value: object) -> bool:
+    """An integer as JSON gives it: an ``int``, not a ``bool``."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 MAX_MB = float(2**20)
 """The largest ``--shard-mb`` / ``--unit-mb``: 1 TiB."""
 

@@ -17,7 +17,7 @@ import tokentape
 from tokentape._src.corpora import write_builtin_corpora
 
 ROOT = Path(__file__).parents[2]
-DOCS = ["README.md", "docs/audit.md", "docs/locate.md", "docs/train.md"]
+DOCS = ["README.md", "docs/plan.md", "docs/audit.md", "docs/locate.md", "docs/train.md"]
 """The pages with Python blocks to run (docs/errors.md shows interpreter sessions instead)."""
 TRAIN_ARGV = ["train_mixture.py", "corpora", "run-mixture", "3"]
 """The README's Train block is the example script: it reads its arguments from ``sys.argv``."""

@@ -19,6 +19,7 @@ from tokentape._src.corpora import write_builtin_corpora
 ROOT = Path(__file__).parents[2]
 DOCS = ["README.md", "docs/plan.md", "docs/audit.md", "docs/locate.md", "docs/train.md"]
 """The pages with Python blocks to run (docs/errors.md shows interpreter sessions instead)."""
+TORCH = {"README.md", "docs/train.md"}
 TRAIN_ARGV = ["train_mixture.py", "corpora", "run-mixture", "3"]
 """The README's Train block is the example script: it reads its arguments from ``sys.argv``."""
 
@@ -58,12 +59,16 @@ def workdir(tmp_path_factory) -> Path:
 
 
 def _cases() -> list:
-    return [pytest.param(doc, id=doc.removeprefix("docs/")) for doc in DOCS]
+    torch = [pytest.mark.slow, pytest.mark.torch]  # these pages train a model
+    return [
+        pytest.param(doc, id=doc.removeprefix("docs/"), marks=torch if doc in TORCH else [])
+        for doc in DOCS
+    ]
 
 
 @pytest.mark.parametrize("doc", _cases())
 def test_python_blocks_run_as_written(doc, workdir, monkeypatch):
-    if doc in ("README.md", "docs/train.md"):
+    if doc in TORCH:
         pytest.importorskip("torch")
     blocks = python_blocks(doc)
     assert blocks, f"{doc} has no python block"

@@ -16,6 +16,7 @@ from tokentape._src.corpora import write_builtin_corpora
 from tokentape._src.train.steplog import read_step_log
 
 pytest.importorskip("torch")
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess, pytest.mark.torch]
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "train_mixture.py"
 STEPS = 40

@@ -7,9 +7,11 @@ Each source is tokenized once (a rerun finds its store complete); the plan's tap
 batch, and the data state saved with the model resumes at exactly the next one.
 """
 
+import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 
 import tokentape
@@ -20,12 +22,12 @@ shares = {"prose": 50, "code": 40, "notes": 10}  # weights: normalised by the pl
 mix = {n: {"path": tokentape.tokenize(data / n, run / n).out, "weight": shares[n]} for n in shares}
 plan = tokentape.Plan.build(mix, seq_len=128, seed=1234, total_tokens="500K")
 model = torch.nn.Embedding(plan.vocab_size, plan.vocab_size)  # a bigram language model
-opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+opt = torch.optim.SGD(model.parameters(), lr=0.5)  # no state of its own: the weights are all
 loader = tokentape.Loader(plan, 0, tokentape.BatchConfig(1, 4, 2), step_log=run / "steps.jsonl")
-parts = {"model": model, "opt": opt, "data": loader}  # one checkpoint holds all three
-saved = torch.load(run / "ckpt.pt", weights_only=True) if (run / "ckpt.pt").exists() else {}
-for key in saved:  # resume: the model, the optimizer and the data where they were saved
-    parts[key].load_state_dict(saved[key])
+if (run / "ckpt.npz").exists():  # resume: the weights and the data where they were saved
+    saved = np.load(run / "ckpt.npz")  # plain arrays and text: nothing is unpickled
+    model.weight.data.copy_(torch.from_numpy(saved["weight"]))
+    loader.load_state_dict(json.loads(str(saved["data"])))
 while loader.state.step < steps:
     for t in map(to_torch, loader.step().micro_batches):  # this step's micro-batches
         loss = torch.nn.functional.cross_entropy(model(t["inputs"]).mT, t["targets"])
@@ -33,5 +35,6 @@ while loader.state.step < steps:
     opt.step()
     opt.zero_grad()
     loader.commit()  # after optimizer.step(): the only thing that advances the data
-    torch.save({key: part.state_dict() for key, part in parts.items()}, run / "next.pt")
-    (run / "next.pt").replace(run / "ckpt.pt")  # atomic: a kill leaves the old or the new one
+    state = {"weight": model.weight.detach().numpy(), "data": json.dumps(loader.state_dict())}
+    np.savez(run / "next.npz", **state)  # then renamed: a kill leaves the old or the new one
+    (run / "next.npz").replace(run / "ckpt.npz")

@@ -243,7 +243,24 @@ def check_step(
     rank — with tensor, pipeline and context parallelism over the whole world that is
     ``tp · pp · cp``. Pass ``model_parallel_size`` to have that number checked too
     (``tp_size`` is its former name). ``device`` overrides where the collective's tensor lives
-    (default: CPU for gloo, the current accelerator otherwise)."""
+    (default: CPU for gloo, the current accelerator otherwise).
+
+    Args:
+        step: What this rank's loader handed out (``loader.step()``).
+        dp_rank: This rank's data-parallel rank, the one its loader was built with.
+        model_parallel_size: Ranks per data-parallel rank, checked when given.
+        group: The process group to check over (default: the world).
+        tp_size: The former name of ``model_parallel_size``.
+        device: Where the collective's tensor lives.
+
+    Returns:
+        One report per rank of the group.
+
+    Raises:
+        TokentapeError: A rank read another rank's positions, or model-parallel peers read
+            different inputs (every rank raises the same).
+        ArgumentError: ``tp_size`` and ``model_parallel_size`` disagree, or a size is invalid.
+    """
     if tp_size is not None:
         if model_parallel_size is not None and model_parallel_size != tp_size:
             raise ArgumentError("check_step: give model_parallel_size or tp_size (its old name)")

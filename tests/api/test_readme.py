@@ -17,7 +17,14 @@ import tokentape
 from tokentape._src.corpora import write_builtin_corpora
 
 ROOT = Path(__file__).parents[2]
-DOCS = ["README.md", "docs/plan.md", "docs/audit.md", "docs/locate.md", "docs/train.md"]
+DOCS = [
+    "README.md",
+    "docs/plan.md",
+    "docs/audit.md",
+    "docs/locate.md",
+    "docs/train.md",
+    "docs/errors.md",
+]
 """The pages with Python blocks to run (docs/errors.md shows interpreter sessions instead)."""
 TORCH = {"README.md", "docs/train.md"}
 TRAIN_ARGV = ["train_mixture.py", "corpora", "run-mixture", "3"]

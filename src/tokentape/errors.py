@@ -37,10 +37,11 @@ class TokentapeError(Exception):
 
 
 class InputError(TokentapeError, ValueError):
-    """Invalid input: an argument of a library call, a command-line value, a tokenizer spec, a
-    filter spec, or an input corpus file that cannot be read as its format.
+    """Invalid input: an argument, a command-line value, a spec or an input file.
 
-    Also a ``ValueError``. The message names the argument, value or file and what was expected.
+    The input is an argument of a library call, a command-line value, a tokenizer spec, a
+    filter spec, or an input corpus file that cannot be read as its format. Also a
+    ``ValueError``. The message names the argument, value or file and what was expected.
     """
 
 
@@ -49,20 +50,27 @@ class ArgumentError(InputError):
 
 
 class OutOfRangeError(InputError, IndexError):
-    """An index argument (a position, sample, document or rank) lies outside its range; the
-    message names the argument and the range. Also an ``IndexError``."""
+    """An index argument (a position, sample, document or rank) lies outside its range.
+
+    The message names the argument and the range. Also an ``IndexError``.
+    """
 
 
 class PlanError(TokentapeError):
-    """A plan refused: a plan file (TOML) or ``PLAN.json`` that is invalid, a plan whose repeat
-    budgets (``max_repeats``) refuse it, or a step log that belongs to another plan or is
-    damaged. The message names the file and the field."""
+    """A plan refused: an invalid plan, a repeat budget exceeded, or a foreign step log.
+
+    That is: a plan file (TOML) or ``PLAN.json`` that is invalid, a plan whose repeat budgets
+    (``max_repeats``) refuse it, or a step log that belongs to another plan or is damaged. The
+    message names the file and the field.
+    """
 
 
 class StoreError(TokentapeError):
-    """A token store or Megatron prefix that is missing, damaged, not confined to its
-    directory (a link, a FIFO), or not what its manifest (or identity sidecar) says. The
-    message names the file and what was expected."""
+    """A token store or Megatron prefix that is missing, damaged or not what it says.
+
+    That is: missing, damaged, not confined to its directory (a link, a FIFO), or not what its
+    manifest (or identity sidecar) says. The message names the file and what was expected.
+    """
 
 
 class StoreChanged(StoreError):
@@ -83,6 +91,15 @@ class StoreChanged(StoreError):
         planned: str | None = None,
         found: str | None = None,
     ) -> None:
+        """Carry the message and what differs.
+
+        Args:
+            message: The one-line message (it names the store and the two hashes).
+            path: The store's directory (or Megatron prefix) as the plan names it; None when
+                not known.
+            planned: The content hash the plan recorded; None when not known.
+            found: The content hash the store has now; None when not known.
+        """
         super().__init__(message)
         self.path = path
         self.planned = planned
@@ -90,8 +107,9 @@ class StoreChanged(StoreError):
 
 
 class ResumeRefused(TokentapeError):
-    """A saved data state (``DataState``, a checkpoint) cannot be resumed on this plan: the
-    plan's index hash differs from the one the state was saved with.
+    """A saved data state (``DataState``, a checkpoint) cannot be resumed on this plan.
+
+    The plan's index hash differs from the one the state was saved with.
 
     Attributes:
         differences: One ``(field, saved, now)`` per difference the message names, e.g.
@@ -102,19 +120,32 @@ class ResumeRefused(TokentapeError):
     """
 
     def __init__(self, message: str, *, differences: tuple[tuple[str, Any, Any], ...] = ()) -> None:
+        """Carry the message and the differences it names.
+
+        Args:
+            message: The one-line message naming every difference.
+            differences: One ``(field, saved, now)`` per difference (see ``differences``
+                above); empty when the recorded identity shows none.
+        """
         super().__init__(message)
         self.differences = tuple(differences)
 
 
 class OutputError(TokentapeError):
-    """An output that cannot be written as asked: held by another writer (the store's lock),
-    an existing directory that is not ours or not empty (without ``--overwrite``), or a file
-    that already exists. The message names the path and what to do."""
+    """An output that cannot be written as asked.
+
+    That is: held by another writer (the store's lock), an existing directory that is not ours
+    or not empty (without ``--overwrite``), or a file that already exists. The message names
+    the path and what to do.
+    """
 
 
 def _reworded(exc: _E, message: str) -> _E:
-    """``exc``'s type and data under another message: a re-raise that adds where it happened
-    keeps the subtype (and ``StoreChanged``'s or ``ResumeRefused``'s data)."""
+    """``exc``'s type and data under another message.
+
+    A re-raise that adds where it happened keeps the subtype (and ``StoreChanged``'s or
+    ``ResumeRefused``'s data).
+    """
     new = copy.copy(exc)
     new.args = (message,)
     return new

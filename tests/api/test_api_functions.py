@@ -60,6 +60,27 @@ def test_replay_is_the_command(plan_path, capsys):
         tokentape.replay(plan, 5)
 
 
+@pytest.mark.parametrize(
+    ("shape", "message"),
+    [
+        ({"dp": 0, "micro": 2}, "dp must be a positive integer, got 0"),
+        ({"dp": True, "micro": 2}, "dp must be a positive integer, got True"),
+        ({"global_batch": "8"}, "global_batch must be a positive integer, got '8'"),
+        ({"micro": 2}, "micro given: dp and micro go together"),
+        ({"dp": 2**62, "micro": 2}, "dp 4611686018427387904 x micro 2 x accum 1: a step of"),
+        ({"dp": 2**63, "micro": 1}, "dp must be at most 2**62"),
+        ({"global_batch": 8, "step_log": "x"}, "not global_batch and step_log"),
+    ],
+)
+def test_replay_and_locate_check_the_batch_shape_as_the_commands_do(plan_path, shape, message):
+    """The same checks as the commands' flags (one function), in the parameters' names."""
+    for call in (lambda: tokentape.replay(plan_path, 0, **shape),
+                 lambda: tokentape.locate(plan_path, "math", 3, **shape)):  # fmt: skip
+        with pytest.raises(tokentape.ArgumentError) as caught:
+            call()
+        assert message in str(caught.value)
+
+
 def test_locate_is_the_command(plan_path, capsys):
     found = tokentape.locate(plan_path, "math", 3, dp=2, micro=2, accum=2)
     code, out, _ = cli(
@@ -99,3 +120,22 @@ def test_verify_reports_damage_as_data(plan_path, tmp_path, capsys):
     assert not report.ok and report.problems
     with pytest.raises(tokentape.ArgumentError):
         tokentape.verify(damaged, quick=True, blocks=0)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"blocks": 2}, "blocks applies to quick only"),
+        ({"quick": True, "blocks": 0}, "blocks must be at least 1, got 0"),
+        ({"quick": True, "blocks": 2.5}, "blocks must be an integer, got 2.5"),
+        ({"vocab_size": True}, "vocab_size must be an integer, got True"),
+        ({"vocab_size": 0}, "vocab_size must be positive, got 0"),
+        ({"eod_id": -1}, "eod_id must be a token id (>= 0), got -1"),
+        ({"vocab_size": 10, "eod_id": 10}, "eod_id 10 is not below vocab_size 10"),
+    ],
+)
+def test_verify_checks_its_options_as_the_command_does(plan_path, options, message):
+    """The command's checks (one function), in the parameters' names, before any hashing."""
+    with pytest.raises(tokentape.ArgumentError) as caught:
+        tokentape.verify(plan_path, **options)
+    assert str(caught.value) == message

@@ -8,28 +8,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
-from pathlib import Path
 
 from tokentape._src.audit.locate import Located
 from tokentape._src.audit.locate import locate as _locate
 from tokentape._src.audit.replay import Replayed
 from tokentape._src.audit.replay import replay as _replay
-from tokentape._src.audit.runs import open_step_log
-from tokentape._src.audit.verify import (
-    DEFAULT_QUICK_BLOCKS,
-    StoreReport,
-    Target,
-    check_megatron_target,
-    check_store,
-    find_targets,
-)
-from tokentape._src.megatron.source import MEGATRON
+from tokentape._src.audit.runs import batching
+from tokentape._src.audit.verify import StoreReport, verify_paths
 from tokentape._src.plan.plan import Plan, load_plan
 from tokentape._src.tokenize.driver import TokenizeSummary
 from tokentape._src.tokenize.driver import tokenize as _tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
-from tokentape._src.train.partition import BatchConfig
 from tokentape._src.train.schedule import Schedule
 from tokentape._src.util.progress import ProgressCallback
 from tokentape.errors import ArgumentError
@@ -122,19 +111,15 @@ def _schedule(
     step_log: PathArg | None,
 ) -> Schedule | None:
     """The schedule one of ``global_batch``, ``dp``/``micro``/``accum`` or ``step_log`` gives."""
-    shape = dp is not None or micro is not None or accum is not None
-    given = [global_batch is not None, shape, step_log is not None]
-    if sum(given) > 1:
-        raise ArgumentError("give one of global_batch, dp/micro/accum or step_log, not several")
-    if global_batch is not None:
-        return Schedule.uniform(BatchConfig(1, global_batch, 1))
-    if shape:
-        if dp is None or micro is None:
-            raise ArgumentError("dp and micro go together (accum defaults to 1)")
-        return Schedule.uniform(BatchConfig(dp, micro, 1 if accum is None else accum))
-    if step_log is not None:
-        return open_step_log(os.fspath(step_log), plan).schedule
-    return None
+    log = None if step_log is None else os.fspath(step_log)
+    shape = batching(
+        plan, global_batch=global_batch, dp=dp, micro=micro, accum=accum, log=log, named=_named
+    )
+    return shape.schedule
+
+
+def _named(name: str) -> str:
+    return "step_log" if name == "log" else name
 
 
 def replay(
@@ -227,7 +212,7 @@ def verify(
     paths: PathArg | Iterable[PathArg],
     quick: bool = False,
     *,
-    blocks: int = DEFAULT_QUICK_BLOCKS,
+    blocks: int | None = None,
     vocab_size: int | None = None,
     eod_id: int | None = None,
 ) -> list[StoreReport]:
@@ -237,7 +222,8 @@ def verify(
         paths: Store directories, Megatron prefixes or ``PLAN.json`` files (every store of
             the plan, also checked against the content hash the plan recorded).
         quick: Hash only ``blocks`` blocks per shard instead of every byte.
-        blocks: Blocks per shard a quick check hashes.
+        blocks: Blocks per shard a quick check hashes (``quick`` only; default 4: the first,
+            the last and two picked by a seeded hash of the shard's name).
         vocab_size: A Megatron prefix not named by a plan: ids must be below it.
         eod_id: A Megatron prefix not named by a plan: every document ends with it.
 
@@ -245,39 +231,10 @@ def verify(
         One report per store (``report.ok``, ``report.problems``), in the order named.
 
     Raises:
-        ArgumentError: ``blocks``, ``vocab_size`` or ``eod_id`` out of range.
+        ArgumentError: ``blocks`` without ``quick``, or ``blocks``, ``vocab_size`` or
+            ``eod_id`` not an integer in range.
         TokentapeError: A path is not a store or plan, or a manifest cannot be read at all (a
             store's damage is reported in its ``StoreReport``, not raised).
     """
-    if isinstance(blocks, bool) or not isinstance(blocks, int) or blocks < 1:
-        raise ArgumentError(f"blocks must be an integer >= 1, got {blocks!r}")
-    for name, value, low in (("vocab_size", vocab_size, 1), ("eod_id", eod_id, 0)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ArgumentError(f"{name} must be an integer, got {value!r}")
-        if value is not None and value < low:
-            raise ArgumentError(f"{name} must be at least {low}, got {value}")
-    if vocab_size is not None and eod_id is not None and eod_id >= vocab_size:
-        raise ArgumentError(f"eod_id {eod_id} is not below vocab_size {vocab_size}")
     given = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
-    reports = []
-    for target in find_targets(os.fspath(p) for p in given):
-        if target.kind == MEGATRON:
-            reports.append(
-                check_megatron_target(_vocabulary(target, vocab_size, eod_id), quick, blocks)
-            )
-        else:
-            reports.append(
-                check_store(
-                    Path(target.path), quick, blocks, label=target.label, plans=target.plans
-                )
-            )
-    return reports
-
-
-def _vocabulary(target: Target, vocab_size: int | None, eod_id: int | None) -> Target:
-    """A Megatron target with ``vocab_size``/``eod_id`` where its plan gave none."""
-    return replace(
-        target,
-        vocab_size=target.vocab_size if target.vocab_size is not None else vocab_size,
-        eod_id=target.eod_id if target.eod_id is not None else eod_id,
-    )
+    return verify_paths([os.fspath(p) for p in given], quick, blocks, vocab_size, eod_id)

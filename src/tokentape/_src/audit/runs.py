@@ -4,13 +4,17 @@ from its step log or from flags (``--global-batch``, ``--dp/--micro/--accum``, `
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from functools import lru_cache
 
 from tokentape._src.plan.plan import Plan
+from tokentape._src.tape.blend import MAX_POSITION
 from tokentape._src.tape.resolve import Tape
+from tokentape._src.train.partition import BatchConfig
 from tokentape._src.train.schedule import Schedule
 from tokentape._src.train.steplog import StepLog, scan_step_log, short_hash
+from tokentape._src.util.checks import is_int
 from tokentape._src.util.text import fmt_bytes
 from tokentape.errors import ArgumentError, PlanError, TokentapeError
 
@@ -63,3 +67,75 @@ def open_step_log(path: str, plan: Plan, steps: Iterable[int] = ()) -> StepLog:
 def log_schedule(path: str, plan: Plan) -> Schedule:
     """The schedule of a step log (see ``open_step_log``)."""
     return open_step_log(path, plan).schedule
+
+
+@dataclass(frozen=True)
+class Batching:
+    """A run's batch shape, as the caller gave it."""
+
+    schedule: Schedule | None
+    """None when no shape was given."""
+    ranks: bool
+    """Whether the shape names the ranks (not a bare global batch)."""
+    log: StepLog | None
+    """The step log, read once, when the shape came from it."""
+
+
+def _same(name: str) -> str:
+    return name
+
+
+def batching(
+    plan: Plan,
+    *,
+    global_batch: int | None = None,
+    dp: int | None = None,
+    micro: int | None = None,
+    accum: int | None = None,
+    log: str | None = None,
+    log_steps: Iterable[int] = (),
+    named: Callable[[str], str] = _same,
+) -> Batching:
+    """The schedule one of ``global_batch``, ``dp``/``micro``/``accum`` or ``log`` describes
+    (at most one; none gives no schedule); a log is read once, keeping the records of
+    ``log_steps``. ``named`` spells a parameter in messages (the command line: its flag)."""
+    sizes = {"global_batch": global_batch, "dp": dp, "micro": micro, "accum": accum}
+    for name, value in sizes.items():
+        if value is not None and (not is_int(value) or value < 1):
+            raise ArgumentError(f"{named(name)} must be a positive integer, got {value!r}")
+    shape = [named(f) for f in ("dp", "micro", "accum") if sizes[f] is not None]
+    given = [
+        kind
+        for kind, on in (
+            (named("global_batch"), global_batch is not None),
+            ("/".join(shape), bool(shape)),
+            (named("log"), log is not None),
+        )
+        if on
+    ]
+    if len(given) > 1:
+        shapes = f"{named('dp')}/{named('micro')}/{named('accum')}"
+        raise ArgumentError(
+            f"give one of {named('global_batch')}, {shapes} or {named('log')}, not "
+            + " and ".join(given)
+        )
+    for name, value in sizes.items():
+        if value is not None and value > MAX_POSITION:
+            raise ArgumentError(f"{named(name)} must be at most 2**62, got {value}")
+    if shape and (dp is None or micro is None):
+        raise ArgumentError(
+            f"{'/'.join(shape)} given: {named('dp')} and {named('micro')} go together"
+        )
+    if dp is not None and micro is not None:
+        if dp * micro * (accum or 1) > MAX_POSITION:
+            raise ArgumentError(
+                f"{named('dp')} {dp} x {named('micro')} {micro} x {named('accum')} {accum or 1}: "
+                "a step of more than 2**62 samples"
+            )
+        return Batching(Schedule.uniform(BatchConfig(dp, micro, accum or 1)), True, None)
+    if global_batch is not None:
+        return Batching(Schedule.uniform(BatchConfig(1, global_batch, 1)), False, None)
+    if log is not None:
+        found = open_step_log(log, plan, log_steps)
+        return Batching(found.schedule, True, found)
+    return Batching(None, False, None)

@@ -29,7 +29,7 @@ import numpy as np
 
 from tokentape._src.megatron.format import is_prefix
 from tokentape._src.megatron.source import MEGATRON
-from tokentape._src.megatron.verify import check_megatron
+from tokentape._src.megatron.verify import check_megatron, planned_bytes
 from tokentape._src.plan.plan import load_plan
 from tokentape._src.store.confine import inside_problem, open_directory, open_inside
 from tokentape._src.store.format import (
@@ -47,7 +47,8 @@ from tokentape._src.store.format import (
 )
 from tokentape._src.store.tokenizers import STORED_NAMES
 from tokentape._src.util.checks import is_int
-from tokentape.errors import InputError, TokentapeError
+from tokentape._src.util.progress import ProgressCallback, tally
+from tokentape.errors import ArgumentError, InputError, TokentapeError
 
 DEFAULT_QUICK_BLOCKS = 4
 """Blocks hashed per shard by ``--quick``: the first, the last and two picked by a seeded hash."""
@@ -400,6 +401,80 @@ def verify_store(
 ) -> list[Problem]:
     """The problems ``check_store`` finds; an empty list means the store is intact."""
     return list(check_store(store, quick, blocks, progress).problems)
+
+
+def _same(name: str) -> str:
+    return name
+
+
+def check_options(
+    quick: bool,
+    blocks: int | None,
+    vocab_size: int | None,
+    eod_id: int | None,
+    named: Callable[[str], str] = _same,
+) -> int:
+    """Refuse bad verify options (``named`` spells them in messages: the command line gives its
+    flags); returns the blocks per shard a quick check hashes."""
+    if blocks is not None and not quick:
+        raise ArgumentError(f"{named('blocks')} applies to {named('quick')} only")
+    for name, value in (("blocks", blocks), ("vocab_size", vocab_size), ("eod_id", eod_id)):
+        if value is not None and not is_int(value):
+            raise ArgumentError(f"{named(name)} must be an integer, got {value!r}")
+    blocks = DEFAULT_QUICK_BLOCKS if blocks is None else blocks
+    if blocks < 1:
+        raise ArgumentError(f"{named('blocks')} must be at least 1, got {blocks}")
+    if vocab_size is not None and vocab_size <= 0:
+        raise ArgumentError(f"{named('vocab_size')} must be positive, got {vocab_size}")
+    if eod_id is not None and eod_id < 0:
+        raise ArgumentError(f"{named('eod_id')} must be a token id (>= 0), got {eod_id}")
+    if vocab_size is not None and eod_id is not None and eod_id >= vocab_size:
+        raise ArgumentError(
+            f"{named('eod_id')} {eod_id} is not below {named('vocab_size')} {vocab_size}"
+        )
+    return blocks
+
+
+def _with_vocabulary(target: Target, vocab_size: int | None, eod_id: int | None) -> Target:
+    """A Megatron target with ``vocab_size``/``eod_id`` where its plan gave none."""
+    if target.kind != MEGATRON:
+        return target
+    return replace(
+        target,
+        vocab_size=target.vocab_size if target.vocab_size is not None else vocab_size,
+        eod_id=target.eod_id if target.eod_id is not None else eod_id,
+    )
+
+
+def verify_paths(
+    paths: Iterable[str],
+    quick: bool = False,
+    blocks: int | None = None,
+    vocab_size: int | None = None,
+    eod_id: int | None = None,
+    progress: ProgressCallback | None = None,
+    named: Callable[[str], str] = _same,
+) -> list[StoreReport]:
+    """Check every store, Megatron prefix and plan's store named by ``paths`` (see
+    ``find_targets``): one report each, in order. The options are checked first (see
+    ``check_options``), then every manifest is read before any hashing; ``progress`` receives
+    the bytes and tokens checked."""
+    chosen = check_options(quick, blocks, vocab_size, eod_id, named)
+    targets = [_with_vocabulary(t, vocab_size, eod_id) for t in find_targets(paths)]
+    total = 0
+    for t in targets:  # an unreadable manifest fails here, before any hashing
+        if t.kind == MEGATRON:
+            total += planned_bytes(t.path, quick, _chooser(t.path, chosen))
+        else:
+            total += bytes_to_hash(load_manifest(t.path)[0], quick, chosen)
+    with tally(total, "verify", progress) as counting:
+        tell = None if counting is None else counting.add
+        return [
+            check_megatron_target(t, quick, chosen, tell)
+            if t.kind == MEGATRON
+            else check_store(t.path, quick, chosen, tell, label=t.label, plans=t.plans)
+            for t in targets
+        ]
 
 
 def _manifest_problems(ctx: _Store) -> list[Problem]:

@@ -3,29 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-from collections.abc import Iterator
-from dataclasses import replace
 
-from tokentape._src.audit.verify import (
-    DEFAULT_QUICK_BLOCKS,
-    Progress,
-    StoreReport,
-    Target,
-    _chooser,
-    bytes_to_hash,
-    check_megatron_target,
-    check_store,
-    find_targets,
-    load_manifest,
-)
+from tokentape._src.audit.verify import DEFAULT_QUICK_BLOCKS, StoreReport, verify_paths
 from tokentape._src.cli.progress import terminal_bar
-from tokentape._src.megatron.source import MEGATRON
-from tokentape._src.megatron.verify import planned_bytes
-from tokentape._src.util.progress import tally
 from tokentape._src.util.text import fmt_bytes, fmt_int
-from tokentape.errors import InputError
 
 EPILOG = """\
 checks (every mode):
@@ -86,13 +68,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd)
 
 
-@contextlib.contextmanager
-def _progress(total: int, quiet: bool) -> Iterator[Progress | None]:
-    """The library's per-chunk callback, drawn as a bar on a terminal (not with --json)."""
-    with tally(total, "verify", terminal_bar(quiet=quiet)) as counting:
-        yield None if counting is None else counting.add
-
-
 def _summary(r: StoreReport) -> str:
     counts = f"{r.n_shards} shards, {fmt_int(r.n_tokens)} tokens"
     hashed = f"{fmt_bytes(r.bytes_hashed)} hashed in {r.seconds:.2f} s"
@@ -104,47 +79,20 @@ def _summary(r: StoreReport) -> str:
     return f"{r.path}: FAILED, {len(r.problems)} problem(s) ({counts}, {hashed})"
 
 
-def _with_vocabulary(target: Target, args: argparse.Namespace) -> Target:
-    """A Megatron target with --vocab-size/--eod-id where its plan gave none."""
-    if target.kind != MEGATRON:
-        return target
-    return replace(
-        target,
-        vocab_size=target.vocab_size if target.vocab_size is not None else args.vocab_size,
-        eod_id=target.eod_id if target.eod_id is not None else args.eod_id,
-    )
-
-
-def _check_vocabulary_flags(vocab_size: int | None, eod_id: int | None) -> None:
-    if vocab_size is not None and vocab_size <= 0:
-        raise InputError(f"--vocab-size must be positive, got {vocab_size}")
-    if eod_id is not None and eod_id < 0:
-        raise InputError(f"--eod-id must be a token id (>= 0), got {eod_id}")
-    if vocab_size is not None and eod_id is not None and eod_id >= vocab_size:
-        raise InputError(f"--eod-id {eod_id} is not below --vocab-size {vocab_size}")
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
 def cmd(args: argparse.Namespace) -> int:
-    if args.blocks is not None and not args.quick:
-        raise InputError("--blocks applies to --quick only")
-    blocks = DEFAULT_QUICK_BLOCKS if args.blocks is None else args.blocks
-    if blocks < 1:
-        raise InputError(f"--blocks must be at least 1, got {blocks}")
-    _check_vocabulary_flags(args.vocab_size, args.eod_id)
-    targets = [_with_vocabulary(t, args) for t in find_targets(args.paths)]
-    total = 0
-    for t in targets:  # an unreadable manifest fails here, before any hashing
-        if t.kind == MEGATRON:
-            total += planned_bytes(t.path, args.quick, _chooser(t.path, blocks))
-        else:
-            total += bytes_to_hash(load_manifest(t.path)[0], args.quick, blocks)
-    with _progress(total, args.json) as progress:
-        reports = [
-            check_megatron_target(t, args.quick, blocks, progress)
-            if t.kind == MEGATRON
-            else check_store(t.path, args.quick, blocks, progress, label=t.label, plans=t.plans)
-            for t in targets
-        ]
+    reports = verify_paths(
+        args.paths,
+        args.quick,
+        args.blocks,
+        args.vocab_size,
+        args.eod_id,
+        terminal_bar(quiet=args.json),
+        named=_flag,
+    )
     ok = all(r.ok for r in reports)
     if args.json:
         data = {"ok": ok, "quick": args.quick, "stores": [r.to_json() for r in reports]}

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from helpers import small_plan_json
 
-TRAINER = Path(__file__).parent / "tools" / "sim_trainer.py"
+TRAINER = Path(__file__).parents[1] / "tools" / "sim_trainer.py"
 SHAPES = [(4, 2, 1), (3, 1, 2), (6, 1, 1), (1, 4, 2), (2, 3, 1), (5, 1, 1)]
 
 
@@ -55,7 +55,7 @@ def test_sigkill_and_elastic_restarts_apply_every_position_exactly_once(tmp_path
     assert len(state["data"]["history"]) > 1
 
 
-SOAK = Path(__file__).parent / "tools" / "soak.py"
+SOAK = Path(__file__).parents[1] / "tools" / "soak.py"
 
 
 def _soak(*args: str) -> tuple[int, dict]:

@@ -926,7 +926,14 @@ def _run_cli(case: Case, w: Path, capsys: pytest.CaptureFixture[str]) -> tuple[i
     return code, captured.out, captured.err
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+SLOW_CASES = {"corpora-out-is-file", "smoke-plan-broken"}  # each over 2 s
+
+
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(c, marks=pytest.mark.slow) if c.id in SLOW_CASES else c for c in CASES],
+    ids=[c.id for c in CASES],
+)
 def test_bad_input_is_one_line_and_changes_nothing(case, work, capsys, monkeypatch):
     if case.edit is not None:
         case.edit(work)
@@ -958,6 +965,7 @@ def test_the_catalogue_is_large():
     assert len({c.id for c in CASES}) == len(CASES)
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     "argv",
     [

@@ -88,6 +88,7 @@ def hold(path: Path, data: bytes) -> int:
     return fd
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "data",
     [
@@ -167,6 +168,8 @@ def corpus(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.subprocess
+@pytest.mark.slow
 def test_a_file_put_in_the_old_store_during_an_overwrite_is_not_deleted(corpus, tmp_path):
     """The old store is checked for foreign files before the build starts; one put there while
     the new store is being built (the writer paused with SIGSTOP) survives the swap: it is left
@@ -194,6 +197,7 @@ def test_a_file_put_in_the_old_store_during_an_overwrite_is_not_deleted(corpus, 
     assert (staging / "notes.txt").read_text() == "mine\n"
 
 
+@pytest.mark.subprocess
 def test_a_link_at_the_work_directory_name_is_removed_never_followed(corpus, tmp_path):
     """A ``.tokentape-work`` in ``--out`` that is a symbolic link to a directory elsewhere is
     removed as a link; nothing is written or removed where it points."""
@@ -223,6 +227,8 @@ while not os.path.exists(stop):
 """
 
 
+@pytest.mark.subprocess
+@pytest.mark.slow
 def test_verify_never_reads_through_a_link_swapped_in_after_its_check(tmp_path):
     """Another process swaps a shard file back and forth with a link to a file outside the
     store (atomic renames) while ``verify`` runs again and again: no report ever shows the
@@ -257,6 +263,8 @@ def test_verify_never_reads_through_a_link_swapped_in_after_its_check(tmp_path):
     assert check_store(store).problems == ()
 
 
+@pytest.mark.subprocess
+@pytest.mark.slow
 @pytest.mark.parametrize("crash_at", ["after-manifest", "after-unit"])
 def test_a_replacement_killed_after_the_old_store_went_aside_resumes_from_the_sibling(
     crash_at, corpus, tmp_path
@@ -289,6 +297,7 @@ def test_a_replacement_killed_after_the_old_store_went_aside_resumes_from_the_si
     assert tree_bytes(out) == tree_bytes(reference)
 
 
+@pytest.mark.subprocess
 def test_convert_from_never_records_the_hash_of_an_index_swapped_in_meanwhile(corpus, tmp_path):
     """``convert --from megatron`` hashes the source ``.idx`` after converting. Another
     ``.idx`` renamed onto the prefix meanwhile (the convert paused with SIGSTOP) is refused;
@@ -439,6 +448,7 @@ def work_files(work: Path) -> dict[str, int]:
     return {str(p.relative_to(work)): p.stat().st_mtime_ns for p in work.rglob("*")}
 
 
+@pytest.mark.subprocess
 def test_a_killed_runs_helper_writes_nothing_after_the_run_died(corpus, tmp_path):
     """The run is SIGKILLed after its first unit while its helper process is tokenizing
     others. The helper must die with it: a rerun with other settings clears the work directory
@@ -455,6 +465,7 @@ def test_a_killed_runs_helper_writes_nothing_after_the_run_died(corpus, tmp_path
     assert work_files(work) == before
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     ("crash_at", "whole"), [("prefix-idx-aside", "old"), ("prefix-bin-in", "new")]
 )
@@ -542,6 +553,8 @@ def test_a_rerun_never_calls_complete_a_store_whose_manifest_is_a_link(target, t
     assert outside.exists()  # the link was replaced, not what it pointed to
 
 
+@pytest.mark.subprocess
+@pytest.mark.slow
 def test_unit_files_a_stale_helper_of_other_settings_writes_are_never_used(corpus, tmp_path):
     """A helper of a killed run can outlive it (a Ray task runs on until Ray ends the dead
     driver's job) and finish its unit. A rerun with other settings and ``--overwrite`` must

@@ -63,6 +63,7 @@ def test_sources_and_layout(corpora: dict[str, Path]) -> None:
     assert not [p for p in corpora["code"].parent.rglob(".*")]  # no temporary files left
 
 
+@pytest.mark.slow
 def test_rewrite_is_byte_identical(corpora: dict[str, Path], tmp_path: Path) -> None:
     again = write_builtin_corpora(tmp_path / "again")
     first_root = corpora["prose"].parent

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tokentape._src.program import main
 
 
+@pytest.mark.subprocess
+@pytest.mark.slow
 def test_the_demo_runs_and_every_check_holds(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path / "demo"), "--workers", "2"]) == 0
     out = capsys.readouterr().out

@@ -32,7 +32,11 @@ with warnings.catch_warnings():  # megatron-core warns that Apex / Transformer E
     mcore = pytest.importorskip("megatron.core.datasets.indexed_dataset")
 torch = pytest.importorskip("torch")
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")  # megatron-core's numpy use
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),  # megatron-core's numpy use
+    pytest.mark.megatron,
+    pytest.mark.torch,
+]
 
 VOCAB, EOD = 257, 256
 FROM_ARGS = ("--vocab-size", VOCAB, "--eod-id", EOD, "--shard-mb", "0.0005")

@@ -966,6 +966,7 @@ def test_a_symlinked_sidecar_is_ignored_and_never_written_through(tmp_path):
     assert elsewhere.read_bytes() == before
 
 
+@pytest.mark.subprocess
 def test_a_fifo_sidecar_counts_as_absent_without_blocking(tmp_path):
     """Reading a FIFO waits for a writer forever: a sidecar (or cache entry) that is not a
     regular file is not opened for reading at all. Checked in a child process, with a limit."""

@@ -290,6 +290,7 @@ def _decoded(src: Source) -> str:
     return src.decode(src.tokens(0, min(30, src.n_tokens)))
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=st.data())
 def test_fuzz_manifest(hf_store: Path, data: st.DataObject) -> None:
@@ -319,6 +320,7 @@ def test_fuzz_manifest(hf_store: Path, data: st.DataObject) -> None:
         refused_or(check)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=st.data())
 def test_fuzz_document_index(hf_store: Path, data: st.DataObject) -> None:
@@ -365,6 +367,7 @@ def tokenizer_stores(tmp_path_factory: pytest.TempPathFactory, hf_store: Path) -
     return root
 
 
+@pytest.mark.slow
 @FUZZ
 @given(kind=st.sampled_from(["hf", "tiktoken"]), data=st.data())
 def test_fuzz_tokenizer_copy(tokenizer_stores: Path, kind: str, data: st.DataObject) -> None:
@@ -457,6 +460,7 @@ def verify_megatron(prefix: Path, quick: bool) -> None:
     check_megatron_target(target, quick=quick)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(data=st.data())
 def test_fuzz_megatron_sidecar(megatron_prefix: Path, data: st.DataObject) -> None:

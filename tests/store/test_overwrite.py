@@ -124,6 +124,8 @@ def check_reader(reader: Reader, prober: Prober, expected: dict[str, str]) -> No
     assert not reader.errors, reader.errors[:3]
 
 
+@pytest.mark.subprocess
+@pytest.mark.slow
 def test_tokenize_overwrite_never_shows_a_reader_no_store_or_a_mixture(corpus, expected, tmp_path):
     out = tmp_path / "s"
     args = ["tokenize", str(corpus), "--out", str(out), "--json"]
@@ -138,6 +140,7 @@ def test_tokenize_overwrite_never_shows_a_reader_no_store_or_a_mixture(corpus, e
     assert sorted(os.listdir(tmp_path)) == ["s"]  # no staging directory, no lock file left
 
 
+@pytest.mark.slow
 def test_a_store_open_before_the_overwrite_keeps_reading_the_old_one(corpus, tmp_path):
     out = tmp_path / "s"
     args = ["tokenize", str(corpus), "--out", str(out), "--json"]
@@ -154,6 +157,8 @@ def test_a_store_open_before_the_overwrite_keeps_reading_the_old_one(corpus, tmp
         assert old.decode(old.doc(i)) == ref.decode(ref.doc(i))
 
 
+@pytest.mark.subprocess
+@pytest.mark.slow
 def test_an_interrupted_overwrite_resumes_and_leaves_nothing_beside(corpus, tmp_path):
     out = tmp_path / "s"
     args = ["tokenize", str(corpus), "--out", str(out), "--json"]
@@ -180,6 +185,8 @@ def megatron_prefix(tmp_path: Path, name: str, docs: list[list[int]]) -> Path:
     return prefix
 
 
+@pytest.mark.subprocess
+@pytest.mark.slow
 def test_convert_from_megatron_overwrite_is_atomic_for_readers(tmp_path, capsys):
     prefixes = {
         "a": megatron_prefix(tmp_path, "a", [[0] * (n % 50 + 1) for n in range(4000)]),
@@ -208,6 +215,8 @@ def test_convert_from_megatron_overwrite_is_atomic_for_readers(tmp_path, capsys)
     assert sorted(os.listdir(out.parent)) == ["web"]
 
 
+@pytest.mark.subprocess
+@pytest.mark.slow
 def test_a_megatron_prefix_is_never_read_as_a_silent_mix(tmp_path):
     """Two files cannot be replaced in one step: a reader opening between the two renames
     may be refused (a missing or mismatched ``.idx``), but it never reads tokens that are

@@ -34,6 +34,7 @@ docs_strategy = st.lists(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(docs=docs_strategy, shard_tokens=st.integers(1, 120), seq_len=st.integers(1, 50))
 def test_reader_matches_the_concatenated_stream(docs, shard_tokens, seq_len):
@@ -145,6 +146,8 @@ def _window_sums(args: tuple[str, int]) -> list[int]:
     ]
 
 
+@pytest.mark.subprocess
+@pytest.mark.slow
 def test_many_processes_read_one_store_at_once(tmp_path):
     rng = np.random.default_rng(1)
     docs = [list(rng.integers(0, 256, size=int(rng.integers(1, 200)))) for _ in range(200)]

@@ -223,6 +223,7 @@ def test_big_vocab(big_vocab_tokenizer_json: Path) -> None:
     assert tok.decode(ids[:2]) == "w0 w65534"
 
 
+@pytest.mark.subprocess
 def test_hf_encode_batch_starts_no_threads(hf_tokenizer_json: Path) -> None:
     if not Path("/proc/self/task").is_dir():
         pytest.skip("needs /proc to count threads")
@@ -539,6 +540,7 @@ def test_manifest_field_errors(tmp_path: Path, hf: Tokenizer) -> None:
     assert "not found" in str(excinfo.value)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(texts=st.lists(st.text(max_size=60), max_size=8))
 def test_encode_flat_is_encode_batch_concatenated(texts, hf_tokenizer_json, gpt2_tiktoken):

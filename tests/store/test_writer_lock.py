@@ -70,6 +70,8 @@ def refusal_line(stderr: str) -> str:
     return lines[0]
 
 
+@pytest.mark.subprocess
+@pytest.mark.slow
 def test_commands_started_together_one_writes_the_other_is_refused(corpus, reference, tmp_path):
     """Two ``tokenize`` runs on one ``--out`` started at once, five times over: one writes
     the store, the other is refused with one line naming the holder (or, if it came after,
@@ -97,6 +99,8 @@ def test_commands_started_together_one_writes_the_other_is_refused(corpus, refer
     assert refusals >= 1  # the runs did overlap, at least once
 
 
+@pytest.mark.subprocess
+@pytest.mark.slow
 def test_a_second_writer_is_refused_at_once_and_touches_nothing(corpus, reference, tmp_path):
     store = tmp_path / "store"
     assert main(["tokenize", str(corpus), "--out", str(store), *UNITS, "--json"]) == 0
@@ -127,6 +131,8 @@ def test_a_second_writer_is_refused_at_once_and_touches_nothing(corpus, referenc
     assert tree_bytes(store) == reference
 
 
+@pytest.mark.subprocess
+@pytest.mark.slow
 def test_a_holder_killed_by_sigkill_leaves_a_stale_lock_the_next_run_takes_over(
     corpus, reference, tmp_path
 ):
@@ -164,6 +170,8 @@ def test_the_lock_api_refuses_in_process_and_releases(tmp_path):
         pass
 
 
+@pytest.mark.subprocess
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("damage", "expected"),
     [
@@ -209,6 +217,7 @@ def test_an_output_under_a_file_is_one_line(corpus, tmp_path, capsys):
     assert os.listdir(tmp_path) == ["a-file"] and blocker.read_text() == "mine"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("manifest", "expected"),
     [

@@ -167,6 +167,7 @@ def test_max_deficit_rule_would_break_the_prefix_bound():
     assert_prefix_bound(prefix_counts(blend.table.tolist(), len(weights)), weights)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(integer_weights())
 def test_table_is_the_rule_and_exactly_periodic(weights):
@@ -189,7 +190,7 @@ def test_every_prefix_of_two_periods_is_within_one_sample(weights):
     np.testing.assert_array_equal(got, expected)
 
 
-@pytest.mark.parametrize("n_sources", [1, 2, 5, 64, 300])
+@pytest.mark.parametrize("n_sources", [1, 2, 5, 64, pytest.param(300, marks=pytest.mark.slow)])
 def test_full_size_period(n_sources):
     rng = np.random.default_rng(n_sources)
     raw = (
@@ -234,6 +235,7 @@ def test_source_and_draw_follow_the_rule_for_several_periods(weights):
     assert draw.tolist() == draws
 
 
+@pytest.mark.slow
 @settings(deadline=None)
 @given(
     integer_weights(max_sources=64, max_denominator=2**16),
@@ -279,6 +281,7 @@ def test_draws_of_each_source_count_up_in_position_order(weights, start_period):
         np.testing.assert_array_equal(draw[source == d], np.arange(first, first + 3 * w))
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(integer_weights(max_denominator=300))
 def test_count_matches_brute_force(weights):

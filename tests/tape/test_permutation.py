@@ -188,6 +188,7 @@ def test_bad_key_fields() -> None:
         round_keys(0, b"a", 0)  # type: ignore[arg-type]
 
 
+@pytest.mark.subprocess
 def test_same_tuple_same_permutation_in_another_process() -> None:
     tuples = [(65_537, 3, "web", 0), (10**12 + 39, 2**63, "代码", 5)]
     here = [

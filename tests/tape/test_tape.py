@@ -45,6 +45,7 @@ def test_golden_positions_near_2_40():
     assert digest(golden_tape(), np.arange(2**40 - 50_000, 2**40 + 50_000)) == GOLDEN_NEAR_2_40
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(p=st.integers(0, 2**62 - 1))
 def test_position_of_inverts_resolve(p):
@@ -55,6 +56,7 @@ def test_position_of_inverts_resolve(p):
     assert int(tape.position_of(d, k, e)[0]) == p
 
 
+@pytest.mark.slow
 def test_vectorised_inverse_over_a_batch_spanning_passes():
     tape = golden_tape()
     positions = np.arange(3 * 2**16 * 20) * 7 + 12345  # math runs through many passes here

@@ -32,6 +32,9 @@ from tokentape._src.util.faults import CRASH_ENV
 
 ray = pytest.importorskip("ray")
 
+# Every test here needs Ray, whose start (a cluster of processes) alone takes seconds.
+pytestmark = [pytest.mark.ray, pytest.mark.subprocess, pytest.mark.slow]
+
 FILTERS = ("--filter", "max-tokens:150", "--filter", "min-tokens:4")
 
 

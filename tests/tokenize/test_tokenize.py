@@ -101,6 +101,7 @@ def test_store_tokens_equal_the_tokenizers_own_encode(kind, corpus, tmp_path, re
         assert src.decode(src.doc(i)) == text
 
 
+@pytest.mark.subprocess
 def test_output_is_byte_identical_for_1_and_2_workers(corpus, hf_tokenizer_json, tmp_path):
     root, _ = corpus
     trees = []
@@ -125,6 +126,8 @@ def reference_store(corpus, tmp_path_factory) -> dict[str, bytes]:
     return tree_bytes(out)
 
 
+@pytest.mark.subprocess
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("point", "workers"),
     [
@@ -154,6 +157,8 @@ def test_sigkill_then_rerun_is_byte_identical(point, workers, corpus, reference_
     assert tree_bytes(tmp_path / "s") == reference_store
 
 
+@pytest.mark.subprocess
+@pytest.mark.slow
 def test_sigkill_at_a_random_moment_then_rerun(corpus, reference_store, tmp_path):
     """A kill from outside, whenever the first unit has finished."""
     root, _ = corpus
@@ -193,6 +198,7 @@ def test_rerun_of_a_complete_store_changes_nothing(corpus, reference_store, tmp_
 GOOD = [json.dumps({"text": t}) for t in make_documents(40, seed=1)]
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     ("case", "expected"),
     [
@@ -250,6 +256,7 @@ def test_bad_input_one_line_exit_2_nothing_left(case, expected, tmp_path):
         assert not out.exists()
 
 
+@pytest.mark.subprocess
 def test_id_overflow_is_an_error(big_vocab_tokenizer_json, big_vocab_sample, tmp_path):
     data = write_jsonl(tmp_path / "d.jsonl", [json.dumps({"text": big_vocab_sample})])
     (tmp_path / "out").mkdir()  # an existing empty directory is left as it was
@@ -298,6 +305,8 @@ def test_info_shows_the_manifest(corpus, tmp_path, capsys):
     assert main(["info", str(tmp_path / "nothing")]) == 2
 
 
+@pytest.mark.subprocess
+@pytest.mark.slow
 def test_a_worker_killed_mid_run_keeps_finished_units(hf_tokenizer_json, tmp_path):
     # With the crash hook set, the calling process waits until the helper has claimed a unit
     # (see tokentape._src.tokenize.pool.HELPER_CRASH), so the helper dies holding one.
@@ -325,6 +334,7 @@ def test_a_worker_killed_mid_run_keeps_finished_units(hf_tokenizer_json, tmp_pat
     assert tree_bytes(tmp_path / "s") == tree_bytes(tmp_path / "ref")
 
 
+@pytest.mark.subprocess
 def test_bad_input_met_by_a_helper_process(hf_tokenizer_json, tmp_path):
     # Unit 0 keeps the calling process busy for a while, so the helper that comes up meanwhile
     # usually claims unit 1, which is bad; whichever process meets it, one line must reach
@@ -353,6 +363,7 @@ def test_bad_input_met_by_a_helper_process(hf_tokenizer_json, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("foreign", ["part-00000-1a2b.snappy.parquet", "tokenizer_config.json"])
 def test_look_alike_foreign_files_are_never_ours(tmp_path, foreign):
     """Names that merely start like ours (Spark's part files, a HF tokenizer config) make the
@@ -450,6 +461,7 @@ def test_tokenize_config_refuses_bad_values_naming_them(field, value, expected, 
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.subprocess
 def test_damaged_unit_files_of_an_interrupted_run_are_made_again(corpus, reference_store, tmp_path):
     """A rerun trusts a finished unit only if its files match its marker: a truncated token
     file, a garbled marker or a garbled lengths file makes that unit again."""

@@ -24,6 +24,7 @@ def root(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_batch_windows_equal_the_stores_windows(root):
     plan = resolve_plan(load_plan_spec(root / "mix.toml"))
     assert all(len(open_source(s.path).manifest.shards) > 3 for s in plan.sources)

@@ -15,7 +15,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 from helpers import small_plan_json
+
+# Every test here runs trainers (or the soak tool) as processes for seconds.
+pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
 TRAINER = Path(__file__).parents[1] / "tools" / "sim_trainer.py"
 SHAPES = [(4, 2, 1), (3, 1, 2), (6, 1, 1), (1, 4, 2), (2, 3, 1), (5, 1, 1)]

@@ -25,6 +25,8 @@ from tokentape._src.train.partition import BatchConfig, positions_for
 from tokentape._src.train.smoke import RankReport, check_step, launch, verify
 from tokentape.errors import TokentapeError
 
+pytestmark = pytest.mark.torch
+
 
 @pytest.fixture(scope="module")
 def plan_json(tmp_path_factory):
@@ -33,6 +35,8 @@ def plan_json(tmp_path_factory):
     return path
 
 
+@pytest.mark.subprocess
+@pytest.mark.slow
 def test_smoke_in_real_processes(plan_json, capsys):
     assert main(["smoke", str(plan_json), "--dp", "2", "--tp", "2", "--steps", "2"]) == 0
     out = capsys.readouterr().out
@@ -105,6 +109,8 @@ def _check_worker(rank: int, plan_path: str, init_file: str, out_dir: str) -> No
     Path(out_dir, f"{rank}.json").write_text(json.dumps(outcomes))
 
 
+@pytest.mark.subprocess
+@pytest.mark.slow
 def test_check_step_in_real_gloo_processes(plan_json, tmp_path):
     launch(_check_worker, (str(plan_json), str(tmp_path / "init"), str(tmp_path)), WORLD)
     outcomes = [json.loads((tmp_path / f"{r}.json").read_text()) for r in range(WORLD)]
@@ -141,6 +147,8 @@ def _failing_worker(rank: int, how: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+@pytest.mark.subprocess
+@pytest.mark.slow
 def test_a_failed_worker_is_one_line():
     with pytest.raises(TokentapeError) as raised:
         launch(_failing_worker, ("raise",), 1)

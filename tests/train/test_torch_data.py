@@ -17,6 +17,8 @@ from tokentape._src.train.state import DataState  # noqa: E402
 from tokentape._src.train.torch_data import TapeDataset, TapeSampler, to_torch  # noqa: E402
 from tokentape.errors import OutOfRangeError  # noqa: E402
 
+pytestmark = pytest.mark.torch
+
 
 @pytest.fixture(scope="module")
 def plan(tmp_path_factory):
@@ -25,6 +27,7 @@ def plan(tmp_path_factory):
     return resolve_plan(load_plan_spec(root / "mix.toml"))
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("workers", [0, 2])
 def test_dataloader_equals_the_native_loader(plan, workers):
     config, rank, consumed, steps = BatchConfig(dp_size=2, micro=3, accum=2), 1, 24, 3

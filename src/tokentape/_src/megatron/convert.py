@@ -67,7 +67,22 @@ CHUNK_TOKENS = 2**24
 
 @dataclass(frozen=True)
 class ConvertSummary:
-    """What a conversion wrote (also what ``--json`` prints)."""
+    """What a conversion wrote (also what ``--json`` prints).
+
+    Attributes:
+        direction: ``"to megatron"`` or ``"from megatron"``.
+        source: The input, as given: a store's directory or a Megatron prefix.
+        out: The output: a Megatron prefix or a store's directory.
+        dtype: The output's token dtype.
+        vocab_size: The vocabulary size (the store's, or the one the prefix was read with).
+        eod_id: The end-of-document id.
+        n_docs: Documents written.
+        n_tokens: Tokens written (with ``append_eod``, the EOD ids added included).
+        bytes_read: Bytes of input tokens read.
+        seconds: Wall-clock seconds the conversion took.
+        content_hash: The output's content hash (a store's, or the Megatron prefix's
+            identity).
+    """
 
     direction: str  # "to megatron" or "from megatron"
     source: str
@@ -80,9 +95,13 @@ class ConvertSummary:
     bytes_read: int
     seconds: float
     content_hash: str
-    """The output's content hash (a store's, or the Megatron prefix's identity)."""
 
     def to_json(self) -> dict[str, Any]:
+        """The summary as JSON-friendly data (``seconds`` rounded to milliseconds).
+
+        Returns:
+            A dict of the fields.
+        """
         return asdict(self) | {"seconds": round(self.seconds, 3)}
 
 
@@ -120,8 +139,33 @@ def to_megatron(
     overwrite: bool = False,
     progress: ProgressCallback | None = None,
 ) -> ConvertSummary:
-    """Write the store's documents as ``PREFIX.bin``/``PREFIX.idx``, one sequence each;
-    ``progress`` receives the bytes converted as it goes."""
+    """Write the store's documents as ``PREFIX.bin``/``PREFIX.idx``, one sequence each.
+
+    The files are written under temporary names beside the prefix and renamed into place only
+    when complete; the output's identity goes to its sidecar, so reading it in place needs no
+    rehash.
+
+    Args:
+        store: The tokentape store's directory.
+        prefix: The output prefix: ``PREFIX`` of ``PREFIX.bin`` and ``PREFIX.idx``.
+        dtype: ``"auto"`` (the default: ``uint16`` for at most 65,536 ids, else ``int32``) or
+            a Megatron integer dtype name that holds the store's ids.
+        overwrite: Replace an existing ``PREFIX.bin``/``PREFIX.idx``, and only if they are
+            recognisably one Megatron dataset.
+        progress: Receives the bytes converted as it goes; None: no reports.
+
+    Returns:
+        What was written.
+
+    Raises:
+        ArgumentError: ``store`` or ``prefix`` is not a non-empty path, ``overwrite`` is not a
+            bool, ``dtype`` is not a Megatron integer dtype, or the vocabulary does not fit
+            int32.
+        InputError: ``dtype`` cannot hold the store's ids.
+        StoreError: The store is missing or damaged.
+        OutputError: The output exists (without ``overwrite``, or not recognisably a
+            Megatron dataset), another process is writing it, or it cannot be written.
+    """
     started = time.monotonic()
     check_path("STORE", store)
     check_path("OUT_PREFIX", prefix)
@@ -414,23 +458,40 @@ def _output_errors(output: Path) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class FromMegatron:
-    """The settings of a conversion from a Megatron prefix to a tokentape store."""
+    """The settings of a conversion from a Megatron prefix to a tokentape store.
+
+    Attributes:
+        prefix: The Megatron prefix to read: ``PREFIX`` of ``PREFIX.bin`` and ``PREFIX.idx``.
+        out: The store directory to write.
+        vocab_size: The vocabulary size (the ``.idx`` records none); None: the tokenizer's.
+        eod_id: The end-of-document id; None: the tokenizer's.
+        tokenizer: A tokenizer spec (``bytes``, ``tiktoken:PATH``, a tokenizer.json): copied
+            into the store and recorded in its manifest; it gives vocab_size and eod_id when
+            they are not given. None: the store records no tokenizer.
+        eod_token: The tokenizer's end-of-document token, when it is not the one found by
+            default (needs ``tokenizer``).
+        append_eod: Append the EOD id to every document (data made without
+            ``--append-eod``); False: every document must already end with it.
+        dtype: ``auto`` (uint16 for at most 65,536 ids, else uint32), ``uint16`` or
+            ``uint32``.
+        shard_mb: Target shard size in MiB of tokens.
+        overwrite: Replace an existing store (or an unfinished one) at ``out``; a directory
+            holding anything else is never replaced.
+
+    Raises:
+        ArgumentError: A field of the wrong type or out of range (an ``eod_id`` not below
+            ``vocab_size``, an unknown ``dtype``, an empty path, ...).
+    """
 
     prefix: str
     out: str
     vocab_size: int | None = None
     eod_id: int | None = None
     tokenizer: str | None = None
-    """A tokenizer spec (``bytes``, ``tiktoken:PATH``, a tokenizer.json): copied into the store
-    and recorded in its manifest; it gives vocab_size and eod_id when they are not given."""
     eod_token: str | None = None
-    """The tokenizer's end-of-document token, when it is not the one found by default."""
     append_eod: bool = False
-    """Append the EOD id to every document (data made without ``--append-eod``)."""
     dtype: str = "auto"
-    """``auto`` (uint16 for at most 65,536 ids, else uint32), ``uint16`` or ``uint32``."""
     shard_mb: float = 256.0
-    """Target shard size in MiB of tokens."""
     overwrite: bool = False
 
     def __post_init__(self) -> None:
@@ -458,8 +519,30 @@ class FromMegatron:
 
 
 def from_megatron(config: FromMegatron, progress: ProgressCallback | None = None) -> ConvertSummary:
-    """Write a tokentape store with the documents and tokens of a Megatron prefix;
-    ``progress`` receives the bytes converted as it goes."""
+    """Write a tokentape store with the documents and tokens of a Megatron prefix.
+
+    The store is built under a temporary name beside ``config.out`` and swapped in only when
+    complete, holding the output's writer lock throughout.
+
+    Args:
+        config: What to convert, and how.
+        progress: Receives the bytes converted as it goes; None: no reports.
+
+    Returns:
+        What was written.
+
+    Raises:
+        ArgumentError: The prefix's vocabulary is missing or inconsistent (``vocab_size`` or
+            ``eod_id`` not given and no tokenizer, or different from the tokenizer's).
+        InputError: ``eod_token`` without ``tokenizer``, a tokenizer spec that cannot be
+            loaded, or a ``dtype`` that cannot hold the EOD id.
+        StoreError: The prefix is missing or damaged, holds no tokens, has a document that
+            does not end with the EOD id (without ``append_eod``) or an id that is negative,
+            not below ``vocab_size`` or too large for ``dtype``, or its ``.idx`` changed while
+            it was converted.
+        OutputError: ``out`` exists and is not a store (or holds one, without
+            ``overwrite``), another process is writing it, or it cannot be written.
+    """
     started = time.monotonic()
     tokenizer = _tokenizer(config)
     src = MegatronSource(

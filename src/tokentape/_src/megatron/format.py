@@ -458,9 +458,24 @@ def index_bytes(code: int, lengths: np.ndarray, doc_entries: np.ndarray) -> list
 
 
 class MegatronWriter:
-    """Streams documents into ``PREFIX.bin`` (one sequence per document) and writes
-    ``PREFIX.idx`` at the end; both appear under their names only when complete (``.bin``
-    renamed first, ``.idx`` last), hashed while written."""
+    """Streams documents into ``PREFIX.bin`` and writes ``PREFIX.idx`` at the end.
+
+    One Megatron sequence per document, the document index ``0..n``. Both files are written
+    under temporary names beside the prefix and appear under their names only when complete
+    (``.bin`` renamed first, ``.idx`` last, by ``finish()``), hashed while written; ``abort()``
+    removes them.
+
+    Args:
+        prefix: The output prefix: ``PREFIX`` of ``PREFIX.bin`` and ``PREFIX.idx``; its
+            directory must exist. Existing files there are replaced by ``finish()``.
+        dtype: The Megatron integer dtype of the tokens (``uint16``, ``int32``, ...).
+        block_bytes: The size of the ``.bin`` blocks whose sha256 the identity records (so
+            verification can name a damaged block); 64 MiB by default.
+
+    Raises:
+        ArgumentError: ``dtype`` is not a Megatron integer dtype.
+        OSError: The temporary ``.bin`` cannot be created.
+    """
 
     def __init__(
         self, prefix: str | os.PathLike[str], dtype: str, block_bytes: int = DEFAULT_BLOCK_BYTES
@@ -479,7 +494,17 @@ class MegatronWriter:
         self.n_tokens = 0
 
     def add(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
-        """Append documents: ``tokens`` is their concatenation, ``lengths`` their sizes."""
+        """Append documents: ``tokens`` is their concatenation, ``lengths`` their sizes.
+
+        Args:
+            tokens: The documents' tokens, back to back (a 1-D integer array).
+            lengths: Each document's token count, in order; they add up to ``len(tokens)``.
+
+        Raises:
+            ArgumentError: ``lengths`` do not add up to ``len(tokens)``, a document has 2**31
+                tokens or more, or an id does not fit the writer's dtype.
+            OSError: The ``.bin`` cannot be written.
+        """
         lengths = np.asarray(lengths, dtype=np.int64)
         if int(lengths.sum()) != len(tokens):
             raise ArgumentError(
@@ -548,6 +573,7 @@ class MegatronWriter:
         )
 
     def abort(self) -> None:
+        """Close and remove the temporary files: nothing appears under the prefix."""
         self._file.close()
         self._bin_tmp.unlink(missing_ok=True)
         self._idx_tmp.unlink(missing_ok=True)

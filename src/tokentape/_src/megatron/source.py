@@ -178,15 +178,37 @@ class MegatronSource(TokenStream):
         hash_missing: bool = True,
         fingerprint: str | None = None,
     ) -> None:
-        """Open ``prefix``; ``tokenizer`` is a tokenizer or its spec (as for ``tokentape
-        tokenize``).
+        """Open ``prefix`` and check it (what is checked, and when: see the module's docstring).
 
-        ``check_eod=False`` skips the end-of-document check (conversion appending the EOD);
-        ``identify=False`` defers the identity (hash and id range) to the first use of
-        ``manifest``; ``progress`` receives the hashing's progress (if it must hash).
-        ``planned``: the files' keys and identity a plan recorded (used while the keys match);
-        ``hash_missing=False`` refuses a prefix without a current identity instead of hashing
-        it; ``fingerprint``: the tokenizer's fingerprint a plan recorded.
+        Args:
+            prefix: The Megatron prefix: ``PREFIX`` of ``PREFIX.bin`` and ``PREFIX.idx``.
+            vocab_size: The vocabulary size (the ``.idx`` records none); None: the tokenizer's.
+            eod_id: The end-of-document id every document ends with; None: the tokenizer's.
+            tokenizer: A tokenizer or its spec (as for ``tokentape tokenize``); a spec is
+                loaded only when something needs it if ``vocab_size`` and ``eod_id`` are
+                given. None: no tokenizer (decoding shows ids).
+            check_eod: Check that every document ends with ``eod_id``; False skips the check
+                (a conversion appending the EOD).
+            identify: Establish the identity (hash and id range) now; False defers it to the
+                first use of ``manifest``.
+            progress: Receives the hashing's progress (if it must hash); None: no reports.
+            planned: The files' keys and identity a plan recorded (used while the keys
+                match); None: the plan recorded none.
+            hash_missing: Hash a prefix without a current identity; False refuses it instead,
+                naming the command to run once (every rank of a training run opens it).
+            fingerprint: The tokenizer's fingerprint a plan recorded: a spec loaded must have
+                it. None: not checked.
+
+        Raises:
+            ArgumentError: ``vocab_size`` or ``eod_id`` missing (and no tokenizer), not an
+                integer, out of range (``eod_id`` not below ``vocab_size``), or different from
+                the tokenizer's.
+            InputError: The tokenizer spec cannot be loaded.
+            PlanError: The tokenizer loaded has another fingerprint than ``fingerprint``.
+            StoreError: ``PREFIX.bin`` or ``PREFIX.idx`` is missing or damaged; a document is
+                empty or does not end with ``eod_id``; the data holds an id outside the
+                vocabulary (checked with the identity); or, with ``hash_missing=False``, there
+                is no current identity.
         """
         self._directory = Path(prefix)
         where = f"Megatron prefix '{prefix}'"

@@ -51,10 +51,38 @@ def open_store(
     tokenizer: str | None = None,
     progress: ProgressCallback | None = None,
 ) -> Source | MegatronSource:
-    """Open the source at ``path``: a tokentape store, or a Megatron prefix (which needs
-    ``vocab_size`` and ``eod_id``, or a ``tokenizer`` spec that has them; for a store they are
-    checked against its manifest when given). ``format`` is ``"tokentape"``, ``"megatron"`` or
-    None (detected from the files)."""
+    """Open the source at ``path``: a tokentape store or a Megatron prefix.
+
+    A Megatron prefix needs ``vocab_size`` and ``eod_id``, or a ``tokenizer`` spec that has
+    them; for a store they are checked against its manifest when given.
+
+    Args:
+        path: A store's directory, or a Megatron prefix (``PREFIX`` of ``PREFIX.bin`` and
+            ``PREFIX.idx``).
+        format: ``"tokentape"``, ``"megatron"``, or None (the default: detected from the
+            files).
+        vocab_size: The vocabulary size: required for a Megatron prefix without a tokenizer;
+            for a store, checked against its manifest when given.
+        eod_id: The end-of-document id, as ``vocab_size``.
+        tokenizer: A tokenizer spec (as for ``tokentape tokenize``) for a Megatron prefix; it
+            gives the vocabulary size and EOD id when they are not given. Refused for a store,
+            which records its own.
+        progress: Receives the progress of hashing a Megatron prefix opened for the first
+            time (one without a current identity); None: no reports.
+
+    Returns:
+        A ``Source`` for a store, a ``MegatronSource`` for a Megatron prefix.
+
+    Raises:
+        ArgumentError: An unknown ``format``, a ``tokenizer`` for a store, or a Megatron
+            prefix's vocabulary missing or inconsistent (``eod_id`` not below
+            ``vocab_size``, values that differ from the tokenizer's).
+        InputError: ``path`` names a ``.bin`` or ``.idx`` file instead of its prefix, or the
+            tokenizer spec cannot be loaded.
+        StoreError: Nothing at ``path`` is a store or prefix; the store or prefix is damaged;
+            a store's manifest disagrees with ``vocab_size`` or ``eod_id``; or a Megatron
+            document does not end with the EOD id or holds an id outside the vocabulary.
+    """
     kind = detect_format(path) if format is None else format
     if kind == TOKENTAPE:
         if tokenizer is not None:

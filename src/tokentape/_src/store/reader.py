@@ -366,7 +366,24 @@ class TokenStream(ABC):
 
 
 class Source(TokenStream):
-    """One token store opened for reading; see ``open_source``."""
+    """One token store opened for reading; see ``open_source``.
+
+    The manifest is read and checked, and every shard file and document index is mapped
+    (read-only) and checked for its size, all from the same open directory: a store swapped in
+    at the same name meanwhile (``tokenize --overwrite``) is opened whole, never mixed with the
+    old one. The files' contents are not hashed (``tokentape verify`` does that).
+
+    Args:
+        directory: The store's directory (the one holding ``manifest.json``); a symbolic link
+            to it is followed.
+
+    Raises:
+        ArgumentError: ``directory`` is not a path.
+        StoreError: No such directory, no manifest (not a complete store), an invalid
+            manifest, or a file it names missing, of the wrong size, not a regular file inside
+            the directory (a link, a FIFO), or a document index that is not the expected
+            array.
+    """
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         if not isinstance(directory, str | os.PathLike):
@@ -470,5 +487,16 @@ def _check_seq_len(seq_len: int) -> None:
 
 
 def open_source(path: str | os.PathLike[str]) -> Source:
-    """Open the token store at ``path`` (a directory with ``manifest.json``)."""
+    """Open the token store at ``path`` (a directory with ``manifest.json``).
+
+    Args:
+        path: The store's directory.
+
+    Returns:
+        The store, opened for reading (see ``Source``).
+
+    Raises:
+        ArgumentError: ``path`` is not a path.
+        StoreError: ``path`` is not a complete, undamaged tokentape store.
+    """
     return Source(path)

@@ -73,7 +73,29 @@ from tokentape.errors import InputError, TokentapeError
 
 @dataclass(frozen=True)
 class TokenizeSummary:
-    """What a tokenize run produced (also what ``--json`` prints)."""
+    """What a tokenize run produced (also what ``--json`` prints).
+
+    Attributes:
+        out: The store's directory, as given.
+        status: ``"created"``, ``"resumed"`` (an interrupted run's work was reused) or
+            ``"already complete"`` (the same job had finished: nothing was redone).
+        dtype: The store's token dtype (``uint16`` or ``uint32``).
+        vocab_size: The tokenizer's vocabulary size.
+        eod_id: The end-of-document id appended to every document.
+        docs_in: Documents read from the inputs.
+        n_docs: Documents written (those not dropped).
+        n_tokens: Tokens written, end-of-document ids included.
+        n_shards: Shards written.
+        text_bytes: UTF-8 bytes of the documents' text read.
+        dropped_docs: Documents dropped per reason (``empty``, or the name of the filter that
+            dropped them), sorted by reason.
+        dropped_tokens: The tokens of those documents, per reason.
+        units: Units of work the inputs were cut into.
+        units_reused: Units an earlier, interrupted run had finished (all of them when the
+            store was already complete).
+        seconds: Wall-clock seconds of this run.
+        content_hash: The store's content hash.
+    """
 
     out: str
     status: str  # "created", "resumed" or "already complete"
@@ -93,6 +115,11 @@ class TokenizeSummary:
     content_hash: str
 
     def to_json(self) -> dict[str, Any]:
+        """The summary as JSON-friendly data.
+
+        Returns:
+            A dict of the fields.
+        """
         return dict(self.__dict__)
 
 

@@ -21,7 +21,23 @@ from tokentape.errors import (
 
 @dataclass(frozen=True)
 class Batch:
-    """Samples at some positions: where each came from, and its ``seq_len + 1`` tokens."""
+    """Samples at some positions: where each came from, and its ``seq_len + 1`` tokens.
+
+    Every array has one row per sample, in the order of ``positions``; a window is the sample's
+    ``seq_len + 1`` tokens, so ``inputs`` and ``targets`` are it without its last or first
+    token.
+
+    Attributes:
+        positions: ``(n,)`` int64: the tape positions of the samples.
+        source: ``(n,)`` int64: each sample's source, an index into the plan's sources.
+        epoch: ``(n,)`` int64: the pass over its source each sample is drawn in (0 = first).
+        sample: ``(n,)`` int64: each sample's index within its source.
+        tokens: ``(n, seq_len + 1)``: the token windows, in the dtype the batch was built with.
+        segment_ids: ``(n, seq_len + 1)`` int64: each token's document index within its
+            window; None unless segments were asked for (``Loader(..., segments=True)``).
+        doc_positions: ``(n, seq_len + 1)`` int64: each token's offset inside its document;
+            None unless segments were asked for.
+    """
 
     positions: np.ndarray  # (n,) int64
     source: np.ndarray  # (n,) int64, index into the plan's sources
@@ -37,7 +53,20 @@ class Batch:
         return self.tokens[:, :-1]
 
     def cu_seqlens(self, row: int) -> np.ndarray:
-        """Cumulative document lengths of one row's inputs (for varlen attention kernels)."""
+        """Cumulative document lengths of one row's inputs (for varlen attention kernels).
+
+        Args:
+            row: The row (sample) of the batch, in ``[0, n)``.
+
+        Returns:
+            An int32 array ``[0, len_0, len_0 + len_1, ..., seq_len]`` over the documents that
+            the row's ``seq_len`` inputs touch, in order (a document cut by the window counts
+            only its tokens inside it).
+
+        Raises:
+            ArgumentError: The batch was built without segment ids.
+            OutOfRangeError: ``row`` is not a row of the batch.
+        """
         if self.segment_ids is None:
             raise ArgumentError("segment ids were not requested (Batcher(..., segments=True))")
         if not 0 <= row < self.segment_ids.shape[0]:

@@ -35,7 +35,15 @@ from tokentape.errors import ArgumentError, TokentapeError
 
 @dataclass(frozen=True)
 class Step:
-    """One optimizer step of one data-parallel rank: ``accum`` micro-batches."""
+    """One optimizer step of one data-parallel rank: ``accum`` micro-batches.
+
+    Attributes:
+        step: The step's number: the steps committed before it.
+        consumed: Samples applied before this step (by all ranks together).
+        config: The step's shape; ``commit()`` commits the step with it.
+        micro_batches: This rank's ``config.accum`` micro-batches of ``config.micro`` samples
+            each, in the order to train on them.
+    """
 
     step: int
     consumed: int  # samples applied before this step
@@ -84,7 +92,40 @@ def step_tokens_hash(batch: Batch, plan: Plan) -> str:
 
 
 class Loader:
-    """Steps for data-parallel rank ``dp_rank`` of a plan, from ``state`` on."""
+    """Steps for data-parallel rank ``dp_rank`` of a plan, from ``state`` on.
+
+    The training loop calls ``step()`` for the micro-batches of the next step, trains on them,
+    then ``commit()`` after ``optimizer.step()``; ``state_dict()`` is saved with the model and
+    ``load_state_dict()`` resumes from it. A background thread prepares the next ``prefetch``
+    steps. Use it as a context manager, or call ``close()``.
+
+    Args:
+        plan: The plan to read.
+        dp_rank: This process's data-parallel rank, in ``[0, config.dp_size)``; tensor- and
+            pipeline-parallel peers of a rank pass the same rank and get the same batches.
+        config: The shape of the steps, until ``set_config()`` changes it.
+        state: The data state to start from (``DataState.from_dict(saved)``); None: the start
+            of the plan.
+        prefetch: Steps prepared ahead of the one being trained on (0: none).
+        step_log: A JSON-lines file to append one line to per committed step (step,
+            ``consumed``, shape, index hash and the whole step's tokens hash), made durable by
+            ``state_dict()``; its directory must exist. None (the default): no log. Usually
+            given on one rank only.
+        dtype: The integer dtype of the token windows (int64 by default); it must hold every
+            id of the plan's vocabularies.
+        segments: Also compute each token's document segment id and in-document position
+            (``Batch.segment_ids``, ``Batch.doc_positions``, ``Batch.cu_seqlens``).
+
+    Raises:
+        ArgumentError: An argument of the wrong type or value: ``prefetch``, ``state``,
+            ``dp_rank`` outside ``config``, ``config`` not a ``BatchConfig``, a ``dtype`` that
+            cannot hold the ids, or a ``step_log`` in a missing directory or that is not a
+            regular file.
+        StoreChanged: A source's store no longer has the content hash the plan recorded.
+        StoreError: A source's store (or Megatron prefix) is missing or damaged, or not the
+            one planned.
+        ResumeRefused: ``state`` was saved on a plan with another index hash.
+    """
 
     def __init__(
         self,
@@ -133,7 +174,19 @@ class Loader:
 
     def step(self) -> Step:
         """The micro-batches of the step starting at ``consumed`` (prefetching those after).
-        Calling it again before ``commit()`` returns the same step."""
+
+        Calling it again before ``commit()`` returns the same step.
+
+        Returns:
+            This rank's step: its number, ``consumed`` before it, its shape and its
+            micro-batches.
+
+        Raises:
+            TokentapeError: The loader is closed.
+            StoreError: A store's document index turned out damaged when first read (with
+                ``segments``). Any error building the step carries a note naming the step, and
+                a retry builds the step afresh.
+        """
         if self._closed:
             raise TokentapeError("the loader is closed")
         if self._outstanding is not None:
@@ -158,8 +211,17 @@ class Loader:
         return Step(state.step, state.consumed, config, batches)
 
     def commit(self) -> None:
-        """The optimizer applied the step ``step()`` handed out: log it (when this loader writes
-        the step log), then advance ``consumed`` by that step's global batch."""
+        """The optimizer applied the step ``step()`` handed out: log it, then advance.
+
+        The step is appended to the step log (when this loader writes one), then ``consumed``
+        advances by that step's global batch, with that step's shape even if ``set_config()``
+        was called since ``step()``.
+
+        Raises:
+            TokentapeError: No step is outstanding (``step()`` was not called since the last
+                commit), or ``load_state_dict()`` replaced the state since ``step()``.
+            OSError: The step log could not be written (nothing is committed then).
+        """
         out = self._outstanding
         if out is None:
             raise TokentapeError(
@@ -179,8 +241,18 @@ class Loader:
         self._ahead.pop((out.state.consumed, out.config), None)
 
     def set_config(self, config: BatchConfig) -> None:
-        """Change dp size / micro / accum from the next step on; drops prefetched work of the
-        old shape (a step already handed out is still committed with its own shape)."""
+        """Change dp size / micro / accum from the next step on.
+
+        Prefetched work of the old shape is dropped (a step already handed out is still
+        committed with its own shape).
+
+        Args:
+            config: The shape of the steps from the next one on.
+
+        Raises:
+            ArgumentError: ``config`` is not a ``BatchConfig``, or this loader's ``dp_rank`` is
+                not below its ``dp_size``.
+        """
         positions_for(0, self.dp_rank, config)
         if config != self.config:
             handed_out = self._outstanding.ahead if self._outstanding else None
@@ -191,13 +263,27 @@ class Loader:
     # --- checkpointing --------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """The data state to save with the model; the step log is made durable up to it."""
+        """The data state to save with the model; the step log is made durable up to it.
+
+        Returns:
+            ``DataState.to_dict()`` of the state after the last committed step: JSON-friendly
+            data for ``load_state_dict()``.
+        """
         if self._writer is not None:
             self._writer.sync()
         return self.state.to_dict()
 
     def load_state_dict(self, data: dict[str, Any]) -> None:
-        """Continue from a saved state (any batch shape); an outstanding step is abandoned."""
+        """Continue from a saved state (any batch shape); an outstanding step is abandoned.
+
+        Args:
+            data: What ``state_dict()`` returned (e.g. read back from a checkpoint's JSON).
+
+        Raises:
+            InputError: ``data`` is not a valid data state (see ``DataState.from_dict``).
+            ResumeRefused: The state was saved on a plan with another index hash; the loader
+                keeps its current state.
+        """
         state = DataState.from_dict(data)
         state.check_plan(self.plan)
         for ahead in self._ahead.values():

@@ -18,14 +18,24 @@ from tokentape.errors import ArgumentError, OutOfRangeError
 
 @dataclass(frozen=True)
 class BatchConfig:
-    """The shape of one optimizer step."""
+    """The shape of one optimizer step.
+
+    A step applies the global batch ``dp_size · micro · accum`` samples: each data-parallel
+    rank reads ``accum`` micro-batches of ``micro`` samples.
+
+    Attributes:
+        dp_size: Data-parallel ranks.
+        micro: Samples per micro-batch on one rank.
+        accum: Micro-batches per optimizer step (gradient accumulation); 1 by default.
+
+    Raises:
+        ArgumentError: A field is not a positive integer, or the global batch exceeds 2**62
+            samples.
+    """
 
     dp_size: int
-    """Data-parallel ranks."""
     micro: int
-    """Samples per micro-batch on one rank."""
     accum: int = 1
-    """Micro-batches per optimizer step (gradient accumulation)."""
 
     def __post_init__(self) -> None:
         for name in ("dp_size", "micro", "accum"):

@@ -162,7 +162,23 @@ class BatchChange:
 
 @dataclass(frozen=True)
 class DataState:
-    """An immutable snapshot; ``commit`` returns the next one."""
+    """The data pipeline's checkpoint state: an immutable snapshot; ``commit`` returns the next.
+
+    Saved with the model (``to_dict``, JSON-friendly) and read back with ``from_dict``; a state
+    resumes only on a plan with the same index hash (``check_plan``).
+
+    Attributes:
+        index_hash: The index hash of the plan the state was started on.
+        identity: That plan's identity: exactly the inputs the index hash covers (algorithm
+            version, seq_len, seed, denominator, and each source's name, weight units, token
+            count, dtype and content hash), so that a refusal can name what changed.
+        consumed: Samples the optimizer has applied (0 at the start); it moves only on
+            ``commit``.
+        step: Optimizer steps committed (0 at the start).
+        history: The batch shape changes: one ``BatchChange`` (step, ``consumed`` before it and
+            the shape) per step at which the shape changed, the first step included; empty
+            before the first step. Any step number maps back to its positions through it.
+    """
 
     index_hash: str
     identity: dict[str, Any]
@@ -172,10 +188,29 @@ class DataState:
 
     @classmethod
     def start(cls, plan: Plan) -> DataState:
+        """The state at the start of ``plan``: nothing consumed, no step taken.
+
+        Args:
+            plan: The plan to train on.
+
+        Returns:
+            A state at step 0 with ``plan``'s index hash and identity.
+        """
         return cls(plan.index_hash, plan_identity(plan))
 
     def commit(self, config: BatchConfig) -> DataState:
-        """The state after one more optimizer step of shape ``config`` was applied."""
+        """The state after one more optimizer step of shape ``config`` was applied.
+
+        Args:
+            config: The shape of the step applied; a shape that differs from the last one
+                starts a new entry of ``history``.
+
+        Returns:
+            The next state: ``consumed`` advanced by ``config.global_batch``, ``step`` by one.
+
+        Raises:
+            OutOfRangeError: The step would end beyond position 2**62.
+        """
         if self.consumed + config.global_batch > MAX_POSITION:
             raise OutOfRangeError(
                 f"commit: a step of {config.global_batch} samples after consumed {self.consumed} "
@@ -195,13 +230,29 @@ class DataState:
         )
 
     def consumed_before(self, step: int) -> tuple[int, BatchConfig]:
-        """``consumed`` at the start of ``step`` (< self.step) and that step's shape."""
+        """``consumed`` at the start of ``step`` and that step's shape.
+
+        Args:
+            step: A step already committed: ``0 <= step < self.step``.
+
+        Returns:
+            ``(consumed, config)``: the samples applied before ``step`` and its shape.
+
+        Raises:
+            OutOfRangeError: ``step`` is not in the history.
+        """
         if not 0 <= step < self.step:
             raise OutOfRangeError(f"step {step} is not in the history (steps 0..{self.step - 1})")
         change = next(c for c in reversed(self.history) if c.step <= step)
         return change.consumed + (step - change.step) * change.config.global_batch, change.config
 
     def to_dict(self) -> dict[str, Any]:
+        """The state as JSON-friendly data (what ``from_dict`` reads back).
+
+        Returns:
+            A dict of ``version``, ``index_hash``, ``identity``, ``consumed``, ``step`` and
+            ``history`` (a list of objects).
+        """
         return {
             "version": STATE_VERSION,
             "index_hash": self.index_hash,
@@ -213,7 +264,19 @@ class DataState:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DataState:
-        """A saved state, checked field by field and for a consistent batch history."""
+        """A saved state, checked field by field and for a consistent batch history.
+
+        Args:
+            data: What ``to_dict`` returned (e.g. read back from JSON).
+
+        Returns:
+            The state. It is not yet checked against a plan: see ``check_plan``.
+
+        Raises:
+            InputError: ``data`` is not a state of this version, a field is missing or of the
+                wrong type or range, the index hash does not match the identity, or the
+                history does not add up to ``step`` and ``consumed``.
+        """
         if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
             raise InputError(f"data state: expected a tokentape state of version {STATE_VERSION}")
         history = data.get("history")
@@ -268,7 +331,15 @@ class DataState:
             )
 
     def check_plan(self, plan: Plan) -> None:
-        """Refuse to resume on a plan whose tape differs, naming what changed."""
+        """Refuse to resume on a plan whose tape differs, naming what changed.
+
+        Args:
+            plan: The plan to resume on.
+
+        Raises:
+            ResumeRefused: ``plan``'s index hash is not the state's; its ``differences`` name
+                what changed (seed, seq_len, a source's content hash, ...).
+        """
         if plan.index_hash == self.index_hash:
             return
         differences = tuple(identity_differences(self.identity, plan_identity(plan)))

@@ -23,9 +23,19 @@ from tokentape.errors import ArgumentError, OutOfRangeError
 
 
 def to_torch(batch: Batch, pin: bool | None = None) -> dict[str, torch.Tensor]:
-    """``inputs``, ``targets``, ``positions`` (and segment ids / in-document positions of the
-    inputs when present) as tensors; pinned for fast host-to-device copies when ``pin`` (by
-    default: when CUDA is available)."""
+    """A batch's arrays as torch tensors, pinned for fast host-to-device copies if asked.
+
+    ``inputs``, ``targets`` and ``positions``, and the segment ids and in-document positions of
+    the inputs when the batch has them.
+
+    Args:
+        batch: A batch (a micro-batch of ``Loader.step()``).
+        pin: Pin the tensors' memory; None (the default): pin when CUDA is available.
+
+    Returns:
+        A dict of ``inputs`` and ``targets`` (``(n, seq_len)``), ``positions`` (``(n,)``) and,
+        when present, ``segment_ids`` and ``doc_positions`` (``(n, seq_len)``).
+    """
     pin = torch.cuda.is_available() if pin is None else pin
     arrays = {
         "inputs": batch.inputs,
@@ -40,7 +50,23 @@ def to_torch(batch: Batch, pin: bool | None = None) -> dict[str, torch.Tensor]:
 
 
 class TapeSampler(Sampler[int]):
-    """Positions of data-parallel rank ``dp_rank``, step after step from ``consumed``."""
+    """Positions of data-parallel rank ``dp_rank``, step after step from ``consumed``.
+
+    With ``batch_size=config.micro``, a ``DataLoader`` over a ``TapeDataset`` yields the
+    native loader's micro-batches: ``config.accum`` of them per step.
+
+    Args:
+        dp_rank: This process's data-parallel rank, in ``[0, config.dp_size)``.
+        config: The shape of every step.
+        consumed: Samples applied before the first step (a resumed ``DataState``'s
+            ``consumed``; 0 at the start).
+        steps: Steps to yield the positions of (``len()`` is ``steps · micro · accum``).
+
+    Raises:
+        ArgumentError: ``config`` is not a ``BatchConfig``, ``dp_rank`` is not a rank of it,
+            or ``consumed`` or ``steps`` is not a non-negative integer.
+        OutOfRangeError: The steps would end beyond position 2**62.
+    """
 
     def __init__(self, dp_rank: int, config: BatchConfig, consumed: int, steps: int) -> None:
         positions_for(consumed, dp_rank, config)  # validates the arguments
@@ -64,7 +90,17 @@ class TapeSampler(Sampler[int]):
 
 
 class TapeDataset(Dataset[dict[str, torch.Tensor]]):
-    """Map-style: position → that sample's tensors. Opens the stores lazily in each process."""
+    """Map-style: position → that sample's tensors. Opens the stores lazily in each process.
+
+    ``dataset[position]`` is the dict of ``to_torch`` for that one sample (unpinned, without
+    the batch dimension). The stores are opened at the first item in each process (so the
+    dataset pickles to DataLoader workers without them), which raises ``StoreError`` or
+    ``StoreChanged`` for a store missing, damaged or changed since the plan was made.
+
+    Args:
+        plan: The plan whose samples to read.
+        segments: Also give each sample's ``segment_ids`` and ``doc_positions``.
+    """
 
     def __init__(self, plan: Plan, segments: bool = False) -> None:
         self.plan = plan

@@ -70,7 +70,9 @@ import numpy as np
 from tokentape._src.audit.locate import locate
 from tokentape._src.audit.replay import preview, replay, top_documents
 from tokentape._src.audit.runs import tape_of
-from tokentape._src.plan.plan import Plan, check_budgets, load_plan, load_plan_spec, resolve_plan
+from tokentape._src.plan.load import load_plan
+from tokentape._src.plan.plan import Plan, check_budgets, resolve_plan
+from tokentape._src.plan.spec import load_plan_spec
 from tokentape._src.program import main as cli_main
 from tokentape._src.store.atomic import write_atomic
 from tokentape._src.store.format import MANIFEST_NAME, Manifest, content_hash, read_manifest

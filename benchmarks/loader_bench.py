@@ -32,7 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tokentape._src.plan.plan import load_plan_spec, resolve_plan
+from tokentape._src.plan.plan import resolve_plan
+from tokentape._src.plan.spec import load_plan_spec
 from tokentape._src.tokenize.driver import tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
 from tokentape._src.train.batch import Batcher

@@ -548,7 +548,8 @@ def child_megatron(root: Path, data: Data, horizon: int, deviation: bool) -> dic
 def child_tokentape(
     root: Path, data: Data, horizon: int, deviation: bool, in_place: bool
 ) -> dict[str, Any]:
-    from tokentape._src.plan.plan import load_plan_spec, resolve_plan
+    from tokentape._src.plan.plan import resolve_plan
+    from tokentape._src.plan.spec import load_plan_spec
     from tokentape._src.tape.blend import Blend, rational_weights
 
     plan_path = plan_file(root, horizon, in_place)
@@ -651,7 +652,8 @@ def bench_access(
     import torch
     from torch.utils.data import default_collate
 
-    from tokentape._src.plan.plan import load_plan_spec, resolve_plan
+    from tokentape._src.plan.plan import resolve_plan
+    from tokentape._src.plan.spec import load_plan_spec
     from tokentape._src.train.batch import Batcher
     from tokentape._src.train.torch_data import TapeDataset
 

@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from tokentape._src.megatron.format import MegatronWriter, dtype_code, index_bytes
-from tokentape._src.plan.plan import load_plan_spec, parse_plan, resolve_plan
+from tokentape._src.plan.plan import resolve_plan
+from tokentape._src.plan.spec import load_plan_spec, parse_plan
 from tokentape._src.program import main
 from tokentape._src.store.atomic import write_atomic
 from tokentape._src.store.format import MANIFEST_NAME, Manifest, content_hash

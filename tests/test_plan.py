@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tokentape._src.plan.plan import Plan, load_plan, load_plan_spec, parse_plan, resolve_plan
+from tokentape._src.plan.load import load_plan
+from tokentape._src.plan.plan import Plan, resolve_plan
+from tokentape._src.plan.spec import load_plan_spec, parse_plan
 from tokentape._src.program import main
 from tokentape._src.tokenize.driver import tokenize
 from tokentape._src.tokenize.job import TokenizeConfig

@@ -18,7 +18,7 @@ import pytest
 import torch
 from helpers import small_plan_json
 
-from tokentape._src.plan.plan import load_plan
+from tokentape._src.plan.load import load_plan
 from tokentape._src.train.batch import Batcher
 from tokentape._src.train.loader import step_tokens_hash
 from tokentape._src.train.steplog import read_step_log

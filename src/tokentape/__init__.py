@@ -9,8 +9,9 @@ and a dataset; ``tokentape.megatron`` reads and converts Megatron-LM data. Every
 
 from tokentape._src.api import locate, replay, tokenize, verify
 from tokentape._src.megatron.source import MegatronSource
+from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.open import open_store
-from tokentape._src.plan.plan import Plan, load_plan
+from tokentape._src.plan.plan import Plan
 from tokentape._src.store.reader import Source, open_source
 from tokentape._src.tokenize.driver import TokenizeSummary
 from tokentape._src.train.batch import Batch

@@ -27,7 +27,7 @@ from tokentape import (
     StoreError,
     TokentapeError,
 )
-from tokentape._src.plan.plan import load_plan_spec
+from tokentape._src.plan.spec import load_plan_spec
 from tokentape._src.store.lock import output_lock
 
 CONFIG = BatchConfig(dp_size=1, micro=2, accum=1)

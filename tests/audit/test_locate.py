@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 
 from tokentape._src.audit.locate import Located, locate, samples_overlapping
 from tokentape._src.audit.runs import log_schedule
-from tokentape._src.plan.plan import Plan, load_plan, parse_plan, resolve_plan
+from tokentape._src.plan.load import load_plan
+from tokentape._src.plan.plan import Plan, resolve_plan
+from tokentape._src.plan.spec import parse_plan
 from tokentape._src.program import main
 from tokentape._src.store.reader import Source, open_source
 from tokentape._src.tokenize.driver import tokenize

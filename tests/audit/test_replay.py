@@ -13,7 +13,7 @@ from helpers import small_plan_json
 
 from tokentape._src.audit.replay import replay, top_documents
 from tokentape._src.audit.runs import log_schedule
-from tokentape._src.plan.plan import load_plan
+from tokentape._src.plan.load import load_plan
 from tokentape._src.program import main
 from tokentape._src.store.reader import open_source
 from tokentape._src.train.batch import Batcher

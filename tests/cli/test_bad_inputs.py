@@ -27,7 +27,9 @@ import pytest
 from helpers import PLAN, SIZES, make_store
 
 from tokentape._src.audit.locate import locate
-from tokentape._src.plan.plan import index_hash, load_plan, load_plan_spec, resolve_plan
+from tokentape._src.plan.load import load_plan
+from tokentape._src.plan.plan import index_hash, resolve_plan
+from tokentape._src.plan.spec import load_plan_spec
 from tokentape._src.program import main
 from tokentape._src.store.reader import open_source
 from tokentape._src.tape.permutation import Permutation

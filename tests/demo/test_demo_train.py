@@ -9,7 +9,8 @@ from helpers import small_shard_stores
 import tokentape._src.train.loader as loader_module
 from tokentape._src.demo.audit import worst_step
 from tokentape._src.demo.train import Phase, read_losses, simulate_training, stand_in_loss
-from tokentape._src.plan.plan import load_plan_spec, resolve_plan
+from tokentape._src.plan.plan import resolve_plan
+from tokentape._src.plan.spec import load_plan_spec
 from tokentape._src.train.partition import BatchConfig, positions_for
 
 PHASES = [

@@ -41,8 +41,10 @@ from tokentape._src.megatron import source as megatron_source
 from tokentape._src.megatron import verify as verify_megatron
 from tokentape._src.megatron.format import MegatronWriter, read_index
 from tokentape._src.megatron.source import MegatronSource
+from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.open import open_store
-from tokentape._src.plan.plan import load_plan, parse_plan, resolve_plan
+from tokentape._src.plan.plan import resolve_plan
+from tokentape._src.plan.spec import parse_plan
 from tokentape._src.program import main
 from tokentape._src.store.reader import open_source
 from tokentape._src.train.batch import Batcher

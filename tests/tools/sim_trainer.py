@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tokentape._src.plan.plan import load_plan
+from tokentape._src.plan.load import load_plan
 from tokentape._src.store.atomic import write_atomic
 from tokentape._src.train.loader import Loader
 from tokentape._src.train.partition import BatchConfig

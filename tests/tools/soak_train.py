@@ -15,7 +15,7 @@ import numpy as np
 from sim_trainer import expand_runs
 from soak_procs import Child, Outcome, child_env
 
-from tokentape._src.plan.plan import load_plan
+from tokentape._src.plan.load import load_plan
 from tokentape._src.train.batch import Batcher
 from tokentape._src.train.loader import hash_dtype, step_tokens_hash
 from tokentape._src.train.steplog import read_step_log

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from helpers import SIZES, small_shard_stores, write_docs
 
-from tokentape._src.plan.plan import load_plan_spec, resolve_plan
+from tokentape._src.plan.plan import resolve_plan
+from tokentape._src.plan.spec import load_plan_spec
 from tokentape._src.store.reader import open_source
 from tokentape._src.tokenize.driver import tokenize
 from tokentape._src.tokenize.job import TokenizeConfig

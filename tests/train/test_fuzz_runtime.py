@@ -16,7 +16,8 @@ from helpers import PLAN, small_plan_json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tokentape._src.plan.plan import Plan, index_hash, load_plan
+from tokentape._src.plan.load import load_plan
+from tokentape._src.plan.plan import Plan, index_hash
 from tokentape._src.tape.blend import MAX_POSITION
 from tokentape._src.train.loader import Loader
 from tokentape._src.train.partition import BatchConfig
@@ -319,7 +320,7 @@ TOML_VALUES = [
 
 
 def _parse_plan_or_error(text: str) -> None:
-    from tokentape._src.plan.plan import PlanSpec, parse_plan
+    from tokentape._src.plan.spec import PlanSpec, parse_plan
 
     try:
         spec = parse_plan(text, "mix.toml")

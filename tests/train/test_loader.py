@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from helpers import PLAN, small_shard_stores
 
-from tokentape._src.plan.plan import load_plan_spec, parse_plan, resolve_plan
+from tokentape._src.plan.plan import resolve_plan
+from tokentape._src.plan.spec import load_plan_spec, parse_plan
 from tokentape._src.store.reader import open_source
 from tokentape._src.train.batch import Batcher
 from tokentape._src.train.loader import Loader, step_tokens_hash

@@ -16,7 +16,7 @@ pytest.importorskip("torch")
 import torch.distributed as dist
 from helpers import small_plan_json
 
-from tokentape._src.plan.plan import load_plan
+from tokentape._src.plan.load import load_plan
 from tokentape._src.program import main
 from tokentape._src.train import smoke
 from tokentape._src.train.batch import Batcher

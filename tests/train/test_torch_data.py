@@ -10,7 +10,8 @@ torch = pytest.importorskip("torch")
 from helpers import small_shard_stores  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 
-from tokentape._src.plan.plan import load_plan_spec, resolve_plan  # noqa: E402
+from tokentape._src.plan.plan import resolve_plan  # noqa: E402
+from tokentape._src.plan.spec import load_plan_spec  # noqa: E402
 from tokentape._src.train.loader import Loader  # noqa: E402
 from tokentape._src.train.partition import BatchConfig  # noqa: E402
 from tokentape._src.train.state import DataState  # noqa: E402

@@ -15,7 +15,8 @@ from tokentape._src.audit.replay import Replayed
 from tokentape._src.audit.replay import replay as _replay
 from tokentape._src.audit.runs import batching
 from tokentape._src.audit.verify import StoreReport, verify_paths
-from tokentape._src.plan.plan import Plan, load_plan
+from tokentape._src.plan.load import load_plan
+from tokentape._src.plan.plan import Plan
 from tokentape._src.tokenize.driver import TokenizeSummary
 from tokentape._src.tokenize.driver import tokenize as _tokenize
 from tokentape._src.tokenize.job import TokenizeConfig

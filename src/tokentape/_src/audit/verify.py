@@ -30,7 +30,7 @@ import numpy as np
 from tokentape._src.megatron.format import is_prefix
 from tokentape._src.megatron.source import MEGATRON
 from tokentape._src.megatron.verify import check_megatron, planned_bytes
-from tokentape._src.plan.plan import load_plan
+from tokentape._src.plan.load import load_plan
 from tokentape._src.store.confine import inside_problem, open_directory, open_inside
 from tokentape._src.store.format import (
     MANIFEST_NAME,

@@ -14,7 +14,8 @@ from tokentape._src.audit.locate import (
     locate,
 )
 from tokentape._src.cli.schedule import SCHEDULE_HELP, add_schedule_args, schedule_from_args
-from tokentape._src.plan.plan import Plan, load_plan
+from tokentape._src.plan.load import load_plan
+from tokentape._src.plan.plan import Plan
 from tokentape._src.util.text import fmt_int, key_values, table
 from tokentape.errors import InputError
 

@@ -6,7 +6,8 @@ import argparse
 import os
 
 from tokentape._src.cli.progress import terminal_bar
-from tokentape._src.plan.plan import check_budgets, load_plan_spec, resolve_plan
+from tokentape._src.plan.plan import check_budgets, resolve_plan
+from tokentape._src.plan.spec import load_plan_spec
 from tokentape._src.render.text import plan_text
 from tokentape._src.store.atomic import write_atomic
 from tokentape.errors import OutputError

@@ -19,7 +19,8 @@ from tokentape._src.audit.replay import (
     window_hash,
 )
 from tokentape._src.cli.schedule import SCHEDULE_HELP, add_schedule_args, schedule_from_args
-from tokentape._src.plan.plan import Plan, load_plan
+from tokentape._src.plan.load import load_plan
+from tokentape._src.plan.plan import Plan
 from tokentape._src.train.batch import Batcher
 from tokentape._src.train.loader import hash_dtype
 from tokentape._src.train.partition import BatchConfig

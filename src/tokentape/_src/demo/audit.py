@@ -11,7 +11,9 @@ from tokentape._src.audit.replay import replay, top_documents
 from tokentape._src.audit.runs import log_schedule
 from tokentape._src.cli import app
 from tokentape._src.demo.train import Trained, read_losses
-from tokentape._src.plan.plan import Plan, load_plan, load_plan_spec, resolve_plan
+from tokentape._src.plan.load import load_plan
+from tokentape._src.plan.plan import Plan, resolve_plan
+from tokentape._src.plan.spec import load_plan_spec
 from tokentape._src.store.atomic import write_atomic
 from tokentape._src.tokenize.driver import tokenize
 from tokentape._src.tokenize.job import TokenizeConfig

@@ -14,7 +14,8 @@ from tokentape._src.cli.progress import terminal_bar
 from tokentape._src.corpora import write_builtin_corpora
 from tokentape._src.demo.audit import loss_spike_story
 from tokentape._src.demo.train import CHECKPOINT_EVERY, Phase, simulate_training
-from tokentape._src.plan.plan import check_budgets, load_plan_spec, resolve_plan
+from tokentape._src.plan.plan import check_budgets, resolve_plan
+from tokentape._src.plan.spec import load_plan_spec
 from tokentape._src.render.plot import plot_plan, plt
 from tokentape._src.render.text import plan_text
 from tokentape._src.store.atomic import write_atomic

@@ -27,7 +27,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.multiprocessing.spawn import ProcessException, ProcessExitedException
 
-from tokentape._src.plan.plan import load_plan
+from tokentape._src.plan.load import load_plan
 from tokentape._src.tape.blend import MAX_POSITION
 from tokentape._src.train.batch import Batcher
 from tokentape._src.train.loader import Loader, Step

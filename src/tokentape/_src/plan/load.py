@@ -1,0 +1,209 @@
+"""A resolved plan read back from ``PLAN.json`` (untrusted bytes): every field checked for its
+type and range, against the others, and the index hash against the contents."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from tokentape._src.megatron.format import DTYPE_NAMES, INTEGER_CODES
+from tokentape._src.megatron.identity import MegatronRecord
+from tokentape._src.plan.open import FORMATS, TOKENTAPE
+from tokentape._src.plan.plan import (
+    ALGORITHM_VERSION,
+    PLAN_FORMAT,
+    Plan,
+    PlanSource,
+    plan_index_hash,
+)
+from tokentape._src.tape.blend import (
+    MAX_DENOMINATOR,
+    MAX_POSITION,
+)
+from tokentape.errors import PlanError
+
+_INT, _NUMBER, _TEXT = "an integer", "a number", "a string"
+
+
+_SOURCE_FIELDS: dict[str, tuple[str, int]] = {
+    "name": (_TEXT, 0), "path": (_TEXT, 0), "dtype": (_TEXT, 0), "content_hash": (_TEXT, 0),
+    "tokenizer_fingerprint": (_TEXT, 0), "weight_units": (_INT, 1), "n_tokens": (_INT, 2),
+    "n_samples": (_INT, 1), "vocab_size": (_INT, 1), "eod_id": (_INT, 0), "draws": (_INT, 0),
+    "weight": (_NUMBER, 0), "max_repeats": (_NUMBER, 0), "passes": (_NUMBER, 0),
+}  # fmt: skip
+"""A resolved source's required fields: kind and least value."""
+
+_TOKEN_DTYPES = {"uint16", "uint32", *(DTYPE_NAMES[code] for code in INTEGER_CODES)}
+
+
+def _field_value(data: dict[str, Any], key: str, kind: str, where: str, low: int = 0) -> Any:
+    """``data[key]`` checked to be ``kind`` (integers and numbers at least ``low``)."""
+    if key not in data:
+        raise PlanError(f"{where}: field '{key}' is missing")
+    value = data[key]
+    if kind == _TEXT:
+        ok = isinstance(value, str) and bool(value) and value.isprintable()
+        expected = "a non-empty string of printable characters"
+    elif kind == _INT:
+        ok = type(value) is int and value >= low
+        expected = f"an integer >= {low}"
+    else:
+        ok = type(value) in (int, float) and math.isfinite(value) and value >= low
+        expected = f"a finite number >= {low}"
+    if not ok:
+        shown = json.dumps(value)[:40] if _jsonable(value) else type(value).__name__
+        raise PlanError(f"{where}: field '{key}': expected {expected}, found {shown}")
+    return value
+
+
+def _jsonable(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return True
+
+
+def _exact_keys(data: dict[str, Any], required: set[str], optional: set[str], where: str) -> None:
+    extra = sorted(set(data) - required - optional)
+    if extra:
+        shown = repr(extra[0]) if len(extra[0]) <= 40 else repr(extra[0][:39] + "…")
+        raise PlanError(
+            f"{where}: unknown field {shown} (edited by hand, or a newer tokentape?); "
+            "re-run `tokentape plan`"
+        )
+    missing = sorted(required - set(data))
+    if missing:
+        raise PlanError(f"{where}: field '{missing[0]}' is missing; re-run `tokentape plan`")
+
+
+_SOURCE_OPTIONAL = {"format", "tokenizer", "megatron"}
+
+
+def _plan_source(data: Any, where: str) -> PlanSource:
+    if not isinstance(data, dict):
+        raise PlanError(f"{where}: expected an object")
+    _exact_keys(data, set(_SOURCE_FIELDS), _SOURCE_OPTIONAL, where)
+    values = {
+        k: _field_value(data, k, kind, where, low) for k, (kind, low) in _SOURCE_FIELDS.items()
+    }
+    if values["weight"] <= 0 or values["max_repeats"] <= 0:
+        raise PlanError(f"{where}: fields 'weight' and 'max_repeats' must be positive")
+    if values["eod_id"] >= values["vocab_size"]:
+        raise PlanError(
+            f"{where}: field 'eod_id': {values['eod_id']} is not below vocab_size "
+            f"{values['vocab_size']}"
+        )
+    dtype = values["dtype"]
+    if dtype not in _TOKEN_DTYPES:
+        raise PlanError(
+            f"{where}: field 'dtype': {dtype[:40]!r} is not one of "
+            + ", ".join(sorted(_TOKEN_DTYPES))
+        )
+    kind = data.get("format", TOKENTAPE)
+    if kind not in FORMATS:
+        raise PlanError(f"{where}: field 'format': expected one of {', '.join(FORMATS)}")
+    tokenizer = data.get("tokenizer")
+    if tokenizer is not None and (not isinstance(tokenizer, str) or not tokenizer):
+        raise PlanError(f"{where}: field 'tokenizer': expected a tokenizer spec or null")
+    if kind == TOKENTAPE and (tokenizer is not None or data.get("megatron") is not None):
+        field = "tokenizer" if tokenizer is not None else "megatron"
+        raise PlanError(
+            f"{where}: field '{field}' applies to a Megatron source, this one is a tokentape "
+            "store (edited by hand?); re-run `tokentape plan`"
+        )
+    record = None
+    if data.get("megatron") is not None:
+        record = MegatronRecord.from_json(data["megatron"])
+        if record is None:
+            raise PlanError(
+                f"{where}: field 'megatron' is malformed (edited by hand?); re-run `tokentape plan`"
+            )
+    return PlanSource(**values, format=kind, tokenizer=tokenizer, megatron=record)
+
+
+_PLAN_KEYS = {
+    "algorithm_version", "seq_len", "seed", "denominator", "horizon_samples", "sources",
+    "index_hash",
+}  # fmt: skip
+
+
+def _plan_fields(data: dict[str, Any], where: str) -> Plan:
+    _exact_keys(data, _PLAN_KEYS, set(), where)
+    seq_len = _field_value(data, "seq_len", _INT, where, 1)
+    seed = _field_value(data, "seed", _INT, where)
+    denominator = _field_value(data, "denominator", _INT, where, 1)
+    horizon = _field_value(data, "horizon_samples", _INT, where, 1)
+    index = _field_value(data, "index_hash", _TEXT, where)
+    if seed >= 2**63:
+        raise PlanError(f"{where}: field 'seed': {seed} is not below 2**63")
+    if denominator > MAX_DENOMINATOR:
+        raise PlanError(f"{where}: field 'denominator': {denominator} exceeds {MAX_DENOMINATOR}")
+    if horizon >= MAX_POSITION:
+        raise PlanError(f"{where}: field 'horizon_samples': {horizon} is not below 2**62")
+    raw_sources = data["sources"]
+    if not isinstance(raw_sources, list) or not raw_sources:
+        raise PlanError(f"{where}: field 'sources' must be a non-empty list")
+    sources = tuple(_plan_source(s, f"{where}: sources[{i}]") for i, s in enumerate(raw_sources))
+    names = [s.name for s in sources]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise PlanError(f"{where}: source name '{dup}' appears twice")
+    if sum(s.weight_units for s in sources) != denominator:
+        raise PlanError(
+            f"{where}: the sources' weight_units sum to {sum(s.weight_units for s in sources)}, "
+            f"not the denominator {denominator} (edited by hand?); re-run `tokentape plan`"
+        )
+    return Plan(ALGORITHM_VERSION, seq_len, seed, denominator, horizon, sources, index)
+
+
+def load_plan(path: str | os.PathLike[str]) -> Plan:
+    """Read a resolved plan (``PLAN.json``, from ``tokentape plan --out`` or ``Plan.save``).
+
+    Every field is checked for its type and range, against the others, and the index hash
+    against the contents.
+
+    Args:
+        path: The ``PLAN.json`` file.
+
+    Returns:
+        The plan.
+
+    Raises:
+        PlanError: The file is missing, unreadable, not a resolved plan, or edited by hand
+            (the message names the field).
+    """
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise PlanError(f"plan '{path}': no such file") from None
+    except (OSError, ValueError, RecursionError) as exc:  # ValueError: also bad UTF-8, JSON
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        raise PlanError(f"plan '{path}': not a readable JSON plan ({why})") from None
+    if not isinstance(data, dict) or data.pop("format", None) != PLAN_FORMAT:
+        raise PlanError(f"plan '{path}': not a resolved tokentape plan (field 'format')")
+    if data.get("algorithm_version") != ALGORITHM_VERSION:
+        shown = data.get("algorithm_version")
+        shown = shown if type(shown) is int else json.dumps(shown)[:40]
+        raise PlanError(
+            f"plan '{path}': algorithm_version {shown} is not {ALGORITHM_VERSION}; "
+            "re-run `tokentape plan`"
+        )
+    plan = _plan_fields(data, f"plan '{path}'")
+    for s in plan.sources:  # the tape reads n_samples; the hash covers n_tokens and seq_len
+        if s.n_samples != max(0, (s.n_tokens - 1) // plan.seq_len):
+            raise PlanError(
+                f"plan '{path}': source '{s.name}': n_samples {s.n_samples} does not follow from "
+                f"n_tokens {s.n_tokens} at seq_len {plan.seq_len} (edited by hand?); re-run "
+                "`tokentape plan`"
+            )
+    expected = plan_index_hash(plan.sources, plan.seq_len, plan.seed, plan.denominator)
+    if plan.index_hash != expected:
+        raise PlanError(
+            f"plan '{path}': index_hash does not match its contents (edited by hand?); "
+            "re-run `tokentape plan`"
+        )
+    return plan

@@ -1,0 +1,224 @@
+"""A plan as its author states it: the TOML file (or the same tables from Python), checked key
+by key into a ``PlanSpec``; nothing is opened."""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tokentape._src.plan.open import FORMATS, TOKENTAPE
+from tokentape._src.tape.blend import (
+    DEFAULT_DENOMINATOR,
+    MAX_DENOMINATOR,
+    MAX_POSITION,
+)
+from tokentape.errors import PlanError
+
+_TOP_KEYS = {"seq_len", "seed", "total_tokens", "total_samples", "weight_denominator", "source"}
+
+
+_SOURCE_KEYS = {
+    "name",
+    "path",
+    "weight",
+    "max_repeats",
+    "format",
+    "vocab_size",
+    "eod_id",
+    "tokenizer",
+}
+
+
+_SUFFIXES = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12, "P": 10**15}
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """One ``[[source]]`` table of the plan file."""
+
+    name: str
+    path: str
+    """The store directory, relative to the plan file (or absolute)."""
+    weight: float
+    """Any positive number; weights are normalised."""
+    max_repeats: float = 1.0
+    """Repeat budget: the most passes over this source's samples the horizon may take."""
+    format: str | None = None
+    """``tokentape`` (a store directory), ``megatron`` (a ``.bin``/``.idx`` prefix), or None:
+    detected from the files."""
+    vocab_size: int | None = None
+    """Megatron source: ids are below it (a tokentape store: checked against its manifest)."""
+    eod_id: int | None = None
+    """Megatron source: the end-of-document id every document ends with (a tokentape store:
+    checked against its manifest)."""
+    tokenizer: str | None = None
+    """Megatron source only: the tokenizer spec it was made with (relative paths from the plan
+    file); gives vocab_size and eod_id, is compared with the other sources' tokenizers and
+    decodes previews."""
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    """The plan file, validated."""
+
+    seq_len: int
+    seed: int
+    horizon_samples: int
+    sources: tuple[SourceSpec, ...]
+    denominator: int = DEFAULT_DENOMINATOR
+    base_dir: str = "."
+
+
+def parse_count(value: Any, where: str) -> int:
+    """An integer, or a string such as ``"2T"``, ``"500B"``, ``"1.5M"`` (decimal suffixes)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        count = value
+    elif isinstance(value, str):
+        m = re.fullmatch(r"\s*([0-9][0-9_]*(?:\.[0-9]+)?)\s*([KMBGTP]?)\s*", value.upper())
+        if not m:
+            raise PlanError(f"{where}: '{value}' is not a count (e.g. 2T, 500B, 1.5M)")
+        number = float(m.group(1).replace("_", "")) * _SUFFIXES[m.group(2)]
+        if number != int(number):
+            raise PlanError(f"{where}: '{value}' is not a whole number")
+        count = int(number)
+    else:
+        raise PlanError(f"{where}: expected an integer or a string like '2T'")
+    if count <= 0:
+        raise PlanError(f"{where}: must be positive, got {count}")
+    return count
+
+
+def _number(table: dict[str, Any], key: str, where: str, default: float | None = None) -> float:
+    if key not in table:
+        if default is None:
+            raise PlanError(f"{where}: missing key '{key}'")
+        return default
+    value = table[key]
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PlanError(f"{where}: '{key}' must be a number, got {type(value).__name__}")
+    if not math.isfinite(value) or value <= 0:
+        raise PlanError(f"{where}: '{key}' must be a positive finite number, got {value}")
+    return float(value)
+
+
+def _integer(table: dict[str, Any], key: str, where: str) -> int:
+    if key not in table:
+        raise PlanError(f"{where}: missing key '{key}'")
+    value = table[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise PlanError(f"{where}: '{key}' must be an integer, got {value!r}")
+    return value
+
+
+def _unknown(table: dict[str, Any], allowed: set[str], where: str) -> None:
+    extra = sorted(set(table) - allowed)
+    if extra:
+        raise PlanError(
+            f"{where}: unknown key {extra[0][:40]!r}; expected one of {', '.join(sorted(allowed))}"
+        )
+
+
+def _source(table: Any, i: int, where: str) -> SourceSpec:
+    if not isinstance(table, dict):
+        raise PlanError(f"{where}: source[{i}] must be a table ([[source]])")
+    name = table.get("name")
+    here = f"{where}: source[{i}]" + (f" ({name[:40]!r})" if isinstance(name, str) else "")
+    _unknown(table, _SOURCE_KEYS, here)
+    if not isinstance(name, str) or not name.strip() or not name.isprintable():
+        raise PlanError(f"{here}: 'name' must be a non-empty string of printable characters")
+    path = table.get("path")
+    if not isinstance(path, str) or not path:
+        raise PlanError(f"{here}: 'path' must be a store directory or a Megatron prefix (a string)")
+    kind = table.get("format")
+    if kind is not None and kind not in FORMATS:
+        raise PlanError(f"{here}: 'format' must be one of {', '.join(FORMATS)}, got {kind!r}")
+    tokenizer = table.get("tokenizer")
+    if tokenizer is not None and (not isinstance(tokenizer, str) or not tokenizer):
+        raise PlanError(f"{here}: 'tokenizer' must be a tokenizer spec (a string)")
+    if tokenizer is not None and kind == TOKENTAPE:
+        raise PlanError(
+            f"{here}: 'tokenizer' applies to a Megatron source; a tokentape store records its own"
+        )
+    return SourceSpec(
+        name=name,
+        path=path,
+        weight=_number(table, "weight", here),
+        max_repeats=_number(table, "max_repeats", here, default=1.0),
+        format=kind,
+        vocab_size=_integer(table, "vocab_size", here) if "vocab_size" in table else None,
+        eod_id=_integer(table, "eod_id", here) if "eod_id" in table else None,
+        tokenizer=tokenizer,
+    )
+
+
+def parse_plan(text: str, where: str, base_dir: str = ".") -> PlanSpec:
+    """Validate a plan file's TOML text; ``where`` names the file in errors."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PlanError(f"{where}: not valid TOML ({exc})") from None
+    return plan_spec(data, where, base_dir)
+
+
+def plan_spec(data: Any, where: str, base_dir: str = ".") -> PlanSpec:
+    """Validate a plan file's content as parsed (the TOML document as a dict); ``where`` names
+    it in errors. The TOML route and ``Plan.build`` both come through here."""
+    if not isinstance(data, dict):
+        raise PlanError(f"{where}: expected a table of plan keys, got {type(data).__name__}")
+    _unknown(data, _TOP_KEYS, where)
+    seq_len = _integer(data, "seq_len", where)
+    if seq_len <= 0:
+        raise PlanError(f"{where}: 'seq_len' must be positive, got {seq_len}")
+    seed = _integer(data, "seed", where)
+    if not 0 <= seed < 2**63:
+        raise PlanError(f"{where}: 'seed' must be in [0, 2**63), got {seed}")
+    has_tokens, has_samples = "total_tokens" in data, "total_samples" in data
+    if has_tokens == has_samples:
+        raise PlanError(f"{where}: give exactly one of 'total_tokens' or 'total_samples'")
+    if has_tokens:
+        tokens = parse_count(data["total_tokens"], f"{where}: 'total_tokens'")
+        horizon = -(-tokens // seq_len)
+    else:
+        horizon = parse_count(data["total_samples"], f"{where}: 'total_samples'")
+    if horizon >= MAX_POSITION:
+        raise PlanError(f"{where}: the horizon of {horizon} samples exceeds 2**62")
+    denominator = data.get("weight_denominator", DEFAULT_DENOMINATOR)
+    if isinstance(denominator, bool) or not isinstance(denominator, int):
+        raise PlanError(f"{where}: 'weight_denominator' must be an integer")
+    if not 1 <= denominator <= MAX_DENOMINATOR:
+        raise PlanError(
+            f"{where}: 'weight_denominator' must be in [1, {MAX_DENOMINATOR}], got {denominator}"
+        )
+    raw = data.get("source")
+    if not isinstance(raw, list) or not raw:
+        raise PlanError(f"{where}: no sources; add [[source]] tables")
+    sources = tuple(_source(t, i, where) for i, t in enumerate(raw))
+    seen: set[str] = set()
+    for s in sources:
+        if s.name in seen:
+            raise PlanError(f"{where}: source name '{s.name}' appears twice")
+        seen.add(s.name)
+    return PlanSpec(seq_len, seed, horizon, sources, denominator, base_dir)
+
+
+def load_plan_spec(path: str | Path) -> PlanSpec:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PlanError(f"plan '{path}': no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlanError(f"plan '{path}': cannot read ({exc})") from None
+    return parse_plan(text, str(path), str(p.parent))
+
+
+def resolve_tokenizer_spec(spec: str, base_dir: str) -> str:
+    """A tokenizer spec with its file path made absolute (relative paths from ``base_dir``)."""
+    if spec == "bytes":
+        return spec
+    prefix = next((p for p in ("tiktoken:", "hf:") if spec.startswith(p)), "")
+    return prefix + str(Path(base_dir, spec.removeprefix(prefix)).resolve())

@@ -113,12 +113,27 @@ def test_readme_starts_with_make_demo_and_make_test():
     assert "make demo" in head and "make test" in head
 
 
+CONTRIBUTORS = {"docs/architecture.md"}
+"""The map of the internal packages: the one page that names them (and imports none)."""
 TEXTS = [
     "README.md",
-    *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md")),
+    *sorted(
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "docs").glob("*.md")
+        if str(p.relative_to(ROOT)) not in CONTRIBUTORS
+    ),
     *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "examples").iterdir() if p.is_file()),
 ]
 PUBLIC = {"tokentape", "tokentape.torch", "tokentape.megatron", "tokentape.errors"}
+
+
+def test_the_contributors_map_names_every_internal_package_and_imports_none():
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert not re.findall(r"^\s*(?:from|import) tokentape", text, re.M)
+    packages = [p.name for p in (ROOT / "src" / "tokentape" / "_src").iterdir() if p.is_dir()]
+    modules = [p.stem for p in (ROOT / "src" / "tokentape" / "_src").glob("*.py")]
+    for name in {*packages, *modules} - {"__init__", "__pycache__"}:
+        assert f"`{name}`" in text, name
 
 
 @pytest.mark.parametrize("path", TEXTS)

@@ -29,23 +29,9 @@ settings.register_profile(
 )
 settings.load_profile(os.environ.get("TOKENTAPE_HYPOTHESIS_PROFILE", "tokentape"))
 
+
 # Markers (registered in pyproject.toml): each test module carries its own, as `pytestmark` or
-# on the test. The modules still at tests/ are marked from here until they move (then they
-# carry these themselves): module -> {test name, or "" for every test -> marker names}.
-UNMOVED_MARKS: dict[str, dict[str, tuple[str, ...]]] = {
-    "test_train_tiny.py": {
-        "": ("torch",),
-        "test_kill_two_ranks_and_resume_with_one": ("slow", "subprocess"),
-    },
-}
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        marks = UNMOVED_MARKS.get(item.path.name, {})
-        name = getattr(item, "originalname", item.name)
-        for mark in (*marks.get("", ()), *marks.get(name, ())):
-            item.add_marker(mark)
+# on the test.
 
 
 @pytest.fixture(scope="session")

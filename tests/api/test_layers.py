@@ -14,7 +14,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 LINT = Path(sys.executable).with_name("lint-imports")
 
-pytestmark = pytest.mark.skipif(not LINT.exists(), reason="import-linter is not installed")
+pytestmark = [
+    pytest.mark.skipif(not LINT.exists(), reason="import-linter is not installed"),
+    pytest.mark.subprocess,
+    pytest.mark.slow,
+]
 
 
 def _lint(root: Path) -> subprocess.CompletedProcess[str]:

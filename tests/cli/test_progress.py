@@ -7,6 +7,7 @@ import io
 import json
 
 import numpy as np
+import pytest
 
 from tokentape._src.cli.progress import TerminalBar, bar_line, terminal_bar
 from tokentape._src.megatron.convert import to_megatron
@@ -25,6 +26,7 @@ def _corpus(tmp_path, n_docs=400):
     return path
 
 
+@pytest.mark.subprocess
 def test_tokenize_reports_to_the_callback_and_writes_nothing(tmp_path, capfd):
     corpus = _corpus(tmp_path)
     seen: list[Progress] = []

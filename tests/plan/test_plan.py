@@ -8,29 +8,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from helpers import PLAN, SIZES, make_store, plan_of, write_docs
 
 from tokentape._src.plan.load import load_plan
-from tokentape._src.plan.plan import Plan, resolve_plan
-from tokentape._src.plan.spec import load_plan_spec, parse_plan
+from tokentape._src.plan.plan import Plan
+from tokentape._src.plan.spec import load_plan_spec
 from tokentape._src.program import main
 from tokentape._src.tokenize.driver import tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
 from tokentape.errors import TokentapeError
-
-SIZES = {"web": 120, "code": 60, "math": 15}  # documents per source
-
-
-def write_docs(path: Path, name: str, n: int, edit: str = "") -> None:
-    lines = [json.dumps({"text": f"{name} document {i} " * (5 + i % 7) + edit}) for i in range(n)]
-    path.write_text("\n".join(lines) + "\n")
-
-
-def make_store(root: Path, name: str, n: int, edit: str = "") -> Path:
-    data = root / f"{name}.jsonl"
-    write_docs(data, name, n, edit)
-    out = root / "stores" / name
-    tokenize(TokenizeConfig(inputs=(str(data),), out=str(out)))
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -39,32 +25,6 @@ def stores(tmp_path_factory) -> Path:
     for name, n in SIZES.items():
         make_store(root, name, n)
     return root
-
-
-PLAN = """\
-seq_len = 64
-seed = 1234
-total_samples = 2000
-[[source]]
-name = "web"
-path = "stores/web"
-weight = 60
-max_repeats = 8
-[[source]]
-name = "code"
-path = "stores/code"
-weight = 30
-max_repeats = 6
-[[source]]
-name = "math"
-path = "stores/math"
-weight = 10
-max_repeats = 40
-"""
-
-
-def plan_of(root: Path, text: str = PLAN):
-    return resolve_plan(parse_plan(text, "mix.toml", str(root)), "mix.toml")
 
 
 def test_repeat_table(stores):

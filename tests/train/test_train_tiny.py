@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from helpers import small_plan_json
 
 from tokentape._src.plan.load import load_plan
@@ -23,7 +22,10 @@ from tokentape._src.train.batch import Batcher
 from tokentape._src.train.loader import step_tokens_hash
 from tokentape._src.train.steplog import read_step_log
 
-EXAMPLE = Path(__file__).parents[1] / "examples" / "train_tiny.py"
+torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "train_tiny.py"
 GLOBAL_BATCH = 8
 
 
@@ -84,6 +86,8 @@ def plan_path(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.mark.slow
+@pytest.mark.subprocess
 def test_kill_two_ranks_and_resume_with_one(plan_path, tmp_path):
     run = tmp_path / "run"
     proc = _torchrun(plan_path, run, nproc=2, steps=400)

@@ -47,9 +47,10 @@ def test_sigkill_and_elastic_restarts_apply_every_position_exactly_once(tmp_path
             assert proc.wait(timeout=300) == 0
             break
         time.sleep(rng.uniform(0.6, 1.6))  # after start-up, at a random moment mid-run
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            kills += 1
+        if proc.poll() is not None:  # ended on its own, far from `total`: only a failure does
+            pytest.fail(f"the trainer exited with code {proc.returncode} before its kill")
+        proc.send_signal(signal.SIGKILL)
+        kills += 1
         proc.wait()
     state = json.loads(ckpt.read_text())
     applied = np.array(state["applied"])

@@ -50,7 +50,7 @@ def open_store(
     eod_id: int | None = None,
     tokenizer: str | None = None,
     progress: ProgressCallback | None = None,
-) -> Source | MegatronSource:
+) -> TokenStream:
     """Open the source at ``path``: a tokentape store or a Megatron prefix.
 
     A Megatron prefix needs ``vocab_size`` and ``eod_id``, or a ``tokenizer`` spec that has

@@ -23,12 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from tokentape._src.megatron.identity import MegatronRecord
-from tokentape._src.megatron.source import MegatronManifest, MegatronSource
+from tokentape._src.megatron.source import MegatronSource
 from tokentape._src.plan.open import MEGATRON, TOKENTAPE, detect_format, open_store
 from tokentape._src.plan.spec import PlanSpec, SourceSpec, plan_spec, resolve_tokenizer_spec
 from tokentape._src.store.atomic import write_atomic
-from tokentape._src.store.format import Manifest
-from tokentape._src.store.reader import Source
+from tokentape._src.store.reader import Source, SourceManifest, TokenStream
 from tokentape._src.tape.blend import (
     rational_weights,
 )
@@ -254,7 +253,7 @@ def plan_index_hash(plan_sources: tuple[PlanSource, ...], seq_len: int, seed: in
 
 def _open_source(
     s: SourceSpec, path: Path, progress: ProgressCallback | None
-) -> tuple[str, Manifest | MegatronManifest, MegatronRecord | None]:
+) -> tuple[str, SourceManifest, MegatronRecord | None]:
     """The source's format and manifest (a Megatron prefix is opened: validated, identified,
     hashed if no identity is current) and, for a Megatron prefix, what the plan records of it."""
     kind = s.format or detect_format(path)
@@ -277,7 +276,7 @@ def resolve_plan(
 ) -> Plan:
     """Open every source's store, check they agree, and compute the blend and repeat table.
     ``progress`` receives the hashing of a Megatron prefix that has no current identity."""
-    manifests: list[tuple[str, Manifest | MegatronManifest]] = []
+    manifests: list[tuple[str, SourceManifest]] = []
     paths: list[str] = []
     kinds: list[str] = []
     tokenizers: list[str | None] = []
@@ -360,7 +359,7 @@ def resolve_plan(
     )
 
 
-def open_plan_store(source: PlanSource) -> Source | MegatronSource:
+def open_plan_store(source: PlanSource) -> TokenStream:
     """Open a resolved plan's source where the plan found it, as the plan read it (a Megatron
     prefix with the plan's vocabulary, EOD id and tokenizer, loaded only when needed and
     checked against the plan's fingerprint).

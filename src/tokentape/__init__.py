@@ -7,13 +7,14 @@ and a dataset; ``tokentape.megatron`` reads and converts Megatron-LM data. Every
 (``tokentape._src``) is internal and may change.
 """
 
-from tokentape._src.api import locate, replay, tokenize, verify
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from tokentape._src.megatron.source import MegatronSource
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.open import open_store
 from tokentape._src.plan.plan import Plan
 from tokentape._src.store.reader import Source, open_source
-from tokentape._src.tokenize.driver import TokenizeSummary
 from tokentape._src.train.batch import Batch
 from tokentape._src.train.loader import Loader, Step
 from tokentape._src.train.partition import BatchConfig
@@ -30,6 +31,34 @@ from tokentape.errors import (
     StoreError,
     TokentapeError,
 )
+
+if TYPE_CHECKING:
+    from tokentape._src.api import locate, replay, tokenize, verify
+    from tokentape._src.tokenize.driver import TokenizeSummary
+
+_LAZY = {
+    "tokenize": "tokentape._src.api",
+    "replay": "tokentape._src.api",
+    "locate": "tokentape._src.api",
+    "verify": "tokentape._src.api",
+    "TokenizeSummary": "tokentape._src.tokenize.driver",
+}
+"""The command-line jobs load on first use: they need the input readers (pyarrow, zstandard)
+and the audits, which a training process never does (``import tokentape`` stays light)."""
+
+
+def __getattr__(name: str) -> Any:
+    """Load one of the jobs (``_LAZY``) on first use."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'tokentape' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "ArgumentError",

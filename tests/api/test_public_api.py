@@ -150,6 +150,26 @@ def test_import_tokentape_imports_neither_torch_nor_the_cli():
     assert out.stdout.strip() == "[]"
 
 
+def test_the_jobs_load_on_first_use():
+    """A training process imports tokentape without the tokenizer's input readers (pyarrow)
+    or the audits; ``tokentape.tokenize`` and the audits load when first used."""
+    code = (
+        "import sys, tokentape; "
+        "heavy = lambda: sorted(m for m in sys.modules if m == 'pyarrow' or m.startswith("
+        "('tokentape._src.api', 'tokentape._src.audit', 'tokentape._src.tokenize.driver'))); "
+        "print(heavy()); tokentape.tokenize; tokentape.verify; print(heavy()); "
+        "from tokentape import replay, TokenizeSummary; print(replay.__module__, "
+        "TokenizeSummary.__module__, 'verify' in dir(tokentape))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    before, after, names = out.stdout.splitlines()
+    assert before == "[]"
+    assert "'pyarrow'" in after and "'tokentape._src.api'" in after
+    assert names == "tokentape._src.api tokentape._src.tokenize.driver True"
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        tokentape.nothing  # noqa: B018
+
+
 def test_parameters_are_documented_everywhere():
     """Every exported callable, in every module, describes each of its parameters under
     ``Args:`` (a class may describe ``__init__``'s in its own docstring, a dataclass its fields

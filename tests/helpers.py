@@ -246,6 +246,46 @@ def starts_of(docs: Docs) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
 
 
+MEGATRON_DTYPES = [
+    (np.uint8, 200),
+    (np.int8, 100),
+    (np.int16, 3000),
+    (np.uint16, 60_000),
+    (np.int32, 70_000),
+    (np.int64, 70_000),
+]
+"""Every token dtype a Megatron ``.idx`` may name, each with a vocabulary it holds."""
+
+
+def check_reads_as(src, docs: Docs, dtype: type) -> None:
+    """``src`` (a Megatron source) reads exactly ``docs``: counts, dtype, documents, spans, and
+    windows of L + 1 tokens at stride L with their segments, across document boundaries."""
+    stream, starts = stream_of(docs), starts_of(docs)
+    assert (src.n_docs, src.n_tokens) == (len(docs), len(stream))
+    assert src.n_sequences == sum(len(seqs) for seqs in docs)
+    assert src.manifest.dtype == np.dtype(dtype).name
+    assert np.array_equal(src.doc_starts, starts)
+    assert np.array_equal(src.tokens(0, src.n_tokens), stream)
+    for i, doc in enumerate(flat_docs(docs)):
+        assert np.array_equal(src.doc(i), doc[:-1])
+        assert src.doc_span(i) == (starts[i], starts[i] + len(doc))
+    seq_len = 7
+    n = (len(stream) - 1) // seq_len
+    assert src.n_samples(seq_len) == n
+    out = np.zeros((n, seq_len + 1), dtype=np.int64)
+    src.windows_into(np.arange(n), seq_len, out)
+    segment, position = np.zeros_like(out), np.zeros_like(out)
+    src.segments_into(np.arange(n), seq_len, segment, position)
+    for k in range(n):
+        at = np.arange(k * seq_len, k * seq_len + seq_len + 1)
+        assert np.array_equal(out[k], stream[at])
+        assert np.array_equal(src.window(k, seq_len), stream[at])
+        doc_of = np.searchsorted(starts, at, side="right") - 1
+        assert src.docs_in(k, seq_len) == list(range(doc_of[0], doc_of[-1] + 1))
+        assert np.array_equal(segment[k], doc_of - doc_of[0])
+        assert np.array_equal(position[k], at - starts[doc_of])
+
+
 def age(prefix: Path, seconds: float = 60.0) -> None:
     """Date both files back, so their identity may be cached (recent files never are)."""
     for suffix in (".bin", ".idx"):

@@ -24,11 +24,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers import (
+    MEGATRON_DTYPES,
     Docs,
     age,
     build,
+    check_reads_as,
     cli,
-    flat_docs,
     random_docs,
     starts_of,
     stream_of,
@@ -63,52 +64,21 @@ def trusted_timestamps(monkeypatch):
 
 # --- reading Megatron files in place --------------------------------------------------------------
 
-DTYPES = [
-    (np.uint8, 200),
-    (np.int8, 100),
-    (np.int16, 3000),
-    (np.uint16, 60_000),
-    (np.int32, 70_000),
-    (np.int64, 70_000),
-]
 
-
-@pytest.mark.parametrize(("dtype", "vocab"), DTYPES, ids=[d.__name__ for d, _ in DTYPES])
+@pytest.mark.parametrize(
+    ("dtype", "vocab"), MEGATRON_DTYPES, ids=[d.__name__ for d, _ in MEGATRON_DTYPES]
+)
 def test_reads_every_dtype_in_place(tmp_path, dtype, vocab):
     eod = vocab - 1
     docs = random_docs(int(vocab), 40, vocab, eod)
     prefix = tmp_path / "data_text_document"
     build(prefix, docs, dtype)
     src = MegatronSource(prefix, vocab, eod)
-    stream, starts = stream_of(docs), starts_of(docs)
-    assert (src.n_docs, src.n_tokens) == (len(docs), len(stream))
-    assert src.n_sequences == sum(len(seqs) for seqs in docs)
-    assert src.manifest.dtype == np.dtype(dtype).name
-    assert np.array_equal(src.doc_starts, starts)
-    assert np.array_equal(src.tokens(0, src.n_tokens), stream)
-    for i, doc in enumerate(flat_docs(docs)):
-        assert np.array_equal(src.doc(i), doc[:-1])
-        assert src.doc_span(i) == (starts[i], starts[i] + len(doc))
+    check_reads_as(src, docs, dtype)
     # A document is its sequences between two document indices.
     assert np.array_equal(
         src.index.document_indices, np.concatenate([[0], np.cumsum([len(d) for d in docs])])
     )
-    # Windows of L + 1 tokens at stride L, across document boundaries.
-    seq_len = 7
-    n = (len(stream) - 1) // seq_len
-    assert src.n_samples(seq_len) == n
-    out = np.zeros((n, seq_len + 1), dtype=np.int64)
-    src.windows_into(np.arange(n), seq_len, out)
-    segment, position = np.zeros_like(out), np.zeros_like(out)
-    src.segments_into(np.arange(n), seq_len, segment, position)
-    for k in range(n):
-        at = np.arange(k * seq_len, k * seq_len + seq_len + 1)
-        assert np.array_equal(out[k], stream[at])
-        assert np.array_equal(src.window(k, seq_len), stream[at])
-        doc_of = np.searchsorted(starts, at, side="right") - 1
-        assert src.docs_in(k, seq_len) == list(range(doc_of[0], doc_of[-1] + 1))
-        assert np.array_equal(segment[k], doc_of - doc_of[0])
-        assert np.array_equal(position[k], at - starts[doc_of])
 
 
 def test_empty_and_tiny_datasets(tmp_path):

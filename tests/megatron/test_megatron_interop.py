@@ -16,7 +16,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import Docs, build, cli, flat_docs, random_docs, starts_of, stream_of, write_store
+from helpers import (
+    MEGATRON_DTYPES,
+    Docs,
+    build,
+    check_reads_as,
+    cli,
+    flat_docs,
+    random_docs,
+    starts_of,
+    stream_of,
+    write_store,
+)
 
 from tokentape._src.megatron import identity as megatron_identity
 from tokentape._src.megatron.source import MegatronSource
@@ -52,32 +63,17 @@ def trusted_timestamps(monkeypatch):
 
 # --- reading megatron-core's files in place ----------------------------------------------------
 
-DTYPES = [
-    (np.uint8, 200),
-    (np.int8, 100),
-    (np.int16, 3000),
-    (np.uint16, 60_000),
-    (np.int32, 70_000),
-    (np.int64, 70_000),
-]
 
-
-@pytest.mark.parametrize(("dtype", "vocab"), DTYPES, ids=[d.__name__ for d, _ in DTYPES])
+@pytest.mark.parametrize(
+    ("dtype", "vocab"), MEGATRON_DTYPES, ids=[d.__name__ for d, _ in MEGATRON_DTYPES]
+)
 def test_reads_what_megatron_core_wrote(tmp_path, dtype, vocab):
     eod = vocab - 1
     docs = random_docs(int(vocab), 40, vocab, eod)
     prefix = tmp_path / "data_text_document"
     core_build(prefix, docs, dtype)
     src = MegatronSource(prefix, vocab, eod)
-    stream, starts = stream_of(docs), starts_of(docs)
-    assert (src.n_docs, src.n_tokens) == (len(docs), len(stream))
-    assert src.n_sequences == sum(len(seqs) for seqs in docs)
-    assert src.manifest.dtype == np.dtype(dtype).name
-    assert np.array_equal(src.doc_starts, starts)
-    assert np.array_equal(src.tokens(0, src.n_tokens), stream)
-    for i, doc in enumerate(flat_docs(docs)):
-        assert np.array_equal(src.doc(i), doc[:-1])
-        assert src.doc_span(i) == (starts[i], starts[i] + len(doc))
+    check_reads_as(src, docs, dtype)
     # The peer agrees on what a document is: its sequences between two document indices.
     peer = mcore.IndexedDataset(str(prefix))
     assert np.array_equal(src.index.document_indices, peer.document_indices)
@@ -85,22 +81,6 @@ def test_reads_what_megatron_core_wrote(tmp_path, dtype, vocab):
         first, stop = peer.document_indices[i], peer.document_indices[i + 1]
         got = np.concatenate([peer[j] for j in range(first, stop)]).astype(np.int64)
         assert np.array_equal(got, flat_docs(docs)[i])
-    # Windows of L + 1 tokens at stride L, across document boundaries.
-    seq_len = 7
-    n = (len(stream) - 1) // seq_len
-    assert src.n_samples(seq_len) == n
-    out = np.zeros((n, seq_len + 1), dtype=np.int64)
-    src.windows_into(np.arange(n), seq_len, out)
-    segment, position = np.zeros_like(out), np.zeros_like(out)
-    src.segments_into(np.arange(n), seq_len, segment, position)
-    for k in range(n):
-        at = np.arange(k * seq_len, k * seq_len + seq_len + 1)
-        assert np.array_equal(out[k], stream[at])
-        assert np.array_equal(src.window(k, seq_len), stream[at])
-        doc_of = np.searchsorted(starts, at, side="right") - 1
-        assert src.docs_in(k, seq_len) == list(range(doc_of[0], doc_of[-1] + 1))
-        assert np.array_equal(segment[k], doc_of - doc_of[0])
-        assert np.array_equal(position[k], at - starts[doc_of])
 
 
 # --- convert: megatron-core reads what tokentape writes -----------------------------------------
@@ -166,7 +146,7 @@ def builds() -> dict[str, tuple[Docs, type]]:
     empty), one sequence each (the writer's route), empty documents, none at all."""
     text = [b"hello world", b"", b"megatron"]
     return {
-        **{d.__name__: (random_docs(int(v), 40, v, v - 1), d) for d, v in DTYPES},
+        **{d.__name__: (random_docs(int(v), 40, v, v - 1), d) for d, v in MEGATRON_DTYPES},
         "one sequence each": (random_docs(11, 30, 257, 256, max_seqs=1), np.uint16),
         "no eod": ([[np.frombuffer(t, dtype=np.uint8).astype(np.int64)] for t in text], np.uint16),
         "empty document": (

@@ -4,6 +4,7 @@ draw nothing on the terminal, and refuse bad arguments with the error types."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -139,3 +140,111 @@ def test_verify_checks_its_options_as_the_command_does(plan_path, options, messa
     with pytest.raises(tokentape.ArgumentError) as caught:
         tokentape.verify(plan_path, **options)
     assert str(caught.value) == message
+
+
+# --- what a hostile or hurried caller passes: one clear error, nothing written ---------------
+
+
+@pytest.mark.parametrize("step", [1.5, 1.9999, True, "3", None])
+def test_replay_refuses_a_step_that_is_not_an_integer(plan_path, step):
+    """A float step used to give the windows of no real step (consumed 12.0), silently."""
+    with pytest.raises(tokentape.ArgumentError, match="step must be an integer"):
+        tokentape.replay(plan_path, step, dp=1, micro=4, accum=2)
+
+
+@pytest.mark.parametrize(("doc", "until"), [(3.0, None), ("3", None), (None, None), (3, 2.5)])
+def test_locate_refuses_a_doc_or_until_step_that_is_not_an_integer(plan_path, doc, until):
+    with pytest.raises(tokentape.ArgumentError, match="must be an integer"):
+        tokentape.locate(plan_path, "math", doc, dp=1, micro=4, until_step=until)
+
+
+def test_numpy_integers_are_integers(plan_path):
+    a = tokentape.replay(plan_path, np.int64(3), global_batch=8)
+    b = tokentape.replay(plan_path, 3, global_batch=8)
+    assert a.step == 3 and type(a.step) is int and np.array_equal(a.batch.tokens, b.batch.tokens)
+
+
+@pytest.mark.parametrize(
+    "inputs", [{"a.jsonl", "b.jsonl"}, (p for p in ["a.jsonl"]), b"a.jsonl", None, 5, []]
+)
+def test_tokenize_takes_a_path_or_an_ordered_list(tmp_path, inputs):
+    """A set's order depends on the hash seed: the store would too. Refused before anything."""
+    with pytest.raises(tokentape.ArgumentError, match="inputs"):
+        tokentape.tokenize(inputs, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"out": None}, "out must be a path"),
+        ({"filters": "min-tokens:1"}, "filters must be a list"),
+        ({"progress": 5}, "progress must be a callable"),
+    ],
+)
+def test_tokenize_refuses_bad_arguments_before_writing(tmp_path, kwargs, message):
+    write_docs(tmp_path / "docs.jsonl", "web", 5)
+    args = {"out": tmp_path / "out"} | kwargs
+    with pytest.raises(tokentape.ArgumentError, match=message):
+        tokentape.tokenize(tmp_path / "docs.jsonl", **args)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("paths", "options", "message"),
+    [
+        ([], {}, "paths: no paths given"),
+        (None, {}, "paths must be a path"),
+        (b"x", {}, "paths must be a path"),
+        ({"a"}, {}, "paths must be a path"),
+        ("x", {"quick": "no"}, "quick must be True or False"),
+    ],
+)
+def test_verify_refuses_nothing_to_check(paths, options, message):
+    """verify([]) returned [] (so all(r.ok ...) was True with nothing checked)."""
+    with pytest.raises(tokentape.ArgumentError, match=message):
+        tokentape.verify(paths, **options)
+
+
+def test_a_fifo_is_refused_not_waited_on(tmp_path, plan_path):
+    """A FIFO named as a plan, a plan file or a step log blocked the open forever."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(tokentape.PlanError, match="not a regular file"):
+        tokentape.load_plan(fifo)
+    with pytest.raises(tokentape.PlanError, match="not a regular file"):
+        tokentape.replay(plan_path, 0, step_log=fifo)
+    with pytest.raises(tokentape.InputError, match="not a regular file"):
+        tokentape.verify(fifo)
+
+
+def test_paths_that_are_not_paths(plan_path, tmp_path):
+    plan = tokentape.load_plan(plan_path)
+    for call in (
+        lambda: tokentape.load_plan(None),
+        lambda: plan.save(None),
+        lambda: tokentape.replay(None, 0, global_batch=8),
+        lambda: tokentape.Plan.build({"a": {"path": "x", "weight": 1}}, seq_len=8, seed=1,
+                                     total_samples=10, base_dir=None),
+        lambda: tokentape.Loader(None, 0, tokentape.BatchConfig(1, 2, 1)),
+    ):  # fmt: skip
+        with pytest.raises(tokentape.ArgumentError):
+            call()
+
+
+def test_loader_takes_a_plan_or_its_path(plan_path):
+    by_path = tokentape.Loader(plan_path, 0, tokentape.BatchConfig(1, 2, 1), prefetch=0)
+    by_plan = tokentape.Loader(
+        tokentape.load_plan(plan_path), 0, tokentape.BatchConfig(1, 2, 1), prefetch=0
+    )
+    a, b = by_path.step(), by_plan.step()
+    assert np.array_equal(a.micro_batches[0].tokens, b.micro_batches[0].tokens)
+    by_path.close()
+    by_plan.close()
+
+
+def test_a_weight_beyond_any_float_is_a_plan_error(tmp_path):
+    with pytest.raises(tokentape.PlanError, match="an integer of 401 digits"):
+        tokentape.Plan.build(
+            {"a": {"path": "x", "weight": 10**400}}, seq_len=8, seed=1, total_samples=10
+        )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 
 import numpy as np
 import pytest
@@ -13,7 +14,8 @@ from tokentape._src.cli.progress import TerminalBar, bar_line, terminal_bar
 from tokentape._src.megatron.convert import to_megatron
 from tokentape._src.tokenize.driver import tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
-from tokentape._src.util.progress import Progress, tally
+from tokentape._src.util.progress import Counters, Progress, tally, watch
+from tokentape.errors import ArgumentError
 
 
 def _corpus(tmp_path, n_docs=400):
@@ -95,3 +97,31 @@ def test_bar_line_shows_the_rates_of_each_kind_of_job():
     assert "1.0MB/s" in verifying and "1.0M tok/s" in verifying and "50.0%" in verifying
     hashing = bar_line(Progress("hashing p", 0, 100, 1.0))
     assert "0.0%" in hashing and "ETA ?:??:??" in hashing
+
+
+def test_an_exception_in_a_callback_on_the_monitor_thread_reaches_the_job():
+    """tokenize's reports come from a monitor thread: an exception there used to be printed by
+    the thread and lost, and the job went on without reports."""
+
+    class Stop(Exception):
+        pass
+
+    calls: list[Progress] = []
+
+    def stop_midway(progress: Progress) -> None:
+        calls.append(progress)
+        if not progress.final:
+            raise Stop
+
+    counters = Counters()
+    with pytest.raises(Stop), watch(counters, 100, "tokenize", stop_midway, interval=0.01):
+        time.sleep(0.2)  # the job's work: the monitor reports (and fails) meanwhile
+    assert len(calls) == 1 and not calls[0].final  # no report after the failure
+
+
+def test_a_callback_that_is_not_callable_is_refused_before_any_work():
+    ran = []
+    with pytest.raises(ArgumentError, match="progress must be a callable"):  # noqa: SIM117
+        with watch(Counters(), 100, "tokenize", 5):  # type: ignore[arg-type]
+            ran.append(True)
+    assert not ran  # refused before the block

@@ -21,6 +21,7 @@ from tokentape._src.tokenize.driver import TokenizeSummary
 from tokentape._src.tokenize.driver import tokenize as _tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
 from tokentape._src.train.schedule import Schedule
+from tokentape._src.util.checks import check_path
 from tokentape._src.util.progress import ProgressCallback
 from tokentape.errors import ArgumentError
 
@@ -60,7 +61,9 @@ def tokenize(
         eod_token: The end-of-document token (default: the tokenizer's own).
         text_key: The JSON field or parquet column holding the text.
         filters: Document filters, e.g. ``"unique-lines"``, ``"min-tokens:16"``.
-        workers: Worker processes (or Ray tasks in flight).
+        workers: Worker processes (or Ray tasks in flight). Above 1, helper processes are
+            spawned, which import the caller's main module: in a script, call this under
+            ``if __name__ == "__main__":``.
         executor: ``"local"`` (a process pool) or ``"ray"``.
         ray_address: The Ray cluster to connect to (``executor="ray"`` only).
         dtype: ``"auto"``, ``"uint16"`` or ``"uint32"``.
@@ -68,8 +71,9 @@ def tokenize(
         unit_mb: Input MiB per unit of work (default: chosen from the input size).
         overwrite: Replace a store or an unfinished run with other settings in ``out``.
         progress: Called with a ``Progress`` (bytes, documents and tokens done, elapsed
-            seconds) every half second while units are tokenized, and once at the end with
-            ``final=True``. Nothing is drawn on the terminal.
+            seconds) every half second while units are tokenized (from a monitor thread), and
+            once at the end with ``final=True``. An exception it raises stops the reports and
+            is raised here once the work stops. Nothing is drawn on the terminal.
 
     Returns:
         The summary: counts, dropped documents per filter, content hash, status.
@@ -80,9 +84,12 @@ def tokenize(
         OutputError: ``out`` is not a tokentape directory, holds another job's store (without
             ``overwrite``), cannot be written, or another writer holds it.
     """
-    paths = (inputs,) if isinstance(inputs, str | os.PathLike) else tuple(inputs)
+    paths = _paths("inputs", inputs)
+    check_path("out", out)
+    if isinstance(filters, str) or not isinstance(filters, Sequence):
+        raise ArgumentError(f"filters must be a list of filter specs, got {filters!r}")
     config = TokenizeConfig(
-        inputs=tuple(os.fspath(p) for p in paths),
+        inputs=tuple(paths),
         out=os.fspath(out),
         tokenizer=tokenizer,
         eod_token=eod_token,
@@ -99,8 +106,24 @@ def tokenize(
     return _tokenize(config, progress)
 
 
+def _paths(name: str, given: object) -> list[str]:
+    """One path, or an ordered sequence of them (a set's order would change the result)."""
+    if isinstance(given, str | os.PathLike):
+        given = [given]
+    if isinstance(given, str | bytes) or not isinstance(given, Sequence):
+        raise ArgumentError(f"{name} must be a path or a list of paths, got {given!r}")
+    if not given:
+        raise ArgumentError(f"{name}: no paths given")
+    for path in given:
+        check_path(name, path)
+    return [os.fspath(p) for p in given]
+
+
 def _plan(plan: Plan | PathArg) -> Plan:
-    return plan if isinstance(plan, Plan) else load_plan(plan)
+    if isinstance(plan, Plan):
+        return plan
+    check_path("plan", plan)
+    return load_plan(plan)
 
 
 def _schedule(
@@ -237,5 +260,4 @@ def verify(
         TokentapeError: A path is not a store or plan, or a manifest cannot be read at all (a
             store's damage is reported in its ``StoreReport``, not raised).
     """
-    given = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
-    return verify_paths([os.fspath(p) for p in given], quick, blocks, vocab_size, eod_id)
+    return verify_paths(_paths("paths", paths), quick, blocks, vocab_size, eod_id)

@@ -30,6 +30,7 @@ from tokentape._src.tape.permutation import Permutation
 from tokentape._src.tape.resolve import Tape
 from tokentape._src.train.batch import check_planned, open_planned
 from tokentape._src.train.schedule import Placement, Schedule
+from tokentape._src.util.checks import as_index
 from tokentape._src.util.text import fmt_int
 from tokentape.errors import ArgumentError, OutOfRangeError, PlanError
 
@@ -152,6 +153,9 @@ def locate(
     drawn, placed on ``schedule`` when given.
 
     ``store`` is the source's opened store (opened from the plan's path when None)."""
+    doc_id = as_index("doc", doc_id)
+    if until_step is not None:
+        until_step = as_index("until_step", until_step)
     d = source_index(plan, source)
     store = open_planned(plan, d) if store is None else check_planned(plan, d, store)
     if not 0 <= doc_id < store.n_docs:

@@ -26,6 +26,7 @@ from tokentape._src.train.batch import Batch, Batcher
 from tokentape._src.train.loader import hash_dtype, step_tokens_hash
 from tokentape._src.train.partition import BatchConfig
 from tokentape._src.train.schedule import Placement, Schedule
+from tokentape._src.util.checks import as_index
 from tokentape._src.util.text import fmt_int
 from tokentape.errors import OutOfRangeError
 
@@ -83,6 +84,7 @@ def _doc_ranges(batcher: Batcher, batch: Batch) -> tuple[np.ndarray, np.ndarray]
 
 def replay(plan: Plan, step: int, schedule: Schedule, batcher: Batcher | None = None) -> Replayed:
     """Rebuild step ``step`` of a run with ``schedule``."""
+    step = as_index("step", step)
     consumed, config = schedule.start(step)
     if schedule.steps is not None and step >= schedule.steps:
         raise OutOfRangeError(

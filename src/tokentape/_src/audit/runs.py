@@ -48,7 +48,7 @@ def source_index(plan: Plan, name: str) -> int:
     """The index of source ``name`` in the plan, or an error listing the known names."""
     names = [s.name for s in plan.sources]
     if name not in names:
-        raise ArgumentError(f"unknown source '{name}'; the plan has: {', '.join(names)}")
+        raise ArgumentError(f"unknown source {name!r}; the plan has: {', '.join(names)}")
     return names.index(name)
 
 

@@ -47,7 +47,7 @@ from tokentape._src.store.format import (
 )
 from tokentape._src.store.tokenizers import STORED_NAMES
 from tokentape._src.util.checks import is_int
-from tokentape._src.util.progress import ProgressCallback, tally
+from tokentape._src.util.progress import ProgressCallback, check_callback, tally
 from tokentape.errors import ArgumentError, InputError, TokentapeError
 
 DEFAULT_QUICK_BLOCKS = 4
@@ -416,6 +416,8 @@ def check_options(
 ) -> int:
     """Refuse bad verify options (``named`` spells them in messages: the command line gives its
     flags); returns the blocks per shard a quick check hashes."""
+    if not isinstance(quick, bool):
+        raise ArgumentError(f"{named('quick')} must be True or False, got {quick!r}")
     if blocks is not None and not quick:
         raise ArgumentError(f"{named('blocks')} applies to {named('quick')} only")
     for name, value in (("blocks", blocks), ("vocab_size", vocab_size), ("eod_id", eod_id)):
@@ -459,6 +461,7 @@ def verify_paths(
     ``find_targets``): one report each, in order. The options are checked first (see
     ``check_options``), then every manifest is read before any hashing; ``progress`` receives
     the bytes and tokens checked."""
+    check_callback(progress)
     chosen = check_options(quick, blocks, vocab_size, eod_id, named)
     targets = [_with_vocabulary(t, vocab_size, eod_id) for t in find_targets(paths)]
     total = 0

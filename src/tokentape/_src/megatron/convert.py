@@ -57,7 +57,7 @@ from tokentape._src.store.writer import ShardWriter
 from tokentape._src.util.checks import check_count, check_mb, check_path, check_text
 from tokentape._src.util.faults import crashpoint
 from tokentape._src.util.hashing import canonical_hash
-from tokentape._src.util.progress import ProgressCallback, tally
+from tokentape._src.util.progress import ProgressCallback, check_callback, tally
 from tokentape._src.util.version import __version__
 from tokentape.errors import ArgumentError, InputError, OutputError, StoreError, TokentapeError
 
@@ -166,6 +166,7 @@ def to_megatron(
         OutputError: The output exists (without ``overwrite``, or not recognisably a
             Megatron dataset), another process is writing it, or it cannot be written.
     """
+    check_callback(progress)
     started = time.monotonic()
     check_path("STORE", store)
     check_path("OUT_PREFIX", prefix)
@@ -543,6 +544,7 @@ def from_megatron(config: FromMegatron, progress: ProgressCallback | None = None
         OutputError: ``out`` exists and is not a store (or holds one, without
             ``overwrite``), another process is writing it, or it cannot be written.
     """
+    check_callback(progress)
     started = time.monotonic()
     tokenizer = _tokenizer(config)
     src = MegatronSource(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import os
-from pathlib import Path
 from typing import Any
 
 from tokentape._src.megatron.format import DTYPE_NAMES, INTEGER_CODES
@@ -23,6 +22,8 @@ from tokentape._src.tape.blend import (
     MAX_DENOMINATOR,
     MAX_POSITION,
 )
+from tokentape._src.util.checks import check_path
+from tokentape._src.util.files import read_regular
 from tokentape.errors import PlanError
 
 _INT, _NUMBER, _TEXT = "an integer", "a number", "a string"
@@ -176,8 +177,9 @@ def load_plan(path: str | os.PathLike[str]) -> Plan:
         PlanError: The file is missing, unreadable, not a resolved plan, or edited by hand
             (the message names the field).
     """
+    check_path("path", path)
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(read_regular(path).decode("utf-8"))
     except FileNotFoundError:
         raise PlanError(f"plan '{path}': no such file") from None
     except (OSError, ValueError, RecursionError) as exc:  # ValueError: also bad UTF-8, JSON

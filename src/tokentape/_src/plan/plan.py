@@ -32,6 +32,7 @@ from tokentape._src.tape.blend import (
     rational_weights,
 )
 from tokentape._src.tape.resolve import Tape
+from tokentape._src.util.checks import check_path
 from tokentape._src.util.progress import ProgressCallback
 from tokentape.errors import ArgumentError, PlanError, TokentapeError, _reworded
 
@@ -120,7 +121,7 @@ class Plan:
             seed: Seed of the blend and the shuffles, in ``[0, 2**63)``.
             total_tokens: The horizon in tokens (an integer or a count such as ``"2T"``).
             total_samples: The horizon in samples (instead of ``total_tokens``).
-            weight_denominator: The denominator of the exact weights (default 2**20).
+            weight_denominator: The denominator of the exact weights (default 2**16).
             base_dir: Relative source paths (and tokenizer paths) start here, as they start
                 at a plan file's directory.
 
@@ -128,7 +129,8 @@ class Plan:
             The resolved plan.
 
         Raises:
-            ArgumentError: ``sources`` is neither a dict of tables nor a list of them.
+            ArgumentError: ``sources`` is neither a dict of tables nor a list of them, a table
+                of the dict also gives a ``name``, or ``base_dir`` is not a path.
             PlanError: A key is missing, unknown or of the wrong type or range, the sources
                 disagree (tokenizer, vocabulary), or a source would be repeated beyond its
                 ``max_repeats``.
@@ -162,6 +164,7 @@ class Plan:
         data = {"seq_len": seq_len, "seed": seed, "source": tables}
         data |= {k: v for k, v in keys.items() if v is not None}
         where = "plan"
+        check_path("base_dir", base_dir)
         plan = resolve_plan(plan_spec(data, where, os.fspath(base_dir)), where)
         check_budgets(plan, where)
         return plan
@@ -196,8 +199,10 @@ class Plan:
             path: The file to write; replaced whole, a reader sees the old or the new file.
 
         Raises:
+            ArgumentError: ``path`` is not a path.
             OutputError: The file cannot be written (the message names it).
         """
+        check_path("path", path)
         write_atomic(path, self.to_json().encode())
 
     def to_json(self) -> str:

@@ -16,6 +16,7 @@ from tokentape._src.tape.blend import (
     MAX_DENOMINATOR,
     MAX_POSITION,
 )
+from tokentape._src.util.files import read_regular
 from tokentape.errors import PlanError
 
 _TOP_KEYS = {"seq_len", "seed", "total_tokens", "total_samples", "weight_denominator", "source"}
@@ -100,9 +101,16 @@ def _number(table: dict[str, Any], key: str, where: str, default: float | None =
     value = table[key]
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise PlanError(f"{where}: '{key}' must be a number, got {type(value).__name__}")
-    if not math.isfinite(value) or value <= 0:
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond any float
+        digits = len(str(abs(value)))
+        raise PlanError(
+            f"{where}: '{key}' must be a positive finite number, got an integer of {digits} digits"
+        ) from None
+    if not math.isfinite(number) or number <= 0:
         raise PlanError(f"{where}: '{key}' must be a positive finite number, got {value}")
-    return float(value)
+    return number
 
 
 def _integer(table: dict[str, Any], key: str, where: str) -> int:
@@ -208,7 +216,7 @@ def plan_spec(data: Any, where: str, base_dir: str = ".") -> PlanSpec:
 def load_plan_spec(path: str | Path) -> PlanSpec:
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_regular(p).decode("utf-8")
     except FileNotFoundError:
         raise PlanError(f"plan '{path}': no such file") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -37,6 +37,7 @@ from tokentape._src.store.format import (
     read_npy_header,
 )
 from tokentape._src.store.tokenizers import STORED_NAMES, Tokenizer, tokenizer_from_manifest
+from tokentape._src.util.checks import as_index
 from tokentape.errors import ArgumentError, OutOfRangeError, StoreError, TokentapeError
 
 INDEX_DTYPE = np.dtype("<i8")
@@ -113,12 +114,6 @@ def _check_starts(local: np.ndarray, shard: ShardInfo, path: Path) -> None:
             f"document {i} starts at {int(local[i])}, not after document {i - 1} "
             f"({int(local[i - 1])}); starts must ascend",
         )
-
-
-def _index_arg(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise ArgumentError(f"{name} must be an integer, got {value!r}")
-    return int(value)
 
 
 class SourceManifest(Protocol):
@@ -240,7 +235,7 @@ class TokenStream(ABC):
 
     def tokens(self, start: int, stop: int) -> np.ndarray:
         """Tokens ``[start, stop)`` of the source, copied out of the shards they lie in."""
-        start, stop = _index_arg("start", start), _index_arg("stop", stop)
+        start, stop = as_index("start", start), as_index("stop", stop)
         if not 0 <= start <= stop <= self.n_tokens:
             raise OutOfRangeError(
                 f"token range [start, stop) = [{start}, {stop}) is not inside [0, "
@@ -329,7 +324,7 @@ class TokenStream(ABC):
 
     def _check_sample(self, k: int, seq_len: int) -> int:
         n = self.n_samples(seq_len)
-        k = _index_arg("k", k)
+        k = as_index("k", k)
         if not 0 <= k < n:
             raise OutOfRangeError(f"sample k = {k} is not in [0, {n}) at seq_len {seq_len}")
         return k
@@ -349,7 +344,7 @@ class TokenStream(ABC):
 
     def doc_span(self, i: int) -> tuple[int, int]:
         """Token range of document ``i``, its end-of-document token included."""
-        i = _index_arg("i", i)
+        i = as_index("i", i)
         if not 0 <= i < self.n_docs:
             raise OutOfRangeError(f"document i = {i} is not in [0, {self.n_docs})")
         end = int(self.doc_starts[i + 1]) if i + 1 < self.n_docs else self.n_tokens

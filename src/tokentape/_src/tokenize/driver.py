@@ -66,7 +66,7 @@ from tokentape._src.tokenize.worker import (
 )
 from tokentape._src.util.faults import crashpoint
 from tokentape._src.util.hashing import canonical_hash
-from tokentape._src.util.progress import Counters, ProgressCallback, watch
+from tokentape._src.util.progress import Counters, ProgressCallback, check_callback, watch
 from tokentape._src.util.version import __version__
 from tokentape.errors import InputError, TokentapeError
 
@@ -188,6 +188,7 @@ def tokenize(config: TokenizeConfig, progress: ProgressCallback | None = None) -
     the directory until it is done; another writer on the same output is refused at once.
     ``progress`` receives a report every half second while units are tokenized (nothing is
     drawn by the library: the command line passes a terminal bar)."""
+    check_callback(progress)
     started = time.monotonic()
     tokenizer = load_tokenizer(config.tokenizer, config.eod_token)
     filters = parse_filters(config.filters)

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan
 from tokentape._src.train.batch import Batch, Batcher
 from tokentape._src.train.logwriter import StepLogWriter
@@ -100,7 +101,7 @@ class Loader:
     steps. Use it as a context manager, or call ``close()``.
 
     Args:
-        plan: The plan to read.
+        plan: The plan to read, or the path of its ``PLAN.json``.
         dp_rank: This process's data-parallel rank, in ``[0, config.dp_size)``; tensor- and
             pipeline-parallel peers of a rank pass the same rank and get the same batches.
         config: The shape of the steps, until ``set_config()`` changes it.
@@ -129,7 +130,7 @@ class Loader:
 
     def __init__(
         self,
-        plan: Plan,
+        plan: Plan | str | os.PathLike[str],
         dp_rank: int,
         config: BatchConfig,
         state: DataState | None = None,
@@ -138,6 +139,10 @@ class Loader:
         dtype: np.dtype | type = np.int64,
         segments: bool = False,
     ) -> None:
+        if isinstance(plan, str | os.PathLike):
+            plan = load_plan(plan)
+        elif not isinstance(plan, Plan):
+            raise ArgumentError(f"plan must be a Plan or the path of a PLAN.json, got {plan!r}")
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ArgumentError(f"prefetch must be an integer >= 0, got {prefetch!r}")
         if state is not None and not isinstance(state, DataState):

@@ -15,6 +15,7 @@ import numpy as np
 
 from tokentape._src.train.partition import BatchConfig
 from tokentape._src.train.state import BatchChange
+from tokentape._src.util.checks import as_index
 from tokentape.errors import ArgumentError, OutOfRangeError
 
 
@@ -60,6 +61,7 @@ class Schedule:
 
     def start(self, step: int) -> tuple[int, BatchConfig]:
         """``consumed`` before ``step`` and the shape of that step."""
+        step = as_index("step", step)
         if step < 0 or (self.steps is not None and step > self.steps):
             known = "" if self.steps is None else f" (the log has steps 0..{self.steps - 1})"
             raise OutOfRangeError(f"step {step} is outside the run{known}")

@@ -31,6 +31,7 @@ from tokentape._src.tape.blend import MAX_POSITION
 from tokentape._src.train.partition import BatchConfig
 from tokentape._src.train.schedule import Schedule
 from tokentape._src.train.state import BatchChange
+from tokentape._src.util.files import open_regular
 from tokentape.errors import PlanError
 
 _COUNTS = ("step", "consumed")  # integers >= 0
@@ -139,7 +140,7 @@ class _Scan:
     def read(self) -> None:
         p = self.path
         try:
-            f = open(p, "rb")  # noqa: SIM115 (closed below; the error names the log)
+            f = open_regular(p)  # closed below; the error names the log
         except OSError as exc:
             raise PlanError(f"{p}: cannot read the step log ({exc.strerror})") from None
         loads, keep_all, wanted = json.loads, self.keep_all, self.wanted

@@ -9,12 +9,14 @@ batches are the native loader's micro-batches.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
+from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan
 from tokentape._src.tape.blend import MAX_POSITION
 from tokentape._src.train.batch import Batch, Batcher
@@ -36,6 +38,11 @@ def to_torch(batch: Batch, pin: bool | None = None) -> dict[str, torch.Tensor]:
         A dict of ``inputs`` and ``targets`` (``(n, seq_len)``), ``positions`` (``(n,)``) and,
         when present, ``segment_ids`` and ``doc_positions`` (``(n, seq_len)``).
     """
+    if not isinstance(batch, Batch):
+        raise ArgumentError(
+            f"to_torch takes a micro-batch (a Batch: step.micro_batches[i]), got "
+            f"{type(batch).__name__}"
+        )
     pin = torch.cuda.is_available() if pin is None else pin
     arrays = {
         "inputs": batch.inputs,
@@ -102,7 +109,11 @@ class TapeDataset(Dataset[dict[str, torch.Tensor]]):
         segments: Also give each sample's ``segment_ids`` and ``doc_positions``.
     """
 
-    def __init__(self, plan: Plan, segments: bool = False) -> None:
+    def __init__(self, plan: Plan | str | os.PathLike[str], segments: bool = False) -> None:
+        if isinstance(plan, str | os.PathLike):
+            plan = load_plan(plan)
+        elif not isinstance(plan, Plan):
+            raise ArgumentError(f"plan must be a Plan or the path of a PLAN.json, got {plan!r}")
         self.plan = plan
         self.segments = segments
         self._batcher: Batcher | None = None

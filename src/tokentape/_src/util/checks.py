@@ -14,6 +14,14 @@ def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def as_index(name: str, value: object) -> int:
+    """An integer argument (a Python or numpy integer, not a ``bool``: a float is refused,
+    never truncated), as an ``int``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentError(f"{name} must be an integer, got {value!r}")
+    return int(value)
+
+
 MAX_MB = float(2**20)
 """The largest ``--shard-mb`` / ``--unit-mb``: 1 TiB."""
 

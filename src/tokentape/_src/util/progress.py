@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from tokentape.errors import ArgumentError
+
 # Slots of the shared counter array.
 DOCS, TOKENS, TEXT_BYTES, INPUT_BYTES = range(4)
 
@@ -58,7 +60,15 @@ class Progress:
 
 ProgressCallback = Callable[[Progress], None]
 """Called from time to time while a long job runs (at most every ``INTERVAL`` seconds, from the
-job's thread or a monitor thread), and once more with ``final=True`` at the end."""
+job's thread or, for tokenize, a monitor thread), and once more with ``final=True`` at the end.
+An exception it raises ends the reports and is raised by the job once its work stops."""
+
+
+def check_callback(callback: object) -> None:
+    """Refuse a progress callback that cannot be called, before any work is done."""
+    if callback is not None and not callable(callback):
+        raise ArgumentError(f"progress must be a callable taking a Progress, got {callback!r}")
+
 
 INTERVAL = 0.5
 
@@ -73,10 +83,12 @@ def watch(
 ) -> Iterator[None]:
     """Report ``counters`` to ``callback`` every ``interval`` seconds from a monitor thread
     while the block runs (worker processes update the counters), then once with ``final``."""
+    check_callback(callback)
     if callback is None:
         yield
         return
     baseline = counters.snapshot()
+    failed: list[BaseException] = []
     start = time.monotonic()
     stop = threading.Event()
 
@@ -90,7 +102,11 @@ def watch(
 
     def run() -> None:
         while not stop.wait(interval):
-            report(False)
+            try:
+                report(False)
+            except BaseException as exc:
+                failed.append(exc)
+                return
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
@@ -99,6 +115,8 @@ def watch(
     finally:
         stop.set()
         thread.join()
+    if failed:
+        raise failed[0]
     report(True)
 
 
@@ -138,6 +156,7 @@ def tally(
     total_bytes: int, label: str, callback: ProgressCallback | None
 ) -> Iterator[Tally | None]:
     """A ``Tally`` reporting to ``callback`` (closed at the end), or None without a callback."""
+    check_callback(callback)
     if callback is None:
         yield None
         return

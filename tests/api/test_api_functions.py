@@ -3,6 +3,7 @@ draw nothing on the terminal, and refuse bad arguments with the error types."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -248,3 +249,20 @@ def test_a_weight_beyond_any_float_is_a_plan_error(tmp_path):
         tokentape.Plan.build(
             {"a": {"path": "x", "weight": 10**400}}, seq_len=8, seed=1, total_samples=10
         )
+
+
+def test_a_step_log_of_another_plan_is_refused_not_appended_to(tmp_path, plan_path):
+    """Appending this plan's steps to another plan's log made it unreadable for both."""
+    log = tmp_path / "steps.jsonl"
+    first = tokentape.Loader(plan_path, 0, tokentape.BatchConfig(1, 2, 1), step_log=log)
+    first.step()
+    first.commit()
+    first.close()
+    before = log.read_bytes()
+    again = tokentape.Loader(plan_path, 0, tokentape.BatchConfig(1, 2, 1), step_log=log)
+    again.close()  # the same plan: accepted
+    other = tokentape.load_plan(plan_path)
+    other = dataclasses.replace(other, index_hash="sha256:" + "0" * 64)
+    with pytest.raises(tokentape.PlanError, match="written for another plan"):
+        tokentape.Loader(other, 0, tokentape.BatchConfig(1, 2, 1), step_log=log)
+    assert log.read_bytes() == before

@@ -126,6 +126,8 @@ class Loader:
         StoreError: A source's store (or Megatron prefix) is missing or damaged, or not the
             one planned.
         ResumeRefused: ``state`` was saved on a plan with another index hash.
+        PlanError: ``step_log`` already holds another plan's steps, or ``plan`` is the path of
+            a ``PLAN.json`` that cannot be read as one.
     """
 
     def __init__(
@@ -166,7 +168,7 @@ class Loader:
         self.state.check_plan(plan)
         self.prefetch = prefetch
         self.step_log = Path(step_log) if step_log is not None else None
-        self._writer = StepLogWriter(step_log) if step_log is not None else None
+        self._writer = StepLogWriter(step_log, plan.index_hash) if step_log is not None else None
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokentape-prefetch")
         self._ahead: dict[tuple[int, BatchConfig], _Ahead] = {}
         self._outstanding: _Outstanding | None = None

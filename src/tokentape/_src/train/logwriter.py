@@ -13,11 +13,14 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tokentape.errors import ArgumentError
+from tokentape.errors import ArgumentError, PlanError
 
 
 class StepLogWriter:
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    """Appends a run's step records to ``path``; refuses a log an earlier run of another plan
+    wrote (its records would make the log unreadable for either plan)."""
+
+    def __init__(self, path: str | os.PathLike[str], index_hash: str | None = None) -> None:
         self.path = Path(path)
         self._dirty = False
         if not self.path.parent.is_dir():
@@ -25,6 +28,21 @@ class StepLogWriter:
         if self.path.exists() and not self.path.is_file():
             raise ArgumentError(f"step_log '{path}': not a regular file")
         self._trim_torn_tail()
+        if index_hash is not None:
+            self._check_plan(index_hash)
+
+    def _check_plan(self, index_hash: str) -> None:
+        """Refuse a log whose last record names another plan's index hash."""
+        try:
+            last = json.loads(_last_line(self.path))
+        except (OSError, ValueError, RecursionError):
+            return  # no log yet, or a damaged one: the reader reports the damage
+        found = last.get("index_hash") if isinstance(last, dict) else None
+        if isinstance(found, str) and found != index_hash:
+            raise PlanError(
+                f"step_log '{self.path}': written for another plan (index hash {found[:19]}…, "
+                f"this plan's is {index_hash[:19]}…); give this run its own step log"
+            )
 
     def _trim_torn_tail(self) -> None:
         try:
@@ -75,3 +93,19 @@ class StepLogWriter:
         finally:
             os.close(fd)
         self._dirty = False
+
+
+def _last_line(path: Path, block: int = 1 << 16) -> bytes:
+    """The last line of ``path`` (without its newline), read back from the end."""
+    with open(path, "rb") as f:
+        end = f.seek(0, os.SEEK_END)
+        tail = b""
+        while end > 0:
+            start = max(0, end - block)
+            f.seek(start)
+            tail = f.read(end - start) + tail
+            cut = tail.rstrip(b"\n").rfind(b"\n")
+            if cut >= 0:
+                return tail[cut + 1 :].rstrip(b"\n")
+            end = start
+        return tail.rstrip(b"\n")

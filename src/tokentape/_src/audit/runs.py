@@ -14,7 +14,7 @@ from tokentape._src.tape.resolve import Tape
 from tokentape._src.train.partition import BatchConfig
 from tokentape._src.train.schedule import Schedule
 from tokentape._src.train.steplog import StepLog, scan_step_log, short_hash
-from tokentape._src.util.checks import is_int
+from tokentape._src.util.checks import as_parameter, is_int
 from tokentape._src.util.text import fmt_bytes
 from tokentape.errors import ArgumentError, PlanError, TokentapeError
 
@@ -81,10 +81,6 @@ class Batching:
     """The step log, read once, when the shape came from it."""
 
 
-def _same(name: str) -> str:
-    return name
-
-
 def batching(
     plan: Plan,
     *,
@@ -94,7 +90,7 @@ def batching(
     accum: int | None = None,
     log: str | None = None,
     log_steps: Iterable[int] = (),
-    named: Callable[[str], str] = _same,
+    named: Callable[[str], str] = as_parameter,
 ) -> Batching:
     """The schedule one of ``global_batch``, ``dp``/``micro``/``accum`` or ``log`` describes
     (at most one; none gives no schedule); a log is read once, keeping the records of

@@ -46,7 +46,7 @@ from tokentape._src.store.format import (
     shard_name,
 )
 from tokentape._src.store.tokenizers import STORED_NAMES
-from tokentape._src.util.checks import is_int
+from tokentape._src.util.checks import as_parameter, is_int
 from tokentape._src.util.progress import ProgressCallback, check_callback, tally
 from tokentape.errors import ArgumentError, InputError, TokentapeError
 
@@ -403,16 +403,12 @@ def verify_store(
     return list(check_store(store, quick, blocks, progress).problems)
 
 
-def _same(name: str) -> str:
-    return name
-
-
 def check_options(
     quick: bool,
     blocks: int | None,
     vocab_size: int | None,
     eod_id: int | None,
-    named: Callable[[str], str] = _same,
+    named: Callable[[str], str] = as_parameter,
 ) -> int:
     """Refuse bad verify options (``named`` spells them in messages: the command line gives its
     flags); returns the blocks per shard a quick check hashes."""
@@ -455,7 +451,7 @@ def verify_paths(
     vocab_size: int | None = None,
     eod_id: int | None = None,
     progress: ProgressCallback | None = None,
-    named: Callable[[str], str] = _same,
+    named: Callable[[str], str] = as_parameter,
 ) -> list[StoreReport]:
     """Check every store, Megatron prefix and plan's store named by ``paths`` (see
     ``find_targets``): one report each, in order. The options are checked first (see

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 from tokentape._src.audit.runs import Batching, batching
 from tokentape._src.plan.plan import Plan
+from tokentape._src.util.checks import as_flag
 
 SCHEDULE_HELP = """\
 batch configuration:
@@ -24,10 +25,6 @@ def add_schedule_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log", metavar="steps.jsonl", help="the run's step log")
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
 def schedule_from_args(
     args: argparse.Namespace, plan: Plan, log_steps: Iterable[int] = ()
 ) -> Batching:
@@ -41,5 +38,5 @@ def schedule_from_args(
         accum=args.accum,
         log=args.log,
         log_steps=log_steps,
-        named=_flag,
+        named=as_flag,
     )

@@ -7,6 +7,7 @@ import json
 
 from tokentape._src.audit.verify import DEFAULT_QUICK_BLOCKS, StoreReport, verify_paths
 from tokentape._src.cli.progress import terminal_bar
+from tokentape._src.util.checks import as_flag
 from tokentape._src.util.text import fmt_bytes, fmt_int
 
 EPILOG = """\
@@ -79,10 +80,6 @@ def _summary(r: StoreReport) -> str:
     return f"{r.path}: FAILED, {len(r.problems)} problem(s) ({counts}, {hashed})"
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
 def cmd(args: argparse.Namespace) -> int:
     reports = verify_paths(
         args.paths,
@@ -91,7 +88,7 @@ def cmd(args: argparse.Namespace) -> int:
         args.vocab_size,
         args.eod_id,
         terminal_bar(quiet=args.json),
-        named=_flag,
+        named=as_flag,
     )
     ok = all(r.ok for r in reports)
     if args.json:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from tokentape.errors import ArgumentError, PlanError
 
@@ -55,18 +55,7 @@ class StepLogWriter:
             f.seek(size - 1)
             if f.read(1) == b"\n":
                 return
-            # Find the last complete line (reading back in blocks) and cut after it.
-            end, block = size, 1 << 16
-            keep = 0
-            while end > 0:
-                start = max(0, end - block)
-                f.seek(start)
-                chunk = f.read(end - start)
-                cut = chunk.rfind(b"\n")
-                if cut >= 0:
-                    keep = start + cut + 1
-                    break
-                end = start
+            keep = _line_start(f, size)  # cut after the last complete line
             f.truncate(keep)
             f.flush()
             os.fsync(f.fileno())
@@ -95,17 +84,25 @@ class StepLogWriter:
         self._dirty = False
 
 
-def _last_line(path: Path, block: int = 1 << 16) -> bytes:
-    """The last line of ``path`` (without its newline), read back from the end."""
+def _line_start(f: BinaryIO, end: int, block: int = 1 << 16) -> int:
+    """The offset just after the last newline before ``end`` (0 if none), read back in
+    blocks."""
+    while end > 0:
+        start = max(0, end - block)
+        f.seek(start)
+        cut = f.read(end - start).rfind(b"\n")
+        if cut >= 0:
+            return start + cut + 1
+        end = start
+    return 0
+
+
+def _last_line(path: Path) -> bytes:
+    """The last line of ``path`` (a log whose torn tail was cut: it ends with a newline)."""
     with open(path, "rb") as f:
-        end = f.seek(0, os.SEEK_END)
-        tail = b""
-        while end > 0:
-            start = max(0, end - block)
-            f.seek(start)
-            tail = f.read(end - start) + tail
-            cut = tail.rstrip(b"\n").rfind(b"\n")
-            if cut >= 0:
-                return tail[cut + 1 :].rstrip(b"\n")
-            end = start
-        return tail.rstrip(b"\n")
+        end = f.seek(0, os.SEEK_END) - 1  # the last line's newline
+        if end < 0:
+            return b""
+        start = _line_start(f, end)
+        f.seek(start)
+        return f.read(end - start)

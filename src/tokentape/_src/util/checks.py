@@ -14,6 +14,16 @@ def is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def as_parameter(name: str) -> str:
+    """A parameter as a message names it to a Python caller: its own name."""
+    return name
+
+
+def as_flag(name: str) -> str:
+    """A parameter as a message names it on the command line: ``dp_rank`` -> ``--dp-rank``."""
+    return "--" + name.replace("_", "-")
+
+
 def as_index(name: str, value: object) -> int:
     """An integer argument (a Python or numpy integer, not a ``bool``: a float is refused,
     never truncated), as an ``int``."""
@@ -37,9 +47,7 @@ def check_mb(flag: str, value: object) -> None:
 
 def check_count(flag: str, value: object, low: int, high: int) -> None:
     """An integer in ``[low, high]``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ArgumentError(f"{flag} must be an integer, got {value!r}")
-    if not low <= int(value) <= high:  # int() is exact for an Integral
+    if not low <= as_index(flag, value) <= high:
         raise ArgumentError(f"{flag} must be between {low} and {high:,}, got {value}")
 
 

@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,plot,torch,megatron,ray]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,plot,torch,megatron,ray,s3]'
 	touch $(STAMP)
 
 demo: $(STAMP)

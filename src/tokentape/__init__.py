@@ -23,6 +23,7 @@ from tokentape._src.util.version import __version__
 from tokentape.errors import (
     ArgumentError,
     InputError,
+    ObjectStorageError,
     OutOfRangeError,
     OutputError,
     PlanError,
@@ -68,6 +69,7 @@ __all__ = [
     "InputError",
     "Loader",
     "MegatronSource",
+    "ObjectStorageError",
     "OutOfRangeError",
     "OutputError",
     "Plan",

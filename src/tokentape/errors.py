@@ -140,6 +140,31 @@ class OutputError(TokentapeError):
     """
 
 
+class ObjectStorageError(TokentapeError):
+    """Object storage kept failing: a read or write of one object failed on every attempt.
+
+    Raised after the retry budget (``TOKENTAPE_IO_RETRIES`` attempts with exponential backoff)
+    on 5xx answers, throttling, dropped connections, timeouts or bodies cut short. The message
+    names the object and the last error, never a credential.
+
+    Attributes:
+        url: The object (or prefix) that could not be read or written.
+        last_error: The last attempt's error, one line.
+    """
+
+    def __init__(self, message: str, *, url: str = "", last_error: str = "") -> None:
+        """Carry the message, the object's URL and the last error.
+
+        Args:
+            message: The one-line message.
+            url: The object's URL.
+            last_error: The last attempt's error.
+        """
+        super().__init__(message)
+        self.url = url
+        self.last_error = last_error
+
+
 def _reworded(exc: _E, message: str) -> _E:
     """``exc``'s type and data under another message.
 

@@ -7,6 +7,7 @@ import json
 from dataclasses import fields
 
 from tokentape._src.cli.progress import terminal_bar
+from tokentape._src.cli.storage import add_storage_options
 from tokentape._src.render.text import dropped_text
 from tokentape._src.tokenize.driver import TokenizeSummary, tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
@@ -108,6 +109,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--overwrite",
         action="store_true",
         help="replace a store or unfinished run with other settings in --out",
+    )
+    add_storage_options(p)
+    p.add_argument(
+        "--work-dir",
+        metavar="DIR",
+        help="with an object URL as --out: the local directory the store is built in before "
+        "upload (default ~/.cache/tokentape/uploads/<hash of --out>)",
     )
     p.add_argument("--json", action="store_true", help="print a JSON summary, no progress bar")
     p.set_defaults(func=cmd)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from tokentape._src.store.format import (
     numpy_dtype,
     parse_manifest,
 )
+from tokentape._src.store.objects import check_storage_options
 from tokentape._src.store.output import WORK_DIR, clear_out, discard_store, is_store_file
 from tokentape._src.tokenize.inputs import InputFile
 from tokentape._src.util.checks import check_count, check_mb, check_path, check_text
@@ -76,6 +77,12 @@ class TokenizeConfig:
     """Input MiB per unit of work (the grain of parallelism and of resumption); None: auto."""
     overwrite: bool = False
     """Replace a store or an unfinished run with other settings in ``out``."""
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    """fsspec options for object URLs among the inputs and ``out`` (e.g. ``endpoint_url``);
+    never written to the store or printed."""
+    work_dir: str | None = None
+    """With an object URL as ``out``: the local directory the store is built in before it is
+    uploaded (None: ``~/.cache/tokentape/uploads/<hash of out>``)."""
 
     def __post_init__(self) -> None:
         inputs = self.inputs
@@ -108,6 +115,9 @@ class TokenizeConfig:
             check_mb("--unit-mb", self.unit_mb)
         if not isinstance(self.overwrite, bool):
             raise ArgumentError(f"overwrite: expected True or False, got {self.overwrite!r}")
+        check_storage_options(self.storage_options, "--storage-options")
+        if self.work_dir is not None:
+            check_path("--work-dir", self.work_dir)
 
     def unit_bytes(self, total_input_bytes: int) -> int:
         """``unit_mb``, or by default a size that depends on the inputs alone (never on the

@@ -1,0 +1,30 @@
+"""The object-storage flag shared by the commands that read or write object URLs."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from tokentape._src.store.objects import parse_storage_options
+from tokentape.errors import InputError
+
+STORAGE_HELP = (
+    "fsspec options for s3:// (gs://, az://) paths, as a JSON object, e.g. "
+    '\'{"endpoint_url": "http://minio:9000"}\'; credentials come from the AWS_* variables '
+    "or a profile (never printed or written)"
+)
+
+
+def storage_options_arg(text: str) -> dict[str, Any]:
+    """argparse type of ``--storage-options``: a JSON object."""
+    try:
+        return parse_storage_options(text, "--storage-options")
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--storage-options: ")) from None
+
+
+def add_storage_options(p: argparse.ArgumentParser) -> None:
+    """``--storage-options JSON`` (into ``args.storage_options``, default ``{}``)."""
+    p.add_argument(
+        "--storage-options", type=storage_options_arg, default={}, metavar="JSON", help=STORAGE_HELP
+    )

@@ -1,0 +1,404 @@
+"""Object storage: which paths are object URLs, and reading and writing objects with retries.
+
+A location is a local path or an object URL (``s3://bucket/key``, and whatever else fsspec
+knows: ``gs://``, ``az://``...); ``is_url`` tells which. Object storage goes through fsspec
+(``s3fs`` for S3), installed by the ``tokentape[s3]`` extra and imported only when a URL is
+used. Endpoint and credentials come from the standard places (``AWS_ENDPOINT_URL``,
+``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, profiles) and from ``storage_options`` (the
+keyword arguments of the fsspec filesystem, e.g. ``{"endpoint_url": ...}``).
+
+Every call retries with exponential backoff on anything but "not found" and "access denied"
+(5xx, throttling, resets, timeouts, a body shorter than asked for): ``TOKENTAPE_IO_RETRIES``
+attempts in all (default 6), the first wait ``TOKENTAPE_IO_BACKOFF`` seconds (default 0.2),
+doubling up to 5 s. After the last attempt an ``ObjectStorageError`` names the object and the
+last error, in one line. Messages never carry a credential: ``redact`` removes every secret
+this process knows of (the AWS variables, secret-looking storage options) from any text built
+from a library's error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from tokentape.errors import ArgumentError, InputError, ObjectStorageError
+
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", re.DOTALL)
+_SECRET_KEY = re.compile(r"secret|token|password|passwd|credential|sas|account_key|^key$", re.I)
+_SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
+_ENDPOINT_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_ACCESS_KEY_ID")
+MAX_BACKOFF = 5.0
+EXTRA_HINT = "object storage needs fsspec and s3fs: pip install 'tokentape[s3]'"
+
+StorageOptions = Mapping[str, Any]
+"""The keyword arguments of the fsspec filesystem of a URL's scheme (JSON-friendly)."""
+
+_T = TypeVar("_T")
+
+
+def is_url(path: object) -> bool:
+    """Whether ``path`` is an object URL (``scheme://...``, not ``file://``)."""
+    if not isinstance(path, str):
+        return False
+    match = _URL.match(path)
+    return match is not None and match.group(1).lower() != "file"
+
+
+def join(base: str, name: str) -> str:
+    """``name`` (a plain file name) inside the URL "directory" ``base``."""
+    return base.rstrip("/") + "/" + name
+
+
+def parent(url: str) -> str:
+    """The URL "directory" holding ``url``."""
+    scheme, _, rest = url.partition("://")
+    head, _, _ = rest.rstrip("/").rpartition("/")
+    return f"{scheme}://{head}"
+
+
+def basename(url: str) -> str:
+    """The last component of ``url``."""
+    return url.rstrip("/").rpartition("/")[2]
+
+
+def parse_storage_options(text: str, where: str) -> dict[str, Any]:
+    """A ``--storage-options`` value: a JSON object (the fsspec filesystem's keyword
+    arguments)."""
+    try:
+        value = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise InputError(f"{where}: not valid JSON ({exc})") from None
+    return check_storage_options(value, where)
+
+
+def check_storage_options(value: object, where: str) -> dict[str, Any]:
+    """``value`` when it is a JSON object with text keys, else an error naming ``where``."""
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise ArgumentError(f"{where}: expected an object of options (name → value)")
+    return dict(value)
+
+
+def secret_keys(options: StorageOptions, prefix: str = "") -> list[str]:
+    """The (dotted) names of the options that look like credentials."""
+    found = []
+    for key, value in options.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            found += secret_keys(value, name + ".")
+        elif _SECRET_KEY.search(str(key)):
+            found.append(name)
+    return found
+
+
+def _secret_values(options: StorageOptions) -> Iterator[str]:
+    for key, value in options.items():
+        if isinstance(value, Mapping):
+            yield from _secret_values(value)
+        elif _SECRET_KEY.search(str(key)) and isinstance(value, str):
+            yield value
+
+
+_known_secrets: set[str] = set()
+_secrets_lock = threading.Lock()
+
+
+def _remember_secrets(options: StorageOptions) -> None:
+    with _secrets_lock:
+        _known_secrets.update(s for s in _secret_values(options) if len(s) >= 4)
+
+
+def redact(text: str) -> str:
+    """``text`` with every credential this process knows of replaced by ``***``."""
+    secrets = {os.environ.get(name, "") for name in _SECRET_ENV} | _known_secrets
+    for secret in sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return redact(f"{type(exc).__name__}: {text}" if not str(exc).strip() else text)
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """An object's URL, size in bytes, and a version tag (ETag or modification time)."""
+
+    url: str
+    size: int
+    version: str
+
+
+@dataclass(frozen=True)
+class Retry:
+    """How often and how patiently a call is retried (from the environment by default)."""
+
+    attempts: int
+    backoff: float
+
+    @classmethod
+    def from_env(cls) -> Retry:
+        try:
+            attempts = int(os.environ.get("TOKENTAPE_IO_RETRIES", "6"))
+            backoff = float(os.environ.get("TOKENTAPE_IO_BACKOFF", "0.2"))
+        except ValueError:
+            raise InputError(
+                "TOKENTAPE_IO_RETRIES must be an integer and TOKENTAPE_IO_BACKOFF a number"
+            ) from None
+        return cls(max(1, attempts), max(0.0, backoff))
+
+
+class _Short(OSError):
+    """A body shorter (or longer) than the range asked for: retried like a reset."""
+
+
+def _permanent(exc: BaseException) -> bool:
+    return isinstance(exc, FileNotFoundError | PermissionError | IsADirectoryError)
+
+
+def _fsspec() -> Any:
+    try:
+        import fsspec
+    except ImportError:
+        raise InputError(EXTRA_HINT) from None
+    return fsspec
+
+
+_filesystems: dict[str, Any] = {}
+_fs_lock = threading.Lock()
+
+
+def _filesystem(protocol: str, options: StorageOptions) -> Any:
+    """The fsspec filesystem for ``protocol`` with ``options`` (one per distinct setting and
+    endpoint environment); S3's own retries are off: ``ObjectStore`` retries."""
+    opts = dict(options)
+    if protocol in ("s3", "s3a"):
+        config = dict(opts.get("config_kwargs", {}))
+        config.setdefault("retries", {"max_attempts": 1, "mode": "standard"})
+        config.setdefault("connect_timeout", 10)
+        config.setdefault("read_timeout", 60)
+        opts["config_kwargs"] = config
+    env = {name: os.environ.get(name) for name in _ENDPOINT_ENV}
+    key = json.dumps([protocol, opts, env], sort_keys=True, default=repr)
+    with _fs_lock:
+        fs = _filesystems.get(key)
+        if fs is None:
+            fsspec = _fsspec()
+            try:
+                fs = fsspec.filesystem(protocol, skip_instance_cache=True, **opts)
+            except ImportError as exc:
+                raise InputError(f"{protocol}:// URLs: {exc}; {EXTRA_HINT}") from None
+            except (ValueError, TypeError) as exc:
+                raise InputError(f"storage options for {protocol}://: {_one_line(exc)}") from None
+            if protocol in ("s3", "s3a"):
+                fs.retries = 1  # s3fs's own retry loop: off (ObjectStore.call retries)
+            _filesystems[key] = fs
+    return fs
+
+
+class ObjectStore:
+    """Objects under one scheme and set of storage options, every call retried."""
+
+    def __init__(self, protocol: str, options: StorageOptions | None = None) -> None:
+        self.protocol = protocol
+        self.options = dict(options or {})
+        _remember_secrets(self.options)
+        self.fs = _filesystem(protocol, self.options)
+        self.retry = Retry.from_env()
+
+    def _key(self, url: str) -> str:
+        return self.fs._strip_protocol(url)
+
+    def call(self, what: str, url: str, fn: Callable[[], _T]) -> _T:
+        """``fn()`` with retries; ``what`` and ``url`` name it in the final error."""
+        delay = self.retry.backoff
+        for attempt in range(1, self.retry.attempts + 1):
+            try:
+                return fn()
+            except Exception as exc:
+                if _permanent(exc):
+                    raise
+                if attempt == self.retry.attempts:
+                    raise ObjectStorageError(
+                        f"{url}: {what} failed after {attempt} attempts ({_one_line(exc)})",
+                        url=url,
+                        last_error=_one_line(exc),
+                    ) from None
+            time.sleep(delay)
+            delay = min(MAX_BACKOFF, delay * 2)
+        raise AssertionError("unreachable")
+
+    def info(self, url: str) -> ObjectInfo | None:
+        """The object at ``url``, or None when there is none (or it is a "directory")."""
+
+        def get() -> dict[str, Any] | None:
+            try:
+                return self.fs.info(self._key(url))
+            except FileNotFoundError:
+                return None
+
+        self.fs.invalidate_cache()
+        found = self.call("reading the object's size", url, get)
+        if found is None or found.get("type") != "file":
+            return None
+        return ObjectInfo(url, int(found["size"]), _version(found))
+
+    def exists_dir(self, url: str) -> bool:
+        """Whether any object lies under the prefix ``url/``."""
+        self.fs.invalidate_cache()
+        return bool(self.call("listing", url, lambda: self.fs.find(self._key(url), maxdepth=1)))
+
+    def find(self, url: str) -> list[ObjectInfo]:
+        """Every object under the prefix ``url/`` (recursively), sorted by URL."""
+        self.fs.invalidate_cache()
+        found = self.call("listing", url, lambda: self.fs.find(self._key(url), detail=True))
+        return sorted(
+            (self._info(name, d) for name, d in found.items() if d.get("type") == "file"),
+            key=lambda i: i.url,
+        )
+
+    def glob(self, pattern: str) -> list[ObjectInfo]:
+        """The objects matching ``pattern`` (``*``, ``?``, ``[...]``, ``**``), sorted."""
+        self.fs.invalidate_cache()
+        found = self.call("listing", pattern, lambda: self.fs.glob(self._key(pattern), detail=True))
+        return sorted(
+            (self._info(name, d) for name, d in found.items() if d.get("type") == "file"),
+            key=lambda i: i.url,
+        )
+
+    def glob_dirs(self, pattern: str) -> list[str]:
+        """The "directories" (prefixes) matching ``pattern``, as URLs."""
+        found = self.call("listing", pattern, lambda: self.fs.glob(self._key(pattern), detail=True))
+        return sorted(self._url(n) for n, d in found.items() if d.get("type") == "directory")
+
+    def _url(self, key: str) -> str:
+        return f"{self.protocol}://{key}"
+
+    def _info(self, key: str, detail: Mapping[str, Any]) -> ObjectInfo:
+        return ObjectInfo(self._url(key), int(detail.get("size") or 0), _version(detail))
+
+    def read(self, url: str, start: int | None = None, stop: int | None = None) -> bytes:
+        """Bytes ``[start, stop)`` of the object (the whole object without a range); a body of
+        another length than asked for is retried."""
+
+        def get() -> bytes:
+            data = self.fs.cat_file(self._key(url), start=start, end=stop)
+            if start is not None and stop is not None and len(data) != stop - start:
+                raise _Short(f"got {len(data)} bytes of a {stop - start}-byte range")
+            return data
+
+        return self.call("reading", url, get)
+
+    def read_whole(self, url: str, size: int) -> bytes:
+        """The whole object, which must hold ``size`` bytes (a shorter body is retried)."""
+        if size == 0:
+            return b""
+        return self.read(url, 0, size)
+
+    def put_bytes(self, url: str, data: bytes, metadata: Mapping[str, str] | None = None) -> None:
+        """Write the object ``url`` (replaced whole, atomically for readers)."""
+        kwargs = {"Metadata": dict(metadata)} if metadata and self.protocol == "s3" else {}
+        self.call("writing", url, lambda: self.fs.pipe_file(self._key(url), data, **kwargs))
+
+    def put_file(
+        self, local: str | os.PathLike[str], url: str, metadata: Mapping[str, str] | None = None
+    ) -> None:
+        """Upload the local file ``local`` to ``url`` (multipart when large)."""
+        kwargs = {"Metadata": dict(metadata)} if metadata and self.protocol == "s3" else {}
+        self.call(
+            "uploading", url, lambda: self.fs.put_file(os.fspath(local), self._key(url), **kwargs)
+        )
+
+    def metadata(self, url: str) -> dict[str, str]:
+        """The user metadata of the object (empty where the scheme has none)."""
+        if self.protocol != "s3":
+            return {}
+        found = self.call("reading metadata", url, lambda: self.fs.metadata(self._key(url)))
+        return {str(k).lower(): str(v) for k, v in (found or {}).items()}
+
+    def delete(self, url: str) -> None:
+        """Remove the object ``url`` (nothing when there is none)."""
+
+        def rm() -> None:
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm_file(self._key(url))
+
+        self.call("deleting", url, rm)
+
+    def open_reader(self, url: str, size: int, buffer_bytes: int = 8 * 2**20) -> io.BufferedReader:
+        """A seekable, buffered reader of the object (``size`` bytes), every read a retried
+        ranged GET: inputs are streamed, never copied to disk first."""
+        return io.BufferedReader(_RangeFile(self, url, size), buffer_size=buffer_bytes)
+
+
+class _RangeFile(io.RawIOBase):
+    """A read-only raw file over ranged GETs of one object."""
+
+    def __init__(self, store: ObjectStore, url: str, size: int) -> None:
+        self.store, self.url, self.size, self.pos = store, url, size, 0
+        self.name = url
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        stop = min(self.size, self.pos + len(view))
+        if stop <= self.pos:
+            return 0
+        data = self.store.read(self.url, self.pos, stop)
+        view[: len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+
+def _version(detail: Mapping[str, Any]) -> str:
+    for key in ("ETag", "etag", "md5", "LastModified", "last_modified", "mtime"):
+        if detail.get(key) is not None:
+            return str(detail[key]).strip('"')
+    return ""
+
+
+def object_store(url: str, options: StorageOptions | None = None) -> ObjectStore:
+    """The ``ObjectStore`` for ``url``'s scheme with ``options``."""
+    match = _URL.match(url)
+    if match is None:
+        raise ArgumentError(f"'{url}' is not an object URL (scheme://bucket/key)")
+    return ObjectStore(match.group(1).lower(), options)
+
+
+__all__ = [
+    "EXTRA_HINT",
+    "ObjectInfo",
+    "ObjectStore",
+    "Retry",
+    "StorageOptions",
+    "basename",
+    "check_storage_options",
+    "is_url",
+    "join",
+    "object_store",
+    "parent",
+    "parse_storage_options",
+    "redact",
+    "secret_keys",
+]

@@ -192,7 +192,7 @@ def tokenize(config: TokenizeConfig, progress: ProgressCallback | None = None) -
     started = time.monotonic()
     tokenizer = load_tokenizer(config.tokenizer, config.eod_token)
     filters = parse_filters(config.filters)
-    files = expand_inputs(config.inputs)
+    files = expand_inputs(config.inputs, config.storage_options)
     unit_bytes = config.unit_bytes(sum(f.size for f in files))
     units = plan_units(files, unit_bytes)
     dtype = choose_dtype(tokenizer.vocab_size) if config.dtype == "auto" else config.dtype
@@ -270,6 +270,7 @@ def _run(job: _Job, out: Path, progress: ProgressCallback | None) -> TokenizeSum
             dtype=job.dtype,
             id_limit=min(job.tokenizer.vocab_size, 2 ** (8 * itemsize)),
             work_dir=str(unit_dir),
+            storage_options=dict(config.storage_options),
         )
         finished = {u.index: _finished(unit_dir, u, job.dtype) for u in units}
         pending = [u for u in units if finished[u.index] is None]

@@ -54,9 +54,9 @@ import json
 import os
 import re
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -226,8 +226,11 @@ def _input_file(path: str) -> InputFile:
     return InputFile(path=path, kind=kind, size=st.st_size, mtime_ns=st.st_mtime_ns)
 
 
-def expand_inputs(specs: Sequence[str]) -> list[InputFile]:
-    """The input files named by ``specs`` (files, directories, globs), in the documented order."""
+def expand_inputs(
+    specs: Sequence[str], storage_options: Mapping[str, Any] | None = None
+) -> list[InputFile]:
+    """The input files named by ``specs`` (files, directories, globs), in the documented order;
+    ``storage_options`` are the fsspec options of object URLs among them."""
     seen: set[str] = set()
     files: list[InputFile] = []
     for spec in specs:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -38,6 +38,8 @@ class WorkerSettings:
     dtype: str
     id_limit: int  # every id must be below this: min(vocab size, 2**bits of dtype)
     work_dir: str
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    """fsspec options for object URLs among the inputs (``TokenizeConfig.storage_options``)."""
 
 
 @dataclass(frozen=True)

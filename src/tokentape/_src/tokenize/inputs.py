@@ -17,6 +17,12 @@ Which files, in which order (``expand_inputs``):
   appears.
 - It is an error when an input does not exist, a glob matches no supported file, a directory
   holds no supported file, a file cannot be read, or no file is left at all.
+- Object URLs (``s3://bucket/key``...) follow the same rules, a prefix standing for a
+  directory (``tokenize.remote_inputs``); they are streamed with ranged GETs, never copied to
+  disk first, and a store made from them is byte-identical to one made from the same files on
+  local disk (same shards, same content hash; the manifest records the URLs as its input paths,
+  so its ``job`` hash differs). An object's size and version tag (ETag) stand for a file's size
+  and modification time: an object that changed since planning is refused, as a file is.
 
 Units of work (``plan_units``), a pure function of the files (sizes, and for big files the
 positions of line breaks or parquet row groups) and ``unit_bytes``:
@@ -55,13 +61,15 @@ import os
 import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
+from tokentape._src.store.objects import is_url
+from tokentape._src.tokenize import remote_inputs
 from tokentape.errors import InputError
 
 SUPPORTED_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".txt")
@@ -69,6 +77,7 @@ SUPPORTED_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".txt")
 READ_BLOCK = 1 << 20  # bytes read (or decompressed) per step of the jsonl reader
 ZSTD_INPUT_BLOCK = 1 << 12  # compressed bytes per zstandard call (bounds its output: ~30,000x)
 SCAN_BLOCK = 1 << 16  # bytes read per step when looking for a line break to cut at
+PARQUET_BUFFER = 1 << 16  # an object's read-ahead for parquet (column chunks are read whole)
 _GLOB_CHARS = frozenset("*?[")
 _BOM = b"\xef\xbb\xbf"
 _MAX_FIELDS_SHOWN = 12
@@ -83,8 +92,12 @@ class InputFile:
 
     path: str  # as the user spelled it / as expanded (used in messages and the manifest)
     kind: str  # "jsonl" | "jsonl.gz" | "jsonl.zst" | "parquet" | "txt"
-    size: int  # bytes on disk
-    mtime_ns: int
+    size: int  # bytes on disk (or in the object)
+    mtime_ns: int  # an object: ``remote_inputs.version_number`` of its version tag
+    version: str = ""  # an object's version tag (ETag); "" for a local file
+    storage_options: Mapping[str, Any] = field(
+        default_factory=dict, compare=False, repr=False
+    )  # an object's fsspec options (what it was listed with), to read it while planning
 
 
 @dataclass(frozen=True)
@@ -226,6 +239,13 @@ def _input_file(path: str) -> InputFile:
     return InputFile(path=path, kind=kind, size=st.st_size, mtime_ns=st.st_mtime_ns)
 
 
+def _object_file(path: str, size: int, version: str, options: Mapping[str, Any]) -> InputFile:
+    kind = file_kind(path)
+    assert kind is not None
+    mtime = remote_inputs.version_number(version)
+    return InputFile(path, kind, size, mtime, version=version, storage_options=options)
+
+
 def expand_inputs(
     specs: Sequence[str], storage_options: Mapping[str, Any] | None = None
 ) -> list[InputFile]:
@@ -233,8 +253,18 @@ def expand_inputs(
     ``storage_options`` are the fsspec options of object URLs among them."""
     seen: set[str] = set()
     files: list[InputFile] = []
+    options = dict(storage_options or {})
     for spec in specs:
-        for path in _expand_spec(os.fspath(spec)):
+        spec = os.fspath(spec)
+        if is_url(spec):
+            for path, found in remote_inputs.expand_url(
+                spec, options, lambda name: file_kind(name) is not None, _supported_list()
+            ):
+                if found.url not in seen:
+                    seen.add(found.url)
+                    files.append(_object_file(path, found.size, found.version, options))
+            continue
+        for path in _expand_spec(spec):
             real = os.path.realpath(path)
             if real in seen:
                 continue
@@ -256,7 +286,7 @@ def _line_cuts(file: InputFile, unit_bytes: int) -> list[int]:
     list starts with 0 and ends with the file size. Only the bytes near each cut are read.
     """
     cuts = [0]
-    with _open_planned(file) as f:
+    with _open_input(file, SCAN_BLOCK) as f:
         while True:
             target = cuts[-1] + unit_bytes
             if target >= file.size:
@@ -285,11 +315,17 @@ def _next_line_start(f: BinaryIO, target: int, size: int) -> int:
 
 
 @contextlib.contextmanager
-def _open_planned(file: InputFile) -> Iterator[BinaryIO]:
-    try:
-        f = open(file.path, "rb")  # noqa: SIM115 - closed below
-    except OSError as err:
-        raise InputError(f"{file.path}: cannot open ({err.strerror})") from None
+def _open_input(file: InputFile, buffer_bytes: int = -1) -> Iterator[BinaryIO]:
+    """The file, or the object streamed with ranged GETs (``buffer_bytes`` at a time at
+    least; local files: Python's buffering, 0 for none)."""
+    if is_url(file.path):
+        buffer = READ_BLOCK if buffer_bytes <= 0 else buffer_bytes
+        f = remote_inputs.open_object(file.path, file.size, file.storage_options, buffer)
+    else:
+        try:
+            f = open(file.path, "rb", buffering=buffer_bytes)  # noqa: SIM115 - closed below
+        except OSError as err:
+            raise InputError(f"{file.path}: cannot open ({err.strerror})") from None
     with f:
         yield f
 
@@ -360,8 +396,13 @@ def plan_units(files: Sequence[InputFile], unit_bytes: int) -> list[Unit]:
 # read_documents
 
 
-def read_documents(part: UnitPart, text_key: str) -> Iterator[str]:
-    """The documents of ``part``, in file order."""
+def read_documents(
+    part: UnitPart, text_key: str, storage_options: Mapping[str, Any] | None = None
+) -> Iterator[str]:
+    """The documents of ``part``, in file order; ``storage_options`` (the job's, for an object
+    URL) replace those the file was listed with."""
+    if storage_options is not None and is_url(part.file.path):
+        part = replace(part, file=replace(part.file, storage_options=dict(storage_options)))
     _check_unchanged(part.file)
     kind = part.file.kind
     if kind == "txt":
@@ -374,6 +415,9 @@ def read_documents(part: UnitPart, text_key: str) -> Iterator[str]:
 
 
 def _check_unchanged(file: InputFile) -> None:
+    if is_url(file.path):
+        remote_inputs.check_unchanged(file.path, file.size, file.version, file.storage_options)
+        return
     try:
         size = os.stat(file.path).st_size
     except OSError as err:
@@ -399,11 +443,14 @@ def _json_type(value: object) -> str:
 
 
 def _read_txt(file: InputFile) -> Iterator[str]:
-    try:
-        with open(file.path, "rb") as f:
-            data = f.read()
-    except OSError as err:
-        raise InputError(f"{file.path}: cannot read ({err.strerror})") from None
+    if is_url(file.path):
+        data = remote_inputs.read_object(file.path, file.size, file.storage_options)
+    else:
+        try:
+            with open(file.path, "rb") as f:
+                data = f.read()
+        except OSError as err:
+            raise InputError(f"{file.path}: cannot read ({err.strerror})") from None
     if data.startswith(_BOM):
         data = data[len(_BOM) :]
     try:
@@ -423,11 +470,21 @@ def _is_string_type(t: pa.DataType) -> bool:
     return pa.types.is_string(t) or pa.types.is_large_string(t) or bool(is_view and is_view(t))
 
 
-def _open_parquet(file: InputFile) -> pq.ParquetFile:
-    try:
-        return pq.ParquetFile(file.path)
-    except (OSError, pa.ArrowException) as err:
-        raise InputError(f"{file.path}: not a readable parquet file ({_one_line(err)})") from None
+@contextlib.contextmanager
+def _open_parquet(file: InputFile) -> Iterator[pq.ParquetFile]:
+    """The parquet file (an object: over a buffered ranged-GET reader, closed after)."""
+    with contextlib.ExitStack() as stack:
+        source: Any = file.path
+        if is_url(file.path):
+            source = stack.enter_context(_open_input(file, PARQUET_BUFFER))
+        try:
+            pf = pq.ParquetFile(source)
+        except (OSError, pa.ArrowException) as err:
+            raise InputError(
+                f"{file.path}: not a readable parquet file ({_one_line(err)})"
+            ) from None
+        with pf:
+            yield pf
 
 
 def _read_parquet(part: UnitPart, text_key: str) -> Iterator[str]:
@@ -466,11 +523,7 @@ def _parquet_texts(pf: pq.ParquetFile, part: UnitPart, text_key: str) -> Iterato
 
 def _plain_blocks(part: UnitPart) -> Iterator[bytes]:
     path = part.file.path
-    try:
-        f = open(path, "rb", buffering=0)  # noqa: SIM115 - closed below
-    except OSError as err:
-        raise InputError(f"{path}: cannot open ({err.strerror})") from None
-    with f:
+    with _open_input(part.file, 0 if not is_url(path) else READ_BLOCK) as f:
         f.seek(part.start)
         left = part.stop - part.start
         while left > 0:
@@ -487,7 +540,7 @@ def _plain_blocks(part: UnitPart) -> Iterator[bytes]:
 def _gzip_blocks(part: UnitPart) -> Iterator[bytes]:
     path = part.file.path
     try:
-        with gzip.open(path, "rb") as f:
+        with _open_input(part.file) as raw, gzip.open(raw, "rb") as f:
             while block := f.read(READ_BLOCK):
                 yield block
     except (OSError, EOFError, zlib.error) as err:
@@ -507,7 +560,7 @@ def _zstd_blocks(part: UnitPart) -> Iterator[bytes]:
     pending: list[bytes] = []
     n_pending = 0
     try:
-        with open(path, "rb") as f:
+        with _open_input(part.file) as f:
             while data := f.read(ZSTD_INPUT_BLOCK):
                 while data:
                     in_frame = True
@@ -578,7 +631,7 @@ def _newlines_before(part: UnitPart) -> int:
         return 0
     count = 0
     left = part.start
-    with open(part.file.path, "rb", buffering=0) as f:
+    with _open_input(part.file, 0 if not is_url(part.file.path) else READ_BLOCK) as f:
         while left > 0:
             block = f.read(min(READ_BLOCK, left))
             if not block:

@@ -96,9 +96,9 @@ def _batches(items: Iterable[_T], size: int) -> Iterator[list[_T]]:
         yield batch
 
 
-def _documents(unit: Unit, text_key: str) -> Iterator[tuple[UnitPart, str]]:
+def _documents(unit: Unit, settings: WorkerSettings) -> Iterator[tuple[UnitPart, str]]:
     for part in unit.parts:
-        for text in read_documents(part, text_key):
+        for text in read_documents(part, settings.text_key, settings.storage_options):
             yield part, text
 
 
@@ -147,7 +147,7 @@ def tokenize_unit(
     docs_in = text_bytes = n_tokens = 0
     eod = tokenizer.eod_id
     with atomic_writer(bin_path) as out:
-        for batch in _batches(_documents(unit, settings.text_key), BATCH_DOCS):
+        for batch in _batches(_documents(unit, settings), BATCH_DOCS):
             texts = [text for _, text in batch]
             flat, counts = tokenizer.encode_flat(texts)
             reasons = [

@@ -41,6 +41,14 @@ The output is byte-identical for any --workers and either executor. With a clust
 inputs, the tokenizer and --out must be on storage every node sees at the same path (needs
 the ray extra: pip install 'tokentape[ray]'). Interrupted (even by kill -9), the same command
 resumes where it stopped.
+
+object storage (needs the s3 extra: pip install 'tokentape[s3]'):
+  tokentape tokenize data/web/ --out s3://bucket/stores/web --tokenizer tok.json
+--out s3://... builds the store in a local directory (--work-dir; default
+~/.cache/tokentape/uploads/<hash of the URL>), then uploads it, manifest.json last: a reader
+never sees an incomplete store. A rerun uploads only objects missing or different (size and
+sha256 metadata); the local copy is removed after the upload. The writer lock is the work
+directory's: it keeps out a second writer on this machine, not one on another machine.
 """
 
 
@@ -53,7 +61,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="files, directories or globs")
-    p.add_argument("--out", required=True, metavar="DIR", help="output store directory")
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="output store directory, or an object URL (s3://bucket/prefix)",
+    )
     p.add_argument("--tokenizer", default="bytes", metavar="SPEC", help="default: bytes")
     p.add_argument("--eod-token", metavar="TOKEN", help="end-of-document token to use")
     p.add_argument("--text-key", default="text", metavar="KEY", help="default: text")

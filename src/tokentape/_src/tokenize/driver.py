@@ -14,6 +14,19 @@ The run holds the output's writer lock (``store.lock``) throughout: a second wri
 ``--overwrite`` of a complete store builds the new one in a hidden sibling directory
 (``job.staging_dir``) and swaps it in whole (``store.atomic.replace_directory``), so a reader
 opening ``OUT`` finds the old store or the new one, never neither.
+
+An object URL as ``out`` (``s3://bucket/stores/web``): the store is built exactly as above in a
+local directory (``config.work_dir``, by default ``~/.cache/tokentape/uploads/<hash of the
+URL>``, see ``store.upload.upload_work_dir``), then uploaded once it is complete: shard files
+and the tokenizer copy a few at a time, ``manifest.json`` last (``store.upload``), so a reader
+never finds an incomplete store under the URL. (Shards are uploaded after the local build, not
+while it assembles them.) A rerun verifies what is already uploaded (size and ``sha256``
+metadata) and uploads only the rest; a URL whose manifest is this job's is "already complete"
+without any local work. The writer lock is the local build directory's: it excludes another
+writer on this machine (or one sharing that directory), not one on another machine with its own
+work directory. The build directory is scratch space: what another job left there is replaced,
+and after a successful upload the local store is removed (only the files tokentape writes).
+With ``--executor ray`` on a cluster, the work directory must be on storage every node sees.
 """
 
 from __future__ import annotations
@@ -24,7 +37,7 @@ import shutil
 import time
 from collections import Counter
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,12 +50,14 @@ from tokentape._src.store.format import (
     numpy_dtype,
 )
 from tokentape._src.store.lock import output_lock
+from tokentape._src.store.objects import is_url, object_store
 from tokentape._src.store.output import WORK_DIR, clear_out, discard_store
 from tokentape._src.store.tokenizers import (
     Tokenizer,
     load_tokenizer,
     tokenizer_manifest,
 )
+from tokentape._src.store.upload import inspect_remote, upload_store, upload_work_dir
 from tokentape._src.store.writer import ShardWriter
 from tokentape._src.tokenize.filters import FilterSet, parse_filters
 from tokentape._src.tokenize.inputs import Unit, expand_inputs, plan_units
@@ -76,7 +91,7 @@ class TokenizeSummary:
     """What a tokenize run produced (also what ``--json`` prints).
 
     Attributes:
-        out: The store's directory, as given.
+        out: The store's directory or object URL, as given.
         status: ``"created"``, ``"resumed"`` (an interrupted run's work was reused) or
             ``"already complete"`` (the same job had finished: nothing was redone).
         dtype: The store's token dtype (``uint16`` or ``uint32``).
@@ -142,7 +157,7 @@ def _assemble(
 
 
 def _summary(
-    out: Path, manifest: Manifest, status: str, units_reused: int, seconds: float
+    out: str | Path, manifest: Manifest, status: str, units_reused: int, seconds: float
 ) -> TokenizeSummary:
     stats = manifest.filters
     return TokenizeSummary(
@@ -215,9 +230,32 @@ def tokenize(config: TokenizeConfig, progress: ProgressCallback | None = None) -
         resume_key={"job": job_hash, "mtime_ns": [f.mtime_ns for f in files]},
         started=started,
     )
+    if is_url(config.out):
+        return _to_url(job, config.out, progress)
     out = Path(config.out)
     with output_lock(out, "tokenize"):
-        return _run(job, out, progress)
+        return _run(job, out, progress, config.overwrite)
+
+
+def _to_url(job: _Job, url: str, progress: ProgressCallback | None) -> TokenizeSummary:
+    """Build the store in the local work directory (under its writer lock), then upload it to
+    ``url`` (see the module docstring)."""
+    config = job.config
+    store = object_store(url, config.storage_options)
+    local = Path(config.work_dir) if config.work_dir is not None else upload_work_dir(url)
+    with output_lock(local, "tokenize"):
+        remote = inspect_remote(store, url, job.job_hash, config.overwrite)
+        if remote is not None:
+            discard_store(local)  # what a run killed after its upload left behind
+            seconds = time.monotonic() - job.started
+            return _summary(url, remote, "already complete", len(job.units), seconds)
+        built = _run(job, local, progress, overwrite=True)  # the work directory is scratch
+        report = upload_store(store, local, url)
+        crashpoint("after-upload")
+        discard_store(local)
+    fresh = built.status == "created" and not report.kept
+    status = "created" if fresh else "resumed"
+    return replace(built, out=url, status=status, seconds=time.monotonic() - job.started)
 
 
 @dataclass(frozen=True)
@@ -237,11 +275,13 @@ class _Job:
     started: float
 
 
-def _run(job: _Job, out: Path, progress: ProgressCallback | None) -> TokenizeSummary:
+def _run(
+    job: _Job, out: Path, progress: ProgressCallback | None, overwrite: bool
+) -> TokenizeSummary:
     """The locked part of ``tokenize``: inspect ``out``, build, replace."""
     config, units = job.config, job.units
     stored = job.tokenizer.stored_file()
-    plan = inspect_out(out, job.job_hash, job.resume_key, config.overwrite, stored)
+    plan = inspect_out(out, job.job_hash, job.resume_key, overwrite, stored)
     build = plan.build
     work_dir = build / WORK_DIR
     if plan.state is OutState.COMPLETE:

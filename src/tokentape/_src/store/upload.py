@@ -1,0 +1,274 @@
+"""A store in object storage: what a prefix holds, and uploading a complete local store to it.
+
+A store at an object URL (``s3://bucket/stores/web``) has the same objects as a local store
+directory: every shard's ``.bin`` and ``.idx.npy``, the tokenizer copy, and ``manifest.json``.
+It is built in a local directory first; ``upload_store`` then puts it under the URL:
+
+1. A ``manifest.json`` already under the URL (an older store being replaced) is deleted
+   **first**: from then on no new reader takes the prefix for a complete store.
+2. Every other file, a few at a time (``UPLOAD_THREADS``; fsspec uploads a large one in
+   parts), each with the user metadata ``sha256`` = the hex sha256 of its bytes (the
+   manifest's ``bin_sha256``/``idx_sha256`` for shards). An object already there with the same
+   size and the same ``sha256`` metadata is kept, not uploaded again: a rerun after a kill
+   uploads only what is missing or different.
+3. ``manifest.json`` **last** (one PUT, atomic for readers): a reader that finds it finds every
+   object it names.
+4. Objects of an older store that the new one does not name (shards beyond its count) are
+   deleted after the new manifest is up.
+
+``inspect_remote`` decides, before any work, what the URL holds: nothing of ours yet, an
+unfinished upload (store objects without a manifest: resumed, each object checked as above),
+this job's complete store, another store (refused without ``overwrite``), or objects that are
+not a store's (refused, like a local directory that is not empty).
+
+One writer at a time is **not** enforced in the bucket: object storage has no lock. The caller
+holds the writer lock of its local build directory (``store.lock``), which excludes writers on
+this machine, or on any machine sharing that directory; two machines uploading to one URL from
+different work directories are not excluded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokentape._src.store.format import (
+    MANIFEST_NAME,
+    Manifest,
+    numpy_dtype,
+    parse_manifest,
+    read_manifest,
+    store_files,
+)
+from tokentape._src.store.objects import ObjectInfo, ObjectStore, join
+from tokentape._src.store.output import is_store_file
+from tokentape._src.util.faults import crashpoint
+from tokentape.errors import OutputError, StoreError
+
+UPLOAD_THREADS = 4
+"""Objects uploaded (or checked) at a time."""
+HASH_KEY = "sha256"
+"""The user-metadata key holding an uploaded object's content hash (hex sha256)."""
+UPLOADS_DIR = ("tokentape", "uploads")
+
+
+def upload_work_dir(url: str) -> Path:
+    """The default local build directory of a store headed for ``url``:
+    ``$XDG_CACHE_HOME/tokentape/uploads/<16 hex of sha256(url)>`` (``~/.cache`` when the
+    variable is unset or not absolute). Trailing slashes of ``url`` do not count."""
+    cache = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(cache) if os.path.isabs(cache) else Path.home() / ".cache"
+    digest = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16]
+    return base.joinpath(*UPLOADS_DIR, digest)
+
+
+def _listing(store: ObjectStore, url: str) -> dict[str, ObjectInfo]:
+    """The objects under ``url/``, by name relative to it."""
+    prefix = url.rstrip("/") + "/"
+    return {i.url[len(prefix) :]: i for i in store.find(url) if i.url.startswith(prefix)}
+
+
+def inspect_remote(store: ObjectStore, url: str, job_hash: str, overwrite: bool) -> Manifest | None:
+    """This job's complete store at ``url`` (its manifest), or None when the job's store is
+    to be uploaded there.
+
+    Raises:
+        OutputError: ``url`` is an object, or holds objects no store has (even with
+            ``overwrite``); or, without ``overwrite``, holds another job's store, this job's
+            store damaged, or a manifest that cannot be read.
+    """
+    if store.info(url) is not None:
+        raise OutputError(f"--out '{url}': an object, not a prefix; choose another URL")
+    found = _listing(store, url)
+    foreign = [name for name in found if "/" in name or not is_store_file(name)]
+    if foreign:
+        raise OutputError(
+            f"--out '{url}': not empty and not a tokentape store (found '{foreign[0]}'); "
+            "choose a new or empty prefix"
+        )
+    info = found.get(MANIFEST_NAME)
+    if info is None:
+        return None  # nothing there, or an unfinished upload: resumed object by object
+    manifest_url = join(url, MANIFEST_NAME)
+    data = store.read_whole(manifest_url, info.size)
+    problem = _problem(data, manifest_url, url, job_hash, found)
+    if isinstance(problem, Manifest):
+        return problem
+    if not overwrite:
+        raise OutputError(problem)
+    return None  # replaced
+
+
+def _problem(
+    data: bytes, manifest_url: str, url: str, job_hash: str, found: dict[str, ObjectInfo]
+) -> Manifest | str:
+    """The manifest ``data`` when it is this job's complete store, else why the store under
+    ``url`` must be replaced (a refusal without ``--overwrite``)."""
+    try:
+        manifest = parse_manifest(data.decode(), manifest_url)
+    except UnicodeDecodeError:
+        return (
+            f"{manifest_url}: not UTF-8 text; not a readable manifest; "
+            "pass --overwrite to replace the store"
+        )
+    except StoreError as exc:
+        return f"{exc}; pass --overwrite to replace the store"
+    if manifest.job != job_hash:
+        return (
+            f"--out '{url}': holds a store made from other inputs or settings; "
+            "pass --overwrite to replace it"
+        )
+    damage = remote_damage(manifest, found)
+    if damage is not None:
+        return (
+            f"--out '{url}': holds this job's store, but it is damaged ({damage}); "
+            "pass --overwrite to rebuild it"
+        )
+    return manifest
+
+
+def remote_damage(manifest: Manifest, found: dict[str, ObjectInfo]) -> str | None:
+    """What is wrong with a store whose manifest is up, from a listing of its prefix (cheap:
+    every object it names is there, shards of the sizes it records; ``verify`` rehashes)."""
+    itemsize = numpy_dtype(manifest.dtype).itemsize
+    sizes = {}
+    for shard in manifest.shards:
+        sizes[shard.bin_file] = shard.n_tokens * itemsize
+        sizes[shard.idx_file] = shard.idx_bytes
+    for name, _ in store_files(manifest):
+        info = found.get(name)
+        if info is None:
+            return f"{name} is missing"
+        if name in sizes and info.size != sizes[name]:
+            return f"{name} holds {info.size} bytes, the manifest says {sizes[name]}"
+    return None
+
+
+@dataclass(frozen=True)
+class UploadReport:
+    """What ``upload_store`` did: objects uploaded, objects found intact and kept, and old
+    objects deleted (an older store's manifest and the shards the new store does not name)."""
+
+    uploaded: tuple[str, ...]
+    kept: tuple[str, ...]
+    deleted: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _File:
+    name: str
+    path: Path
+    size: int
+    sha256: str
+
+
+def _local_files(local: Path, manifest: Manifest) -> list[_File]:
+    """Every file the local store's manifest names, with its size and content hash."""
+    hashes = {}
+    for shard in manifest.shards:
+        hashes[shard.bin_file] = shard.bin_sha256
+        hashes[shard.idx_file] = shard.idx_sha256
+    files = []
+    for name, _ in store_files(manifest):
+        path = local / name
+        sha = hashes.get(name) or _file_sha256(path)
+        files.append(_File(name, path, path.stat().st_size, sha))
+    return files
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(8 * 2**20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _intact(store: ObjectStore, url: str, file: _File, info: ObjectInfo | None) -> bool:
+    """Whether the object ``url`` is already ``file``: same size, same ``sha256`` metadata."""
+    if info is None or info.size != file.size:
+        return False
+    return store.metadata(url).get(HASH_KEY) == file.sha256
+
+
+def _sync(store: ObjectStore, url: str, file: _File, info: ObjectInfo | None) -> bool:
+    """Upload ``file`` to ``url`` unless it is there already; True when it was uploaded."""
+    if _intact(store, url, file, info):
+        return False
+    store.put_file(file.path, url, metadata={HASH_KEY: file.sha256})
+    crashpoint("mid-upload")  # test hook: killed with some objects up, others not
+    return True
+
+
+def upload_store(
+    store: ObjectStore, local: str | os.PathLike[str], url: str, threads: int = UPLOAD_THREADS
+) -> UploadReport:
+    """Upload the complete store in the local directory ``local`` to the prefix ``url``: an
+    older manifest there deleted first, the files (those not already there intact) next, the
+    manifest last, then the older store's leftovers deleted (see the module docstring).
+
+    Raises:
+        StoreError: ``local`` is not a complete store.
+        ObjectStorageError: an object could not be read, written or deleted (after retries).
+    """
+    local = Path(local)
+    manifest = read_manifest(local)
+    manifest_bytes = (local / MANIFEST_NAME).read_bytes()
+    files = _local_files(local, manifest)
+    found = _listing(store, url)
+    deleted = []
+    manifest_url = join(url, MANIFEST_NAME)
+    if MANIFEST_NAME in found:  # first: the older store stops being complete for readers
+        store.delete(manifest_url)
+        deleted.append(MANIFEST_NAME)
+    uploaded = _sync_all(store, url, files, found, threads)
+    crashpoint("before-upload-manifest")
+    store.put_bytes(
+        manifest_url,
+        manifest_bytes,
+        metadata={HASH_KEY: hashlib.sha256(manifest_bytes).hexdigest()},
+    )
+    names = {f.name for f in files} | {MANIFEST_NAME}
+    stale = sorted(n for n in found if n not in names and is_store_file(n))
+    for name in stale:
+        store.delete(join(url, name))
+    kept = tuple(f.name for f in files if f.name not in uploaded)
+    return UploadReport(tuple(sorted(uploaded)), kept, (*deleted, *stale))
+
+
+def _sync_all(
+    store: ObjectStore,
+    url: str,
+    files: Iterable[_File],
+    found: dict[str, ObjectInfo],
+    threads: int,
+) -> set[str]:
+    """Every file synced, ``threads`` at a time; the names uploaded. The first failure stops
+    the rest (those already running finish) and is raised."""
+    with ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="upload") as pool:
+        futures = {
+            pool.submit(_sync, store, join(url, f.name), f, found.get(f.name)): f.name
+            for f in files
+        }
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        errors = [e for e in (f.exception() for f in done) if e is not None]
+        if errors:
+            for other in futures:
+                other.cancel()
+            raise errors[0]
+    return {name for future, name in futures.items() if future.result()}
+
+
+__all__ = [
+    "HASH_KEY",
+    "UPLOAD_THREADS",
+    "UploadReport",
+    "inspect_remote",
+    "remote_damage",
+    "upload_store",
+    "upload_work_dir",
+]

@@ -1,0 +1,248 @@
+"""``tokentape tokenize --out s3://...``: the store is built locally and uploaded, manifest last,
+to a real S3 server (moto on 127.0.0.1). Uploaded objects are byte-identical to a local run's
+files; reruns upload only what is missing or different (counted with bucket versioning: every
+PUT is a new version); a kill mid-upload leaves no manifest; another job's store is refused
+without --overwrite and replaced with it; credentials are written and printed nowhere."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from helpers import make_documents, run_cli, tree_bytes
+from objstore import ACCESS_KEY, SECRET_KEY
+
+from tokentape._src.store.lock import OutputLocked, output_lock
+from tokentape._src.store.upload import upload_work_dir
+from tokentape._src.tokenize.driver import tokenize
+from tokentape._src.tokenize.job import TokenizeConfig
+from tokentape.errors import OutputError
+
+pytestmark = [pytest.mark.s3, pytest.mark.slow]
+
+SHARD_MB = 0.01
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("corpus")
+    docs = make_documents(300, seed=12)
+    for i in range(3):
+        part = docs[i * 100 : (i + 1) * 100]
+        (root / f"{i}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in part))
+    return root
+
+
+def config(corpus: Path, out: str | Path, tok: Path, **extra) -> TokenizeConfig:
+    settings = {"unit_mb": 0.004, "shard_mb": SHARD_MB} | extra
+    return TokenizeConfig(inputs=(str(corpus),), out=str(out), tokenizer=str(tok), **settings)
+
+
+def cli_args(corpus: Path, url: str, tok: Path, *extra: str) -> list[str]:
+    return [
+        "tokenize",
+        str(corpus),
+        "--out",
+        url,
+        "--tokenizer",
+        str(tok),
+        "--unit-mb",
+        "0.004",
+        "--shard-mb",
+        str(SHARD_MB),
+        *extra,
+    ]
+
+
+@pytest.fixture(scope="module")
+def reference(corpus, hf_tokenizer_json, tmp_path_factory) -> Path:
+    """The same job tokenized to a local directory."""
+    out = tmp_path_factory.mktemp("reference") / "web"
+    tokenize(config(corpus, out, hf_tokenizer_json))
+    return out
+
+
+def versioned(s3) -> None:
+    s3.client.put_bucket_versioning(Bucket=s3.name, VersioningConfiguration={"Status": "Enabled"})
+
+
+def puts(s3) -> dict[str, int]:
+    """PUTs per key so far (object versions, delete markers not counted)."""
+    counts: dict[str, int] = {}
+    for page in s3.client.get_paginator("list_object_versions").paginate(Bucket=s3.name):
+        for version in page.get("Versions", []):
+            counts[version["Key"]] = counts.get(version["Key"], 0) + 1
+    return counts
+
+
+def remote_tree(s3, url: str, tmp_path: Path) -> dict[str, bytes]:
+    return tree_bytes(s3.download_tree(url, tmp_path / "downloaded"))
+
+
+def test_upload_is_byte_identical_to_the_local_store(
+    s3, corpus, hf_tokenizer_json, reference, tmp_path
+):
+    url = s3.url + "/stores/web"
+    work = tmp_path / "work"
+    summary = tokenize(config(corpus, url, hf_tokenizer_json, work_dir=str(work)))
+    assert summary.out == url
+    assert summary.status == "created"
+    assert summary.n_shards >= 3
+    local = tree_bytes(reference)
+    assert "manifest.json" in local and "tokenizer.json" in local
+    assert remote_tree(s3, url, tmp_path) == local
+    for key in s3.keys(url):
+        head = s3.client.head_object(Bucket=s3.name, Key=key)
+        assert head["Metadata"]["sha256"] == hashlib.sha256(s3.get(f"{s3.url}/{key}")).hexdigest()
+    assert not work.exists()  # the local build goes once uploaded
+
+
+def test_rerun_is_already_complete_and_uploads_nothing(
+    s3, corpus, hf_tokenizer_json, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    versioned(s3)
+    url = s3.url + "/web"
+    first = tokenize(config(corpus, url, hf_tokenizer_json))
+    before = puts(s3)
+    assert set(before.values()) == {1}
+    again = tokenize(config(corpus, url, hf_tokenizer_json))
+    assert again.status == "already complete"
+    assert again.out == url
+    assert again.units == again.units_reused == first.units
+    assert again.content_hash == first.content_hash
+    assert puts(s3) == before
+    assert not (tmp_path / "cache").exists()  # nothing left, nothing built
+
+
+def test_damaged_upload_reuploads_only_what_is_missing_or_corrupt(
+    s3, corpus, hf_tokenizer_json, reference, tmp_path
+):
+    versioned(s3)
+    url = s3.url + "/web"
+    tokenize(config(corpus, url, hf_tokenizer_json, work_dir=str(tmp_path / "w")))
+    # a kill mid-upload, simulated: no manifest, one shard file missing, one object corrupt
+    s3.client.delete_object(Bucket=s3.name, Key="web/manifest.json")
+    s3.client.delete_object(Bucket=s3.name, Key="web/part-00001.bin")
+    idx = s3.get(url + "/part-00000.idx.npy")
+    s3.put(url + "/part-00000.idx.npy", idx[:-1] + bytes([idx[-1] ^ 1]))  # same size
+    before = puts(s3)
+    summary = tokenize(config(corpus, url, hf_tokenizer_json, work_dir=str(tmp_path / "w")))
+    assert summary.status == "resumed"
+    after = puts(s3)
+    changed = {key for key in after if after[key] != before.get(key, 0)}
+    assert changed == {"web/manifest.json", "web/part-00001.bin", "web/part-00000.idx.npy"}
+    assert all(after[key] == before[key] + 1 for key in changed)
+    assert remote_tree(s3, url, tmp_path) == tree_bytes(reference)
+
+
+def test_kill_mid_upload_leaves_no_manifest_and_resumes(
+    s3, corpus, hf_tokenizer_json, reference, tmp_path
+):
+    versioned(s3)
+    url = s3.url + "/stores/web"
+    cache = tmp_path / "cache"
+    env = {"XDG_CACHE_HOME": str(cache)}
+    options = json.dumps({"key": ACCESS_KEY, "secret": SECRET_KEY})
+    args = cli_args(corpus, url, hf_tokenizer_json, "--storage-options", options, "--json")
+    killed = run_cli(*args, env=env | {"TOKENTAPE_CRASH_AT": "mid-upload"})
+    assert killed.returncode == -9, killed.stderr
+    keys = s3.keys(url)
+    assert keys and "stores/web/manifest.json" not in keys  # uploaded, but not complete
+    work = cache / "tokentape" / "uploads" / hashlib.sha256(url.encode()).hexdigest()[:16]
+    assert (work / "manifest.json").is_file()  # the local build was complete
+    done = run_cli(*args, env=env)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["out"] == url
+    assert summary["status"] == "resumed"
+    assert set(puts(s3).values()) == {1}  # nothing uploaded twice
+    assert remote_tree(s3, url, tmp_path) == tree_bytes(reference)
+    assert not work.exists()
+    for output in (killed, done):
+        assert SECRET_KEY not in output.stdout + output.stderr
+    assert not any(SECRET_KEY.encode() in data for data in remote_tree(s3, url, tmp_path).values())
+
+
+def test_kill_after_upload_is_already_complete(s3, corpus, hf_tokenizer_json, tmp_path):
+    url = s3.url + "/web"
+    work = tmp_path / "work"
+    args = cli_args(corpus, url, hf_tokenizer_json, "--work-dir", str(work), "--json")
+    killed = run_cli(*args, env={"TOKENTAPE_CRASH_AT": "after-upload"})
+    assert killed.returncode == -9, killed.stderr
+    assert (work / "manifest.json").is_file()
+    done = run_cli(*args)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["status"] == "already complete"
+    assert not work.exists()  # the leftover local build is removed
+
+
+def test_another_jobs_store_is_refused_then_replaced(s3, corpus, hf_tokenizer_json, tmp_path):
+    versioned(s3)
+    url = s3.url + "/web"
+    small = tokenize(config(corpus, url, hf_tokenizer_json, shard_mb=0.005))
+    before = puts(s3)
+    bigger = config(corpus, url, hf_tokenizer_json, shard_mb=0.02)
+    with pytest.raises(OutputError, match=rf"^--out '{url}': .*pass --overwrite"):
+        tokenize(bigger)
+    assert puts(s3) == before
+    # replaced: killed mid-upload, the old manifest is already gone (deleted first)
+    args = cli_args(corpus, url, hf_tokenizer_json, "--shard-mb", "0.02", "--overwrite")
+    killed = run_cli(*args, env={"TOKENTAPE_CRASH_AT": "mid-upload"})
+    assert killed.returncode == -9, killed.stderr
+    assert "web/manifest.json" not in s3.keys(url)
+    local = tmp_path / "local"
+    expected = tokenize(config(corpus, local, hf_tokenizer_json, shard_mb=0.02))
+    summary = tokenize(TokenizeConfig(**{**bigger.__dict__, "overwrite": True}))
+    assert summary.content_hash == expected.content_hash != small.content_hash
+    assert summary.n_shards < small.n_shards
+    assert remote_tree(s3, url, tmp_path) == tree_bytes(local)  # old shards beyond: deleted
+
+
+def test_foreign_objects_are_refused(s3, corpus, hf_tokenizer_json, tmp_path):
+    url = s3.url + "/data"
+    s3.put(url + "/notes.txt", b"mine")
+    for overwrite in (False, True):
+        cfg = config(corpus, url, hf_tokenizer_json, work_dir=str(tmp_path / "w"))
+        with pytest.raises(OutputError, match=r"not a tokentape store .*'notes\.txt'"):
+            tokenize(TokenizeConfig(**{**cfg.__dict__, "overwrite": overwrite}))
+    s3.put(s3.url + "/one", b"x")
+    with pytest.raises(OutputError, match="an object, not a prefix"):
+        tokenize(config(corpus, s3.url + "/one", hf_tokenizer_json))
+    assert s3.keys() == ["data/notes.txt", "one"]
+    assert not (tmp_path / "w").exists()
+
+
+def test_one_writer_per_work_directory(s3, corpus, hf_tokenizer_json, tmp_path):
+    work = tmp_path / "work"
+    with output_lock(work, "tokenize"), pytest.raises(OutputLocked):
+        tokenize(config(corpus, s3.url + "/web", hf_tokenizer_json, work_dir=str(work)))
+    assert s3.keys() == []
+
+
+def test_default_work_directory(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    digest = hashlib.sha256(b"s3://b/stores/web").hexdigest()[:16]
+    assert upload_work_dir("s3://b/stores/web/") == tmp_path / "tokentape" / "uploads" / digest
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative")
+    expected = Path.home() / ".cache" / "tokentape" / "uploads" / digest
+    assert upload_work_dir("s3://b/stores/web") == expected
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert upload_work_dir("s3://b/stores/web") == expected
+
+
+def test_unreadable_or_damaged_remote_store(s3, corpus, hf_tokenizer_json, reference, tmp_path):
+    url = s3.url + "/web"
+    cfg = config(corpus, url, hf_tokenizer_json, work_dir=str(tmp_path / "w"))
+    tokenize(cfg)
+    s3.client.delete_object(Bucket=s3.name, Key="web/part-00002.idx.npy")
+    with pytest.raises(OutputError, match=r"this job's store, but it is damaged \(part-00002"):
+        tokenize(cfg)
+    s3.put(url + "/manifest.json", b"\xff not json")
+    with pytest.raises(OutputError, match=r"manifest\.json: not UTF-8 .*pass --overwrite"):
+        tokenize(cfg)
+    summary = tokenize(TokenizeConfig(**{**cfg.__dict__, "overwrite": True}))
+    assert summary.status == "resumed"  # the intact shard objects were kept
+    assert remote_tree(s3, url, tmp_path) == tree_bytes(reference)

@@ -77,6 +77,7 @@ SUPPORTED_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".txt")
 READ_BLOCK = 1 << 20  # bytes read (or decompressed) per step of the jsonl reader
 ZSTD_INPUT_BLOCK = 1 << 12  # compressed bytes per zstandard call (bounds its output: ~30,000x)
 SCAN_BLOCK = 1 << 16  # bytes read per step when looking for a line break to cut at
+REMOTE_BLOCK = 8 << 20  # an object's largest read-ahead (bytes per ranged GET, at most)
 PARQUET_BUFFER = 1 << 16  # an object's read-ahead for parquet (column chunks are read whole)
 _GLOB_CHARS = frozenset("*?[")
 _BOM = b"\xef\xbb\xbf"
@@ -286,7 +287,7 @@ def _line_cuts(file: InputFile, unit_bytes: int) -> list[int]:
     list starts with 0 and ends with the file size. Only the bytes near each cut are read.
     """
     cuts = [0]
-    with _open_input(file, SCAN_BLOCK) as f:
+    with _open_input(file, reading=SCAN_BLOCK) as f:
         while True:
             target = cuts[-1] + unit_bytes
             if target >= file.size:
@@ -315,15 +316,18 @@ def _next_line_start(f: BinaryIO, target: int, size: int) -> int:
 
 
 @contextlib.contextmanager
-def _open_input(file: InputFile, buffer_bytes: int = -1) -> Iterator[BinaryIO]:
-    """The file, or the object streamed with ranged GETs (``buffer_bytes`` at a time at
-    least; local files: Python's buffering, 0 for none)."""
+def _open_input(
+    file: InputFile, buffering: int = -1, reading: int | None = None
+) -> Iterator[BinaryIO]:
+    """The file (``buffering`` as Python's, 0 for none), or the object streamed with ranged
+    GETs that read ahead ``reading`` bytes (what the caller is about to read; default: the
+    whole object), up to ``REMOTE_BLOCK``."""
     if is_url(file.path):
-        buffer = READ_BLOCK if buffer_bytes <= 0 else buffer_bytes
-        f = remote_inputs.open_object(file.path, file.size, file.storage_options, buffer)
+        ahead = max(1, min(REMOTE_BLOCK, file.size if reading is None else reading))
+        f = remote_inputs.open_object(file.path, file.size, file.storage_options, ahead)
     else:
         try:
-            f = open(file.path, "rb", buffering=buffer_bytes)  # noqa: SIM115 - closed below
+            f = open(file.path, "rb", buffering=buffering)  # noqa: SIM115 - closed below
         except OSError as err:
             raise InputError(f"{file.path}: cannot open ({err.strerror})") from None
     with f:
@@ -476,7 +480,7 @@ def _open_parquet(file: InputFile) -> Iterator[pq.ParquetFile]:
     with contextlib.ExitStack() as stack:
         source: Any = file.path
         if is_url(file.path):
-            source = stack.enter_context(_open_input(file, PARQUET_BUFFER))
+            source = stack.enter_context(_open_input(file, reading=PARQUET_BUFFER))
         try:
             pf = pq.ParquetFile(source)
         except (OSError, pa.ArrowException) as err:
@@ -523,7 +527,7 @@ def _parquet_texts(pf: pq.ParquetFile, part: UnitPart, text_key: str) -> Iterato
 
 def _plain_blocks(part: UnitPart) -> Iterator[bytes]:
     path = part.file.path
-    with _open_input(part.file, 0 if not is_url(path) else READ_BLOCK) as f:
+    with _open_input(part.file, 0, part.stop - part.start) as f:
         f.seek(part.start)
         left = part.stop - part.start
         while left > 0:
@@ -631,7 +635,7 @@ def _newlines_before(part: UnitPart) -> int:
         return 0
     count = 0
     left = part.start
-    with _open_input(part.file, 0 if not is_url(part.file.path) else READ_BLOCK) as f:
+    with _open_input(part.file, 0, part.start) as f:
         while left > 0:
             block = f.read(min(READ_BLOCK, left))
             if not block:

@@ -105,7 +105,7 @@ def renamed(prefix: str, root: Path) -> dict[str, str]:
     return {f"{prefix}/{Path(f.path).relative_to(root).as_posix()}": f.path for f in files}
 
 
-@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("workers", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_prefix_is_byte_identical_to_local(
     workers, bucket_corpus, corpus, local_store, tmp_path, monkeypatch, s3
 ):
@@ -228,6 +228,7 @@ def test_an_object_changed_since_planning_is_refused(s3, corpus):
 
 
 @pytest.mark.subprocess
+@pytest.mark.slow
 def test_command_line_reads_a_prefix_and_a_rerun_reuses_every_unit(
     bucket_corpus, corpus, local_store, tmp_path
 ):

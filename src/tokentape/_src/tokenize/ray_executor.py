@@ -2,10 +2,14 @@
 
 One task per unfinished unit, at most ``workers`` in flight, submitted in unit order. A task
 tokenizes its unit with the same code as the local pool, into the same files under
-``OUT/.tokentape-work`` (``.json`` marker last, every file written atomically), so the inputs,
-the tokenizer file and ``OUT`` must be on storage that every node sees at the same path. A
-unit's bytes depend only on the unit: a task that Ray retries after its worker died rewrites
-identical files, and the store assembled from them is byte-identical to a local run.
+``OUT/.tokentape-work`` (``.json`` marker last, every file written atomically), so the
+tokenizer file and the work directory must be on storage that every node sees at the same
+path, and so must the inputs unless they are object URLs: then every task reads its unit from
+the bucket itself (ranged GETs), with the job's storage options (they travel in the task's
+settings) and the credentials of its own node (the ``AWS_*`` variables a local Ray inherits
+from the driver; on a cluster, each node's environment, profile or instance role). A unit's
+bytes depend only on the unit: a task that Ray retries after its worker died rewrites identical
+files, and the store assembled from them is byte-identical to a local run.
 
 Ray is an optional dependency (the ``ray`` extra), imported only when a session opens.
 """

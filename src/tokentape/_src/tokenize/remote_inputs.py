@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, BinaryIO
 
-from tokentape._src.store.objects import ObjectInfo, ObjectStore, object_store
+from tokentape._src.store.objects import ObjectInfo, ObjectStore, object_store, redact
 from tokentape.errors import InputError
 
 _GLOB_CHARS = frozenset("*?[")
@@ -74,7 +74,7 @@ def _listing_errors(spec: str) -> Iterator[None]:
 
 
 def _reason(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+    return redact(" ".join(str(exc).split()) or type(exc).__name__)
 
 
 def expand_url(

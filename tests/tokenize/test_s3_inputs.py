@@ -8,6 +8,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import signal
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,6 +21,7 @@ from tokentape._src.store.format import MANIFEST_NAME
 from tokentape._src.tokenize.driver import tokenize
 from tokentape._src.tokenize.inputs import expand_inputs, plan_units, read_documents
 from tokentape._src.tokenize.job import TokenizeConfig
+from tokentape._src.util.faults import CRASH_ENV
 from tokentape.errors import InputError
 
 pytestmark = pytest.mark.s3
@@ -229,17 +231,23 @@ def test_an_object_changed_since_planning_is_refused(s3, corpus):
 
 @pytest.mark.subprocess
 @pytest.mark.slow
-def test_command_line_reads_a_prefix_and_a_rerun_reuses_every_unit(
+def test_command_line_reads_a_prefix_resumes_and_reruns(
     bucket_corpus, corpus, local_store, tmp_path
 ):
+    """Killed (SIGKILL) after its first unit, the command resumes from the units it finished;
+    run again, it finds the store complete."""
     summary, local = local_store
     out = tmp_path / "store"
     argv = ["tokenize", bucket_corpus + "/", "--out", str(out), "--json"]
     argv += ["--unit-mb", str(UNIT_MB), "--shard-mb", str(SHARD_MB)]
+    proc = run_cli(*argv, env={CRASH_ENV: "after-unit"})
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert not (out / MANIFEST_NAME).exists()
     proc = run_cli(*argv)
     assert proc.returncode == 0, proc.stderr
     first = json.loads(proc.stdout)
-    assert first["status"] == "created" and first["content_hash"] == summary["content_hash"]
+    assert first["status"] == "resumed" and first["units_reused"] == 1
+    assert first["content_hash"] == summary["content_hash"]
     assert_same_store(out, local, renamed(bucket_corpus, corpus))
     proc = run_cli(*argv)
     assert proc.returncode == 0, proc.stderr

@@ -246,3 +246,10 @@ def test_unreadable_or_damaged_remote_store(s3, corpus, hf_tokenizer_json, refer
     summary = tokenize(TokenizeConfig(**{**cfg.__dict__, "overwrite": True}))
     assert summary.status == "resumed"  # the intact shard objects were kept
     assert remote_tree(s3, url, tmp_path) == tree_bytes(reference)
+
+
+def test_a_missing_bucket_is_one_error_naming_the_url(s3, corpus, hf_tokenizer_json, tmp_path):
+    url = s3.url + "-missing/web"
+    with pytest.raises(OutputError, match=rf"^--out '{url}': listing failed \(.*bucket"):
+        tokenize(config(corpus, url, hf_tokenizer_json, work_dir=str(tmp_path / "w")))
+    assert not (tmp_path / "w").exists()

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +45,7 @@ from tokentape._src.store.format import (
     read_manifest,
     store_files,
 )
-from tokentape._src.store.objects import ObjectInfo, ObjectStore, join
+from tokentape._src.store.objects import ObjectInfo, ObjectStore, join, redact
 from tokentape._src.store.output import is_store_file
 from tokentape._src.util.faults import crashpoint
 from tokentape.errors import OutputError, StoreError
@@ -79,8 +80,26 @@ def inspect_remote(store: ObjectStore, url: str, job_hash: str, overwrite: bool)
     Raises:
         OutputError: ``url`` is an object, or holds objects no store has (even with
             ``overwrite``); or, without ``overwrite``, holds another job's store, this job's
-            store damaged, or a manifest that cannot be read.
+            store damaged, or a manifest that cannot be read; or the object store refuses
+            (no such bucket, access denied).
+        ObjectStorageError: listing or reading failed after retries.
     """
+    with _refusals(url, "listing"):
+        return _inspect(store, url, job_hash, overwrite)
+
+
+@contextmanager
+def _refusals(url: str, what: str) -> Iterator[None]:
+    """The object store's permanent refusals (no such bucket, access denied: not retried) as
+    one ``OutputError`` naming ``url``."""
+    try:
+        yield
+    except (FileNotFoundError, PermissionError) as exc:
+        reason = redact(" ".join(str(exc).split()) or type(exc).__name__)
+        raise OutputError(f"--out '{url}': {what} failed ({reason})") from None
+
+
+def _inspect(store: ObjectStore, url: str, job_hash: str, overwrite: bool) -> Manifest | None:
     if store.info(url) is not None:
         raise OutputError(f"--out '{url}': an object, not a prefix; choose another URL")
     found = _listing(store, url)
@@ -213,9 +232,15 @@ def upload_store(
 
     Raises:
         StoreError: ``local`` is not a complete store.
+        OutputError: the object store refuses (no such bucket, access denied).
         ObjectStorageError: an object could not be read, written or deleted (after retries).
     """
     local = Path(local)
+    with _refusals(url, "uploading"):
+        return _upload(store, local, url, threads)
+
+
+def _upload(store: ObjectStore, local: Path, url: str, threads: int) -> UploadReport:
     manifest = read_manifest(local)
     manifest_bytes = (local / MANIFEST_NAME).read_bytes()
     files = _local_files(local, manifest)

@@ -10,7 +10,18 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn, Protocol
 
-from tokentape._src.cli import convert, corpora, info, locate, plan, replay, smoke, tokenize, verify
+from tokentape._src.cli import (
+    convert,
+    corpora,
+    info,
+    locate,
+    plan,
+    replay,
+    smoke,
+    stage,
+    tokenize,
+    verify,
+)
 from tokentape._src.util.version import __version__
 from tokentape.errors import TokentapeError
 
@@ -32,7 +43,7 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"tokentape: error: {where}{message} (see {self.prog} --help)\n")
 
 
-COMMANDS = (tokenize, info, plan, smoke, replay, verify, locate, convert, corpora)
+COMMANDS = (tokenize, info, plan, stage, smoke, replay, verify, locate, convert, corpora)
 """The command modules, in ``--help`` order: each has ``add_parser(sub)``."""
 
 

@@ -1,0 +1,681 @@
+"""Stage stores from object storage to node-local disk, verified block by block as they arrive.
+
+``stage_plan(plan, cache_dir)`` downloads every tokentape store of a plan whose path is an
+object URL (``s3://...``) and returns the same plan with those paths replaced by the staged
+directories (the index hash does not cover paths: it is unchanged). Local stores and Megatron
+prefixes are left as they are. ``stage_store(url, cache_dir)`` stages one store.
+
+The staged copy is a normal tokentape store directory (the manifest and every file it names,
+byte for byte), read with the usual memory maps. Cache layout (``KEY`` is the first 16 hex
+digits of the sha256 of the store's URL without a trailing ``/``, ``NAME`` the URL's last
+component with every character outside ``[A-Za-z0-9._-]`` replaced by ``_``)::
+
+    DIR/KEY-NAME/              the staged store (put in place whole: see below)
+    DIR/.KEY-NAME.lock         one stager per store and node; the other processes wait
+    DIR/.KEY-NAME.staging/     a stage in progress, kept across a kill:
+        .manifest.json           the exact bytes of the remote manifest being staged
+        FILE                     a file downloaded and verified whole
+        .FILE.part               a shard's .bin, its blocks written in place as they come
+        .FILE.ok                 the blocks of .FILE.part verified so far (4-byte indexes)
+
+How a store is staged, under the lock (``train.cachelock``: a node's other ranks wait for the
+stager, then find its result):
+
+1. A staged store whose manifest has the wanted content hash (the plan's, else the remote
+   manifest's) and files of the sizes it names is used as is: nothing is downloaded (with a
+   plan, not even the remote manifest is read).
+2. Otherwise the remote manifest is read and checked (a plan's source must still have the
+   content hash the plan recorded: else ``StoreChanged``); the files are listed once and their
+   sizes checked against the manifest.
+3. Each ``.bin`` is fetched with parallel ranged GETs (``workers`` threads; consecutive blocks
+   grouped up to ``range_bytes`` per request) and every block is checked against the
+   manifest's ``block_sha256`` as it arrives; the ``.idx.npy`` and the tokenizer copy are
+   checked whole (``idx_sha256``; the tokenizer's fingerprint). A block that does not match is
+   fetched again, up to ``TOKENTAPE_IO_RETRIES`` times, then the stage fails with a
+   ``StoreError`` naming the object and the block.
+4. A verified block's bytes are made durable (``fdatasync``) before its index is appended to
+   the ``.ok`` record (and that fsynced), so a stage killed at any point resumes with what was
+   verified and fetches the rest; bytes written but not recorded are fetched again. A
+   ``.staging`` directory left for another version of the store is discarded.
+5. Once every file is complete the manifest is written last and the directory is renamed into
+   place (``store.atomic.replace_directory``: atomically swapped where the kernel allows), the
+   old copy of another version removed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import struct
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+
+from tokentape._src.plan.load import load_plan
+from tokentape._src.plan.open import TOKENTAPE
+from tokentape._src.plan.plan import Plan, plan_index_hash
+from tokentape._src.store.atomic import fsync_dir, replace_directory, write_atomic
+from tokentape._src.store.format import (
+    MANIFEST_NAME,
+    Manifest,
+    ShardInfo,
+    numpy_dtype,
+    parse_manifest,
+    read_manifest,
+    store_files,
+)
+from tokentape._src.store.objects import (
+    ObjectStore,
+    Retry,
+    StorageOptions,
+    basename,
+    is_url,
+    join,
+    object_store,
+    parent,
+)
+from tokentape._src.store.tokenizers import tokenizer_from_manifest
+from tokentape._src.train.cachelock import cache_lock
+from tokentape._src.util.checks import check_count, check_path
+from tokentape._src.util.faults import crashpoint
+from tokentape._src.util.progress import ProgressCallback, Tally, check_callback, tally
+from tokentape.errors import ArgumentError, PlanError, StoreChanged, StoreError
+
+RANGE_BYTES = 16 * 2**20
+"""The most bytes one ranged GET asks for (and a worker holds in memory)."""
+DEFAULT_WORKERS = 8
+DEFAULT_WAIT_S = 4 * 3600.0
+"""How long a process waits for another one staging the same store before giving up."""
+MAX_WORKERS = 1024
+STAGING_MANIFEST = ".manifest.json"
+_RECORD = struct.Struct("<I")
+
+
+@dataclass(frozen=True)
+class StagedStore:
+    """What staging one store did.
+
+    Attributes:
+        url: The store's URL.
+        path: The staged store's directory.
+        content_hash: Its content hash.
+        total_bytes: The bytes of its files (manifest excluded).
+        downloaded_bytes: Bytes fetched by this call (a block fetched again counts again).
+        reused_bytes: Bytes already on disk: the whole store when it was staged before, or
+            what an interrupted stage had verified.
+        cached: Whether the store was already staged (nothing fetched).
+        waited_s: Seconds spent waiting for another process staging the same store.
+    """
+
+    url: str
+    path: Path
+    content_hash: str
+    total_bytes: int
+    downloaded_bytes: int
+    reused_bytes: int
+    cached: bool
+    waited_s: float = 0.0
+
+
+def cache_key(url: str) -> str:
+    """The name of ``url``'s staged directory in a cache (see the module docstring)."""
+    url = url.rstrip("/")
+    digest = hashlib.sha256(url.encode()).hexdigest()[:16]
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", basename(url)) or "store"
+    return f"{digest}-{name}"
+
+
+def _file_sizes(manifest: Manifest) -> dict[str, int | None]:
+    """Each file's expected size (None: the tokenizer copy, whose size is not recorded)."""
+    itemsize = numpy_dtype(manifest.dtype).itemsize
+    sizes: dict[str, int | None] = {}
+    for s in manifest.shards:
+        sizes[s.bin_file] = s.n_tokens * itemsize
+        sizes[s.idx_file] = s.idx_bytes
+    for name, what in store_files(manifest):
+        if what == "tokenizer copy":
+            sizes[name] = None
+    return sizes
+
+
+def _staged(entry: Path, content_hash: str) -> Manifest | None:
+    """The manifest of the staged store at ``entry`` when it has ``content_hash`` and files of
+    the sizes it names (cheap checks: no hashing), else None."""
+    try:
+        manifest = read_manifest(entry)
+        if manifest.content_hash != content_hash:
+            return None
+        for name, size in _file_sizes(manifest).items():
+            found = os.stat(entry / name).st_size
+            if size is not None and found != size:
+                return None
+    except (OSError, StoreError):
+        return None
+    return manifest
+
+
+class _Counter:
+    """Bytes fetched by the worker threads, passed on to the progress tally under a lock."""
+
+    def __init__(self, counting: Tally | None) -> None:
+        self.counting = counting
+        self.fetched = 0
+        self.lock = threading.Lock()
+
+    def add(self, n: int, useful: int) -> None:
+        """``n`` bytes fetched, of which ``useful`` count as progress (may be negative)."""
+        with self.lock:
+            self.fetched += n
+            if self.counting is not None:
+                self.counting.add(useful)
+
+
+@dataclass
+class _Job:
+    """One store being staged: where it comes from, where it goes, and the shared state."""
+
+    store: ObjectStore
+    url: str
+    work: Path
+    counter: _Counter
+    stop: threading.Event
+    attempts: int
+    backoff: float
+    range_bytes: int
+
+    def object_url(self, name: str) -> str:
+        return join(self.url, name)
+
+    def check(self) -> None:
+        if self.stop.is_set():
+            raise _Stopped
+
+
+class _Stopped(Exception):
+    """Another task failed: this one ends early."""
+
+
+def _retry_wait(job: _Job, attempt: int) -> None:
+    time.sleep(min(5.0, job.backoff * 2 ** (attempt - 1)))
+
+
+class _BinFile:
+    """A shard's ``.bin`` downloaded into ``.NAME.part`` block by block, each block verified
+    and recorded in ``.NAME.ok`` before it counts."""
+
+    def __init__(self, job: _Job, shard: ShardInfo, size: int) -> None:
+        self.job, self.shard, self.size = job, shard, size
+        self.name = shard.bin_file
+        self.block = shard.block_bytes
+        n_blocks = -(-size // self.block) if size else 0
+        if (self.block <= 0 and size) or len(shard.block_sha256) != n_blocks:
+            raise StoreError(
+                f"{job.object_url(MANIFEST_NAME)}: shard {shard.name} records "
+                f"{len(shard.block_sha256)} block hashes of {self.block} bytes for a "
+                f"{size}-byte file; expected {n_blocks}"
+            )
+        self.n_blocks = n_blocks
+        self.part = job.work / f".{self.name}.part"
+        self.ok = job.work / f".{self.name}.ok"
+        self.done = self._recorded()
+        self.lock = threading.Lock()
+        self.fd = os.open(self.part, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        self.ok_fd = os.open(self.ok, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.ftruncate(self.fd, size)
+
+    def _recorded(self) -> set[int]:
+        """The blocks an earlier run verified (a torn last record is ignored)."""
+        if not self.part.exists():
+            self.ok.unlink(missing_ok=True)
+            return set()
+        try:
+            data = self.ok.read_bytes()
+        except FileNotFoundError:
+            return set()
+        whole = len(data) - len(data) % _RECORD.size
+        found = {i for (i,) in _RECORD.iter_unpack(data[:whole]) if i < self.n_blocks}
+        return found
+
+    def span(self, block: int) -> tuple[int, int]:
+        return block * self.block, min((block + 1) * self.block, self.size)
+
+    def kept_bytes(self) -> int:
+        return sum(b - a for a, b in map(self.span, self.done))
+
+    def groups(self) -> list[list[int]]:
+        """The blocks still to fetch, in runs of consecutive blocks of at most ``range_bytes``
+        (at least one block each)."""
+        runs: list[list[int]] = []
+        for i in range(self.n_blocks):
+            if i in self.done:
+                continue
+            run = runs[-1] if runs else None
+            if run and run[-1] == i - 1 and (i + 1 - run[0]) * self.block <= self.job.range_bytes:
+                run.append(i)
+            else:
+                runs.append([i])
+        return runs
+
+    def fetch(self, blocks: list[int]) -> None:
+        """Fetch, verify and record ``blocks``, fetching mismatched ones again up to the retry
+        budget."""
+        pending = blocks
+        for attempt in range(1, self.job.attempts + 1):
+            bad: list[int] = []
+            for run in _runs(pending):
+                bad += self._fetch_run(run[0], run[-1] + 1)
+            if not bad:
+                return
+            if attempt < self.job.attempts:
+                _retry_wait(self.job, attempt)
+            pending = bad
+        first = pending[0]
+        start, stop = self.span(first)
+        raise StoreError(
+            f"{self.job.object_url(self.name)}: block {first} (bytes {start}-{stop}) does not "
+            f"match the manifest's sha256 after {self.job.attempts} downloads; the object "
+            "differs from its store's manifest (changed or damaged after the store was written)"
+        )
+
+    def _fetch_run(self, first: int, end: int) -> list[int]:
+        """Fetch blocks ``[first, end)``; record the good ones, return the bad ones."""
+        job = self.job
+        start, stop = self.span(first)[0], self.span(end - 1)[1]
+        good: list[int] = []
+        bad: list[int] = []
+        block, (_, block_end) = first, self.span(first)
+        hasher = hashlib.sha256()
+        pos = start
+        while pos < stop:
+            job.check()
+            piece_stop = min(stop, pos + job.range_bytes)
+            data = memoryview(job.store.read(job.object_url(self.name), pos, piece_stop))
+            os.pwrite(self.fd, data, pos)
+            job.counter.add(len(data), len(data))
+            off = 0
+            while off < len(data):
+                take = min(len(data) - off, block_end - (pos + off))
+                hasher.update(data[off : off + take])
+                off += take
+                if pos + off == block_end:
+                    ok = hasher.hexdigest() == self.shard.block_sha256[block]
+                    (good if ok else bad).append(block)
+                    block += 1
+                    block_end = self.span(block)[1] if block < self.n_blocks else stop
+                    hasher = hashlib.sha256()
+            pos = piece_stop
+        crashpoint(f"stage.written.{self.name}")
+        if bad:
+            job.counter.add(0, -sum(b - a for a, b in map(self.span, bad)))
+        if good:
+            self._record(good)
+            crashpoint(f"stage.verified.{self.name}")
+        return bad
+
+    def _record(self, blocks: list[int]) -> None:
+        os.fdatasync(self.fd)  # the bytes first, then the record that vouches for them
+        with self.lock:
+            os.write(self.ok_fd, b"".join(_RECORD.pack(i) for i in blocks))
+            os.fsync(self.ok_fd)
+            self.done.update(blocks)
+
+    def finish(self) -> None:
+        """Put the complete file at its name (every block verified) and drop the record."""
+        os.close(self.ok_fd)
+        os.fsync(self.fd)
+        os.close(self.fd)
+        if len(self.done) != self.n_blocks:
+            return  # failed or stopped: kept for the next run
+        os.replace(self.part, self.job.work / self.name)
+        self.ok.unlink(missing_ok=True)
+
+
+def _runs(blocks: list[int]) -> list[list[int]]:
+    runs: list[list[int]] = []
+    for b in sorted(blocks):
+        if runs and runs[-1][-1] == b - 1:
+            runs[-1].append(b)
+        else:
+            runs.append([b])
+    return runs
+
+
+def _fetch_whole(job: _Job, name: str, size: int, check: Callable[[bytes], str | None]) -> None:
+    """Fetch the object ``name`` whole, ``check`` it (None: it matches, else what differs),
+    fetching it again up to the retry budget, and write it into the staging directory."""
+    url = job.object_url(name)
+    why = ""
+    for attempt in range(1, job.attempts + 1):
+        job.check()
+        data = job.store.read_whole(url, size)
+        job.counter.add(len(data), len(data))
+        problem = check(data)
+        if problem is None:
+            write_atomic(job.work / name, data)
+            return
+        job.counter.add(0, -len(data))
+        why = problem
+        if attempt < job.attempts:
+            _retry_wait(job, attempt)
+    raise StoreError(f"{url}: {why} after {job.attempts} downloads")
+
+
+def _idx_check(shard: ShardInfo) -> Callable[[bytes], str | None]:
+    def check(data: bytes) -> str | None:
+        if hashlib.sha256(data).hexdigest() == shard.idx_sha256:
+            return None
+        return "does not match the manifest's idx_sha256"
+
+    return check
+
+
+def _tokenizer_check(manifest: Manifest, work: Path) -> Callable[[bytes], str | None]:
+    def check(data: bytes) -> str | None:
+        try:
+            tokenizer_from_manifest(manifest.tokenizer, work, data=data)
+        except StoreError:
+            return "does not match the manifest's tokenizer fingerprint"
+        return None
+
+    return check
+
+
+def _read_remote_manifest(store: ObjectStore, url: str) -> tuple[bytes, Manifest]:
+    where = join(url, MANIFEST_NAME)
+    try:
+        data = store.read(where)
+    except FileNotFoundError:
+        raise StoreError(
+            f"{where}: no such object; not a tokentape store (or not completely written yet)"
+        ) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise StoreError(f"{where}: not UTF-8 text; not a tokentape store manifest") from None
+    return data, parse_manifest(text, where)
+
+
+def _remote_sizes(store: ObjectStore, url: str, manifest: Manifest) -> dict[str, int]:
+    """Each file's size in the bucket, checked against the manifest."""
+    url = url.rstrip("/")
+    listed = {basename(i.url): i.size for i in store.find(url) if parent(i.url) == url}
+    sizes = {}
+    for name, expected in _file_sizes(manifest).items():
+        where = join(url, name)
+        if name not in listed:
+            raise StoreError(f"{where}: no such object, though the store's manifest names it")
+        if expected is not None and listed[name] != expected:
+            raise StoreError(
+                f"{where}: {listed[name]} bytes, the store's manifest says {expected}; the "
+                "object was changed or cut short"
+            )
+        sizes[name] = listed[name]
+    return sizes
+
+
+def _prepare_work(work: Path, manifest_bytes: bytes) -> None:
+    """The staging directory for this manifest: kept when it stages the same one, else new."""
+    marker = work / STAGING_MANIFEST
+    try:
+        same = marker.read_bytes() == manifest_bytes
+    except OSError:
+        same = False
+    if not same and os.path.lexists(work):
+        shutil.rmtree(work)
+    work.mkdir(parents=True, exist_ok=True)
+    if not same:
+        write_atomic(marker, manifest_bytes)
+
+
+def _run(tasks: list[Callable[[], None]], workers: int, stop: threading.Event) -> None:
+    """Run ``tasks`` on ``workers`` threads; the first failure stops the others and is
+    raised once they have ended."""
+    if not tasks:
+        return
+    with ThreadPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
+        futures = [pool.submit(task) for task in tasks]
+        try:
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            for f in done:
+                exc = f.exception()
+                if exc is not None:
+                    raise exc
+        except BaseException:
+            stop.set()
+            for f in futures:
+                f.cancel()
+            raise
+
+
+def _download(
+    job: _Job,
+    manifest: Manifest,
+    sizes: dict[str, int],
+    workers: int,
+    label: str,
+    progress: ProgressCallback | None,
+) -> tuple[int, int]:
+    """Fetch every file of ``manifest`` not yet in ``job.work``; returns (fetched, reused)."""
+    bins: list[_BinFile] = []
+    tasks: list[Callable[[], None]] = []
+    reused = todo = 0
+    shards = {s.bin_file: s for s in manifest.shards}
+    idx = {s.idx_file: s for s in manifest.shards}
+    try:
+        for name, size in sizes.items():
+            if (job.work / name).is_file() and (job.work / name).stat().st_size == size:
+                reused += size
+                continue
+            if name in shards:
+                f = _BinFile(job, shards[name], size)
+                bins.append(f)
+                reused += f.kept_bytes()
+                todo += size - f.kept_bytes()
+                tasks += [partial(f.fetch, g) for g in f.groups()]
+                continue
+            check = _idx_check(idx[name]) if name in idx else _tokenizer_check(manifest, job.work)
+            todo += size
+            tasks.append(partial(_fetch_whole, job, name, size, check))
+        with tally(todo, f"stage {label}", progress) as counting:
+            job.counter.counting = counting
+            _run(tasks, workers, job.stop)
+    finally:
+        for f in bins:
+            f.finish()
+    return job.counter.fetched, reused
+
+
+def _stage_locked(
+    url: str,
+    entry: Path,
+    expected: str | None,
+    options: StorageOptions | None,
+    progress: ProgressCallback | None,
+    workers: int,
+    label: str,
+    range_bytes: int,
+) -> StagedStore:
+    if expected is not None and (m := _staged(entry, expected)) is not None:
+        total = sum(os.stat(entry / n).st_size for n, _ in store_files(m))
+        return StagedStore(url, entry, expected, total, 0, total, True)
+    store = object_store(url, options)
+    manifest_bytes, manifest = _read_remote_manifest(store, url)
+    if expected is not None and manifest.content_hash != expected:
+        raise StoreChanged(
+            f"{url}: the store's content hash is {manifest.content_hash}, the plan recorded "
+            f"{expected}; the store changed since the plan was made (re-run `tokentape plan`)",
+            path=url,
+            planned=expected,
+            found=manifest.content_hash,
+        )
+    if expected is None and (m := _staged(entry, manifest.content_hash)) is not None:
+        total = sum(os.stat(entry / n).st_size for n, _ in store_files(m))
+        return StagedStore(url, entry, manifest.content_hash, total, 0, total, True)
+    sizes = _remote_sizes(store, url, manifest)
+    work = entry.with_name(f".{entry.name}.staging")
+    _prepare_work(work, manifest_bytes)
+    retry = Retry.from_env()
+    job = _Job(
+        store, url, work, _Counter(None), threading.Event(), retry.attempts, retry.backoff,
+        range_bytes,
+    )  # fmt: skip
+    fetched, reused = _download(job, manifest, sizes, workers, label, progress)
+    write_atomic(work / MANIFEST_NAME, manifest_bytes)  # last: the store is complete
+    (work / STAGING_MANIFEST).unlink()
+    fsync_dir(work)
+    replace_directory(work, entry)
+    total = sum(sizes.values())
+    return StagedStore(url, entry, manifest.content_hash, total, fetched, reused, False)
+
+
+def stage(
+    url: str,
+    cache_dir: str | os.PathLike[str],
+    *,
+    expected_hash: str | None = None,
+    storage_options: StorageOptions | None = None,
+    progress: ProgressCallback | None = None,
+    workers: int = DEFAULT_WORKERS,
+    wait_s: float = DEFAULT_WAIT_S,
+    label: str | None = None,
+    range_bytes: int = RANGE_BYTES,
+) -> StagedStore:
+    """Stage the store at ``url`` into ``cache_dir`` and say what that took (see the module
+    docstring). ``expected_hash``: the content hash the store must have (a plan's record);
+    ``label`` names the store in progress reports (default: the URL's last component)."""
+    if not is_url(url):
+        raise ArgumentError(f"url must be an object URL (s3://bucket/prefix), got {url!r}")
+    check_path("cache_dir", cache_dir)
+    check_count("workers", workers, 1, MAX_WORKERS)
+    check_count("range_bytes", range_bytes, 1, 2**40)
+    check_callback(progress)
+    if isinstance(wait_s, bool) or not isinstance(wait_s, int | float) or not wait_s >= 0:
+        raise ArgumentError(f"wait_s must be a number of seconds >= 0, got {wait_s!r}")
+    cache = Path(cache_dir)
+    cache.mkdir(parents=True, exist_ok=True)
+    entry = cache / cache_key(url)
+    with cache_lock(cache / f".{entry.name}.lock", f"stage {url}", wait_s) as waited:
+        for old in cache.glob(f".{entry.name}.old-*"):  # left by a stager killed mid-swap
+            shutil.rmtree(old, ignore_errors=True)
+        result = _stage_locked(
+            url.rstrip("/"),
+            entry,
+            expected_hash,
+            storage_options,
+            progress,
+            workers,
+            label or basename(url),
+            range_bytes,
+        )
+    return replace(result, waited_s=waited)
+
+
+def stage_store(
+    url: str,
+    cache_dir: str | os.PathLike[str],
+    storage_options: StorageOptions | None = None,
+    progress: ProgressCallback | None = None,
+    workers: int = DEFAULT_WORKERS,
+) -> Path:
+    """Stage the store at ``url`` into ``cache_dir``; returns the staged directory.
+
+    Args:
+        url: The store's URL (``s3://bucket/stores/web``).
+        cache_dir: The node-local cache directory (created if missing).
+        storage_options: The fsspec filesystem's options (endpoint, credentials...).
+        progress: Receives the download's progress (``Progress``); nothing is drawn.
+        workers: Concurrent ranged GETs.
+
+    Returns:
+        The staged store's directory (``cache_dir/KEY-NAME``).
+
+    Raises:
+        StoreError: The store is not one, or an object does not match its manifest (after the
+            retry budget; the message names the object and the block).
+        ObjectStorageError: Reading an object kept failing.
+        CacheLocked: Another process kept the store's cache lock beyond the wait.
+    """
+    return stage(
+        url, cache_dir, storage_options=storage_options, progress=progress, workers=workers
+    ).path
+
+
+def stage_sources(
+    plan: Plan | str | os.PathLike[str],
+    cache_dir: str | os.PathLike[str],
+    storage_options: StorageOptions | None = None,
+    progress: ProgressCallback | None = None,
+    workers: int = DEFAULT_WORKERS,
+    wait_s: float = DEFAULT_WAIT_S,
+) -> tuple[Plan, dict[str, StagedStore]]:
+    """``stage_plan``'s plan and, per staged source name, what staging it did."""
+    if not isinstance(plan, Plan):
+        check_path("plan", plan)
+        plan = load_plan(plan)
+    if storage_options is None:  # the plan's own (a plan file's storage_options table)
+        storage_options = getattr(plan, "storage_options", None)
+    staged: dict[str, StagedStore] = {}
+    sources = []
+    for s in plan.sources:
+        if s.format != TOKENTAPE or not is_url(s.path):
+            sources.append(s)
+            continue
+        result = stage(
+            s.path,
+            cache_dir,
+            expected_hash=s.content_hash,
+            storage_options=storage_options,
+            progress=progress,
+            workers=workers,
+            wait_s=wait_s,
+            label=s.name,
+        )
+        staged[s.name] = result
+        sources.append(replace(s, path=str(result.path)))
+    new = replace(plan, sources=tuple(sources))
+    if plan_index_hash(new.sources, new.seq_len, new.seed, new.denominator) != plan.index_hash:
+        raise PlanError("the plan's index hash does not follow from its sources; re-run plan")
+    return new, staged
+
+
+def stage_plan(
+    plan: Plan | str | os.PathLike[str],
+    cache_dir: str | os.PathLike[str],
+    storage_options: StorageOptions | None = None,
+    progress: ProgressCallback | None = None,
+    workers: int = DEFAULT_WORKERS,
+) -> Plan:
+    """Stage every object-storage store of ``plan`` into ``cache_dir``.
+
+    Args:
+        plan: The resolved plan (or its ``PLAN.json``).
+        cache_dir: The node-local cache directory (created if missing).
+        storage_options: The fsspec filesystem's options (endpoint, credentials...); default:
+            the plan's ``storage_options``.
+        progress: Receives each store's download progress (label ``stage NAME``).
+        workers: Concurrent ranged GETs per store.
+
+    Returns:
+        The same plan with each object-URL source's ``path`` replaced by its staged directory
+        (same index hash).
+
+    Raises:
+        StoreChanged: A store's content hash is not the one the plan recorded.
+        StoreError: A store is damaged: an object does not match its manifest (the message
+            names the object and the block).
+        ObjectStorageError: Reading an object kept failing.
+        CacheLocked: Another process kept a store's cache lock beyond the wait.
+    """
+    return stage_sources(plan, cache_dir, storage_options, progress, workers)[0]
+
+
+def staged_bytes(results: Iterable[StagedStore]) -> tuple[int, int]:
+    """(downloaded, reused) bytes over ``results``."""
+    rows = list(results)
+    return sum(r.downloaded_bytes for r in rows), sum(r.reused_bytes for r in rows)

@@ -86,9 +86,15 @@ def test_upload_is_byte_identical_to_the_local_store(
 ):
     url = s3.url + "/stores/web"
     work = tmp_path / "work"
-    summary = tokenize(config(corpus, url, hf_tokenizer_json, work_dir=str(work)))
+    reports = []
+    cfg = config(corpus, url, hf_tokenizer_json, work_dir=str(work))
+    summary = tokenize(cfg, progress=reports.append)
     assert summary.out == url
     assert summary.status == "created"
+    uploads = [r for r in reports if r.label == "upload"]
+    assert uploads[-1].final
+    shard_bytes = sum(len(d) for n, d in tree_bytes(reference).items() if n != "manifest.json")
+    assert uploads[-1].done_bytes == uploads[-1].total_bytes == shard_bytes
     assert summary.n_shards >= 3
     local = tree_bytes(reference)
     assert "manifest.json" in local and "tokenizer.json" in local

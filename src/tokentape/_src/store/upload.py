@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Iterator
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +48,7 @@ from tokentape._src.store.format import (
 from tokentape._src.store.objects import ObjectInfo, ObjectStore, join, redact
 from tokentape._src.store.output import is_store_file
 from tokentape._src.util.faults import crashpoint
+from tokentape._src.util.progress import ProgressCallback, tally
 from tokentape.errors import OutputError, StoreError
 
 UPLOAD_THREADS = 4
@@ -224,11 +225,17 @@ def _sync(store: ObjectStore, url: str, file: _File, info: ObjectInfo | None) ->
 
 
 def upload_store(
-    store: ObjectStore, local: str | os.PathLike[str], url: str, threads: int = UPLOAD_THREADS
+    store: ObjectStore,
+    local: str | os.PathLike[str],
+    url: str,
+    threads: int = UPLOAD_THREADS,
+    progress: ProgressCallback | None = None,
 ) -> UploadReport:
     """Upload the complete store in the local directory ``local`` to the prefix ``url``: an
     older manifest there deleted first, the files (those not already there intact) next, the
     manifest last, then the older store's leftovers deleted (see the module docstring).
+    ``progress`` receives reports labelled ``upload`` (bytes of the files done, a file at a
+    time).
 
     Raises:
         StoreError: ``local`` is not a complete store.
@@ -237,10 +244,16 @@ def upload_store(
     """
     local = Path(local)
     with _refusals(url, "uploading"):
-        return _upload(store, local, url, threads)
+        return _upload(store, local, url, threads, progress)
 
 
-def _upload(store: ObjectStore, local: Path, url: str, threads: int) -> UploadReport:
+def _upload(
+    store: ObjectStore,
+    local: Path,
+    url: str,
+    threads: int,
+    progress: ProgressCallback | None,
+) -> UploadReport:
     manifest = read_manifest(local)
     manifest_bytes = (local / MANIFEST_NAME).read_bytes()
     files = _local_files(local, manifest)
@@ -250,7 +263,7 @@ def _upload(store: ObjectStore, local: Path, url: str, threads: int) -> UploadRe
     if MANIFEST_NAME in found:  # first: the older store stops being complete for readers
         store.delete(manifest_url)
         deleted.append(MANIFEST_NAME)
-    uploaded = _sync_all(store, url, files, found, threads)
+    uploaded = _sync_all(store, url, files, found, threads, progress)
     crashpoint("before-upload-manifest")
     store.put_bytes(
         manifest_url,
@@ -268,24 +281,33 @@ def _upload(store: ObjectStore, local: Path, url: str, threads: int) -> UploadRe
 def _sync_all(
     store: ObjectStore,
     url: str,
-    files: Iterable[_File],
+    files: list[_File],
     found: dict[str, ObjectInfo],
     threads: int,
+    progress: ProgressCallback | None,
 ) -> set[str]:
     """Every file synced, ``threads`` at a time; the names uploaded. The first failure stops
-    the rest (those already running finish) and is raised."""
-    with ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="upload") as pool:
+    the rest (those already running finish) and is raised. ``progress`` hears of the bytes of
+    every file done (uploaded or found intact), labelled ``upload``."""
+    uploaded = set()
+    with (
+        tally(sum(f.size for f in files), "upload", progress) as counting,
+        ThreadPoolExecutor(max_workers=max(1, threads), thread_name_prefix="upload") as pool,
+    ):
         futures = {
-            pool.submit(_sync, store, join(url, f.name), f, found.get(f.name)): f.name
-            for f in files
+            pool.submit(_sync, store, join(url, f.name), f, found.get(f.name)): f for f in files
         }
-        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-        errors = [e for e in (f.exception() for f in done) if e is not None]
-        if errors:
+        try:
+            for future in as_completed(futures):
+                if future.result():
+                    uploaded.add(futures[future].name)
+                if counting is not None:
+                    counting.add(futures[future].size)
+        except BaseException:
             for other in futures:
                 other.cancel()
-            raise errors[0]
-    return {name for future, name in futures.items() if future.result()}
+            raise
+    return uploaded
 
 
 __all__ = [

@@ -250,7 +250,7 @@ def _to_url(job: _Job, url: str, progress: ProgressCallback | None) -> TokenizeS
             seconds = time.monotonic() - job.started
             return _summary(url, remote, "already complete", len(job.units), seconds)
         built = _run(job, local, progress, overwrite=True)  # the work directory is scratch
-        report = upload_store(store, local, url)
+        report = upload_store(store, local, url, progress=progress)
         crashpoint("after-upload")
         discard_store(local)
     fresh = built.status == "created" and not report.kept

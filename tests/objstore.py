@@ -7,6 +7,7 @@ each test a fresh bucket. Nothing here reaches any other address.
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ class S3Server:
 
     def __init__(self) -> None:
         from moto.server import ThreadedMotoServer
+
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
 
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self._server.start()

@@ -18,6 +18,7 @@ from tokentape._src.plan.plan import (
     PlanSource,
     plan_index_hash,
 )
+from tokentape._src.plan.spec import plan_storage_options
 from tokentape._src.tape.blend import (
     MAX_DENOMINATOR,
     MAX_POSITION,
@@ -133,7 +134,8 @@ _PLAN_KEYS = {
 
 
 def _plan_fields(data: dict[str, Any], where: str) -> Plan:
-    _exact_keys(data, _PLAN_KEYS, set(), where)
+    _exact_keys(data, _PLAN_KEYS, {"storage_options"}, where)
+    options = plan_storage_options(data.get("storage_options", {}), where)
     seq_len = _field_value(data, "seq_len", _INT, where, 1)
     seed = _field_value(data, "seed", _INT, where)
     denominator = _field_value(data, "denominator", _INT, where, 1)
@@ -158,7 +160,7 @@ def _plan_fields(data: dict[str, Any], where: str) -> Plan:
             f"{where}: the sources' weight_units sum to {sum(s.weight_units for s in sources)}, "
             f"not the denominator {denominator} (edited by hand?); re-run `tokentape plan`"
         )
-    return Plan(ALGORITHM_VERSION, seq_len, seed, denominator, horizon, sources, index)
+    return Plan(ALGORITHM_VERSION, seq_len, seed, denominator, horizon, sources, index, options)
 
 
 def load_plan(path: str | os.PathLike[str]) -> Plan:

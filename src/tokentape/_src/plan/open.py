@@ -12,12 +12,18 @@ from pathlib import Path
 from tokentape._src.megatron.format import is_prefix
 from tokentape._src.megatron.source import MEGATRON, MegatronSource
 from tokentape._src.store.format import MANIFEST_NAME
+from tokentape._src.store.objects import StorageOptions, is_url
 from tokentape._src.store.reader import Source, TokenStream
+from tokentape._src.store.remote import RemoteSource
 from tokentape._src.util.progress import ProgressCallback
 from tokentape.errors import ArgumentError, InputError, StoreError
 
 TOKENTAPE = "tokentape"
 FORMATS = (TOKENTAPE, MEGATRON)
+MEGATRON_URL = (
+    "a Megatron prefix at an object URL is not supported; convert it to a tokentape store "
+    "(tokentape convert) and upload that, or copy it to local disk"
+)
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:
@@ -50,6 +56,7 @@ def open_store(
     eod_id: int | None = None,
     tokenizer: str | None = None,
     progress: ProgressCallback | None = None,
+    storage_options: StorageOptions | None = None,
 ) -> TokenStream:
     """Open the source at ``path``: a tokentape store or a Megatron prefix.
 
@@ -57,8 +64,8 @@ def open_store(
     them; for a store they are checked against its manifest when given.
 
     Args:
-        path: A store's directory, or a Megatron prefix (``PREFIX`` of ``PREFIX.bin`` and
-            ``PREFIX.idx``).
+        path: A store's directory, an object URL of one (``s3://bucket/stores/web``), or a
+            Megatron prefix (``PREFIX`` of ``PREFIX.bin`` and ``PREFIX.idx``).
         format: ``"tokentape"``, ``"megatron"``, or None (the default: detected from the
             files).
         vocab_size: The vocabulary size: required for a Megatron prefix without a tokenizer;
@@ -69,6 +76,8 @@ def open_store(
             which records its own.
         progress: Receives the progress of hashing a Megatron prefix opened for the first
             time (one without a current identity); None: no reports.
+        storage_options: fsspec options for a store at an object URL (``s3://...``), which
+            is read in place: its manifest at once, byte ranges of its shards when read.
 
     Returns:
         A ``Source`` for a store, a ``MegatronSource`` for a Megatron prefix.
@@ -83,6 +92,12 @@ def open_store(
             a store's manifest disagrees with ``vocab_size`` or ``eod_id``; or a Megatron
             document does not end with the EOD id or holds an id outside the vocabulary.
     """
+    if is_url(path):
+        if format == MEGATRON:
+            raise StoreError(f"'{path}': {MEGATRON_URL}")
+        if tokenizer is not None:
+            raise ArgumentError(f"store '{path}': a tokenizer applies to a Megatron source only")
+        return _checked(RemoteSource(str(path), storage_options), path, vocab_size, eod_id)
     kind = detect_format(path) if format is None else format
     if kind == TOKENTAPE:
         if tokenizer is not None:
@@ -90,17 +105,26 @@ def open_store(
                 f"store '{path}': a tokenizer applies to a Megatron source only; a tokentape "
                 "store records its own"
             )
-        store = Source(path)
-        for key, given in (("vocab_size", vocab_size), ("eod_id", eod_id)):
-            if given is not None and given != getattr(store.manifest, key):
-                raise StoreError(
-                    f"store '{path}': {key} {given} was expected, its manifest says "
-                    f"{getattr(store.manifest, key)}"
-                )
-        return store
+        return _checked(Source(path), path, vocab_size, eod_id)
     if kind == MEGATRON:
         return MegatronSource(path, vocab_size, eod_id, tokenizer, progress=progress)
     raise ArgumentError(f"'{path}': unknown format '{kind}'; expected one of {', '.join(FORMATS)}")
+
+
+def _checked(
+    store: Source | RemoteSource,
+    path: str | os.PathLike[str],
+    vocab_size: int | None,
+    eod_id: int | None,
+) -> TokenStream:
+    """``store`` when its manifest has the ``vocab_size`` and ``eod_id`` given (if given)."""
+    for key, given in (("vocab_size", vocab_size), ("eod_id", eod_id)):
+        if given is not None and given != getattr(store.manifest, key):
+            raise StoreError(
+                f"store '{path}': {key} {given} was expected, its manifest says "
+                f"{getattr(store.manifest, key)}"
+            )
+    return store
 
 
 __all__ = ["FORMATS", "MEGATRON", "TOKENTAPE", "TokenStream", "detect_format", "open_store"]

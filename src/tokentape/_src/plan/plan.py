@@ -18,16 +18,19 @@ import json
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tokentape._src.megatron.identity import MegatronRecord
 from tokentape._src.megatron.source import MegatronSource
-from tokentape._src.plan.open import MEGATRON, TOKENTAPE, detect_format, open_store
+from tokentape._src.plan.open import MEGATRON, MEGATRON_URL, TOKENTAPE, detect_format, open_store
 from tokentape._src.plan.spec import PlanSpec, SourceSpec, plan_spec, resolve_tokenizer_spec
 from tokentape._src.store.atomic import write_atomic
+from tokentape._src.store.format import Manifest
+from tokentape._src.store.objects import is_url, object_store
 from tokentape._src.store.reader import Source, SourceManifest, TokenStream
+from tokentape._src.store.remote import read_remote_manifest
 from tokentape._src.tape.blend import (
     rational_weights,
 )
@@ -84,6 +87,7 @@ class Plan:
         horizon_samples: The planned number of samples (the repeat budgets hold up to it).
         sources: The resolved sources, in plan order.
         index_hash: Hash of everything that determines the tape.
+        storage_options: fsspec options for the sources at object URLs (no credentials).
     """
 
     algorithm_version: int
@@ -93,6 +97,9 @@ class Plan:
     horizon_samples: int
     sources: tuple[PlanSource, ...]
     index_hash: str
+    storage_options: dict[str, Any] = field(default_factory=dict, hash=False)
+    """fsspec options for sources at object URLs (the plan file's ``storage_options``; never
+    credentials). Not part of the index hash: a store's identity is its content."""
 
     @classmethod
     def build(
@@ -105,6 +112,7 @@ class Plan:
         total_samples: int | str | None = None,
         weight_denominator: int | None = None,
         base_dir: str | os.PathLike[str] = ".",
+        storage_options: Mapping[str, Any] | None = None,
     ) -> Plan:
         """Resolve a plan given in Python, exactly as ``tokentape plan`` resolves a TOML file.
 
@@ -124,6 +132,9 @@ class Plan:
             weight_denominator: The denominator of the exact weights (default 2**16).
             base_dir: Relative source paths (and tokenizer paths) start here, as they start
                 at a plan file's directory.
+            storage_options: fsspec options for sources at object URLs (``s3://...``), e.g.
+                ``{"endpoint_url": ...}``; recorded in the plan, so no credentials (those come
+                from the environment or a profile).
 
         Returns:
             The resolved plan.
@@ -163,6 +174,8 @@ class Plan:
         }
         data = {"seq_len": seq_len, "seed": seed, "source": tables}
         data |= {k: v for k, v in keys.items() if v is not None}
+        if storage_options is not None:
+            data["storage_options"] = storage_options
         where = "plan"
         check_path("base_dir", base_dir)
         plan = resolve_plan(plan_spec(data, where, os.fspath(base_dir)), where)
@@ -212,6 +225,8 @@ class Plan:
             The JSON text, ending with a newline.
         """
         data = {"format": PLAN_FORMAT, **asdict(self)}
+        if not data["storage_options"]:  # PLAN.json of a local plan: as before
+            del data["storage_options"]
         for source in data["sources"]:
             if source["megatron"] is None:
                 del source["megatron"]
@@ -257,10 +272,22 @@ def plan_index_hash(plan_sources: tuple[PlanSource, ...], seq_len: int, seed: in
 
 
 def _open_source(
-    s: SourceSpec, path: Path, progress: ProgressCallback | None
+    s: SourceSpec,
+    path: Path | str,
+    progress: ProgressCallback | None,
+    storage_options: Mapping[str, Any],
 ) -> tuple[str, SourceManifest, MegatronRecord | None]:
     """The source's format and manifest (a Megatron prefix is opened: validated, identified,
-    hashed if no identity is current) and, for a Megatron prefix, what the plan records of it."""
+    hashed if no identity is current) and, for a Megatron prefix, what the plan records of it.
+    A store at an object URL: its manifest is read, nothing else."""
+    if isinstance(path, str):
+        if s.format == MEGATRON:
+            raise PlanError(MEGATRON_URL)
+        return (
+            TOKENTAPE,
+            _checked(s, read_remote_manifest(object_store(path, storage_options), path)),
+            None,
+        )
     kind = s.format or detect_format(path)
     if kind == MEGATRON:
         source = MegatronSource(path, s.vocab_size, s.eod_id, s.tokenizer, progress=progress)
@@ -270,10 +297,15 @@ def _open_source(
             "'tokenizer' applies to a Megatron source; a tokentape store records its own"
         )
     m = Source(path).manifest  # opened, not only read: shard files missing or cut short refused
+    return kind, _checked(s, m), None
+
+
+def _checked(s: SourceSpec, m: Manifest) -> Manifest:
+    """``m`` when it agrees with the vocabulary the plan states for the source."""
     for key, given in (("vocab_size", s.vocab_size), ("eod_id", s.eod_id)):
         if given is not None and given != getattr(m, key):
             raise PlanError(f"'{key}' is {given} but the store's manifest says {getattr(m, key)}")
-    return kind, m, None
+    return m
 
 
 def resolve_plan(
@@ -287,16 +319,16 @@ def resolve_plan(
     tokenizers: list[str | None] = []
     records: list[MegatronRecord | None] = []
     for s in spec.sources:
-        path = Path(spec.base_dir, s.path)
+        path: Path | str = s.path if is_url(s.path) else Path(spec.base_dir, s.path)
         tok = s.tokenizer and resolve_tokenizer_spec(s.tokenizer, spec.base_dir)
         try:
             kind, manifest, record = _open_source(
-                SourceSpec(**{**asdict(s), "tokenizer": tok}), path, progress
+                SourceSpec(**{**asdict(s), "tokenizer": tok}), path, progress, spec.storage_options
             )
         except TokentapeError as exc:
             raise _reworded(exc, f"{where}: source '{s.name}': {exc}") from None
         manifests.append((s.name, manifest))
-        paths.append(str(path.resolve()))
+        paths.append(path.rstrip("/") if isinstance(path, str) else str(path.resolve()))
         kinds.append(kind)
         tokenizers.append(tok)
         records.append(record)
@@ -361,10 +393,13 @@ def resolve_plan(
         horizon_samples=spec.horizon_samples,
         sources=tuple(sources),
         index_hash=plan_index_hash(tuple(sources), spec.seq_len, spec.seed, spec.denominator),
+        storage_options=dict(spec.storage_options),
     )
 
 
-def open_plan_store(source: PlanSource) -> TokenStream:
+def open_plan_store(
+    source: PlanSource, storage_options: Mapping[str, Any] | None = None
+) -> TokenStream:
     """Open a resolved plan's source where the plan found it, as the plan read it (a Megatron
     prefix with the plan's vocabulary, EOD id and tokenizer, loaded only when needed and
     checked against the plan's fingerprint).
@@ -374,7 +409,11 @@ def open_plan_store(source: PlanSource) -> TokenStream:
     sidecar, else the open is refused with the command that records one."""
     if source.format != MEGATRON:
         return open_store(
-            source.path, source.format, vocab_size=source.vocab_size, eod_id=source.eod_id
+            source.path,
+            source.format,
+            vocab_size=source.vocab_size,
+            eod_id=source.eod_id,
+            storage_options=storage_options,
         )
     record = source.megatron
     planned = None

@@ -6,20 +6,29 @@ from __future__ import annotations
 import math
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tokentape._src.plan.open import FORMATS, TOKENTAPE
+from tokentape._src.store.objects import check_storage_options, secret_keys
 from tokentape._src.tape.blend import (
     DEFAULT_DENOMINATOR,
     MAX_DENOMINATOR,
     MAX_POSITION,
 )
 from tokentape._src.util.files import read_regular
-from tokentape.errors import PlanError
+from tokentape.errors import PlanError, TokentapeError
 
-_TOP_KEYS = {"seq_len", "seed", "total_tokens", "total_samples", "weight_denominator", "source"}
+_TOP_KEYS = {
+    "seq_len",
+    "seed",
+    "total_tokens",
+    "total_samples",
+    "weight_denominator",
+    "source",
+    "storage_options",
+}
 
 
 _SOURCE_KEYS = {
@@ -72,6 +81,9 @@ class PlanSpec:
     sources: tuple[SourceSpec, ...]
     denominator: int = DEFAULT_DENOMINATOR
     base_dir: str = "."
+    storage_options: dict[str, Any] = field(default_factory=dict)
+    """fsspec options for the sources at object URLs (no credentials: they would be copied
+    into PLAN.json)."""
 
 
 def parse_count(value: Any, where: str) -> int:
@@ -210,7 +222,25 @@ def plan_spec(data: Any, where: str, base_dir: str = ".") -> PlanSpec:
         if s.name in seen:
             raise PlanError(f"{where}: source name '{s.name}' appears twice")
         seen.add(s.name)
-    return PlanSpec(seq_len, seed, horizon, sources, denominator, base_dir)
+    options = plan_storage_options(data.get("storage_options", {}), where)
+    return PlanSpec(seq_len, seed, horizon, sources, denominator, base_dir, options)
+
+
+def plan_storage_options(value: Any, where: str) -> dict[str, Any]:
+    """A plan's ``storage_options`` table; credentials are refused (a plan is copied into
+    PLAN.json, which every rank reads): they come from the environment or a profile."""
+    try:
+        options = check_storage_options(value, f"{where}: 'storage_options'")
+    except TokentapeError as exc:
+        raise PlanError(str(exc)) from None
+    secrets = secret_keys(options)
+    if secrets:
+        raise PlanError(
+            f"{where}: 'storage_options.{secrets[0]}' looks like a credential; a plan is copied "
+            "into PLAN.json, so credentials come from the environment (AWS_ACCESS_KEY_ID, "
+            "AWS_SECRET_ACCESS_KEY) or a profile"
+        )
+    return options
 
 
 def load_plan_spec(path: str | Path) -> PlanSpec:

@@ -23,7 +23,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import numpy as np
 
@@ -45,7 +45,7 @@ _OPEN_ATTEMPTS = 3
 """Opens of a store that is replaced while being opened, before giving up."""
 
 
-def _damaged(path: Path, what: str) -> StoreError:
+def _damaged(path: Path | str, what: str) -> StoreError:
     return StoreError(f"{path}: {what}; the store is damaged (run `tokentape verify`)")
 
 
@@ -71,25 +71,33 @@ def _map_index(directory: Path, shard: ShardInfo, dir_fd: int) -> np.ndarray:
     path = directory / shard.idx_file
     with open(open_inside(directory, shard.idx_file, "document index", dir_fd), "rb") as f:
         _check_size(path, f.fileno(), shard.idx_bytes)
-        try:
-            shape, _, dtype = read_npy_header(f)
-        except NPY_ERRORS as exc:
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise _damaged(path, f"not a readable .npy array ({reason})") from None
-        if dtype != INDEX_DTYPE or shape != (shard.n_docs,):
-            raise _damaged(
-                path,
-                f"expected {shard.n_docs} int64 document starts, found shape {shape} dtype {dtype}",
-            )
-        offset = f.tell()
-        if offset + INDEX_DTYPE.itemsize * shard.n_docs != shard.idx_bytes:
-            raise _damaged(path, f"{shard.idx_bytes} bytes do not hold its {shape} array")
+        offset = index_offset(f, shard, path)
         if shard.n_docs == 0:
             return np.zeros(0, dtype=INDEX_DTYPE)
         return np.memmap(f, dtype=INDEX_DTYPE, mode="r", offset=offset, shape=(shard.n_docs,))
 
 
-def _check_starts(local: np.ndarray, shard: ShardInfo, path: Path) -> None:
+def index_offset(f: BinaryIO, shard: ShardInfo, path: Path | str) -> int:
+    """Where the entries of the ``.idx.npy`` open as ``f`` start, after checking its header: a
+    1-D int64 array of the shard's ``n_docs`` entries filling its ``idx_bytes``; never
+    unpickled. ``path`` names the file in errors."""
+    try:
+        shape, _, dtype = read_npy_header(f)
+    except NPY_ERRORS as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise _damaged(path, f"not a readable .npy array ({reason})") from None
+    if dtype != INDEX_DTYPE or shape != (shard.n_docs,):
+        raise _damaged(
+            path,
+            f"expected {shard.n_docs} int64 document starts, found shape {shape} dtype {dtype}",
+        )
+    offset = f.tell()
+    if offset + INDEX_DTYPE.itemsize * shard.n_docs != shard.idx_bytes:
+        raise _damaged(path, f"{shard.idx_bytes} bytes do not hold its {shape} array")
+    return offset
+
+
+def check_starts(local: np.ndarray, shard: ShardInfo, path: Path | str) -> None:
     """A shard's document starts: 0 first, strictly ascending, below its token count (so every
     token lies in a document and none is empty)."""
     if not len(local):
@@ -224,7 +232,7 @@ class TokenStream(ABC):
 
     @property
     @abstractmethod
-    def directory(self) -> Path:
+    def directory(self) -> Path | str:
         """Where the source lives, as it was opened (a store's directory, a Megatron prefix):
         what messages name."""
 
@@ -259,6 +267,15 @@ class TokenStream(ABC):
         """Sample ``k``: tokens ``[k*L, k*L + L + 1)``."""
         k = self._check_sample(k, seq_len)
         return self.tokens(k * seq_len, k * seq_len + seq_len + 1)
+
+    fetches_ahead = False
+    """Whether ``prefetch`` does anything (a source in object storage): the loader then tells
+    it the samples of the next steps as soon as they are known."""
+
+    def prefetch(self, samples: np.ndarray, seq_len: int) -> None:
+        """Start reading the windows of ``samples`` in the background; nothing for memory-mapped
+        sources (the page cache does it)."""
+        return None
 
     def windows_into(
         self, samples: np.ndarray, seq_len: int, out: np.ndarray, rows: np.ndarray | None = None
@@ -413,7 +430,7 @@ class Source(TokenStream):
         concatenated."""
         starts, offset = [], 0
         for shard, local in zip(self.manifest.shards, self._indexes, strict=True):
-            _check_starts(local, shard, self.directory / shard.idx_file)
+            check_starts(local, shard, self.directory / shard.idx_file)
             starts.append(local + offset)
             offset += shard.n_tokens
         return np.concatenate(starts or [np.zeros(0, dtype=np.int64)]).astype(np.int64)

@@ -592,14 +592,14 @@ def _check_copy(data: bytes, kind: str, info: dict[str, Any], where: str) -> Non
 
 
 def tokenizer_from_manifest(
-    info: dict[str, Any], store_dir: Path, data: bytes | None = None
+    info: dict[str, Any], store_dir: Path | str, data: bytes | None = None
 ) -> Tokenizer:
     """Reload the tokenizer a store was written with, from the copy stored in ``store_dir``
     (or from ``data``, that copy's bytes as the caller read them).
 
     The reloaded tokenizer must have the recorded fingerprint, EOD id and vocabulary size.
     """
-    where = f"{store_dir / 'manifest.json'}"
+    where = f"{str(store_dir).rstrip('/')}/manifest.json"
     _check_manifest_fields(info, where)
     kind, spec, name = info["kind"], info["spec"], info["file"]
     tok: Tokenizer
@@ -615,12 +615,13 @@ def tokenizer_from_manifest(
             raise StoreError(
                 f"{where}: field tokenizer.file is {name!r}; expected {expected_name!r}"
             )
-        path = store_dir / name
-        if data is None and not os.path.lexists(path):
-            data = _read_file(path, f"the tokenizer copy named in {where}")  # says: not found
-        if data is None:  # the store's own file: never through a link (store.confine)
-            with open(open_inside(store_dir, name, "tokenizer copy"), "rb") as f:
-                data = f.read()
+        path = Path(store_dir) / name  # names the copy (a URL's copy came as ``data``)
+        if data is None:  # read here, from a local store directory
+            if not os.path.lexists(path):
+                data = _read_file(path, f"the tokenizer copy named in {where}")  # not found
+            else:  # the store's own file: never through a link (store.confine)
+                with open(open_inside(Path(store_dir), name, "tokenizer copy"), "rb") as f:
+                    data = f.read()
         _check_copy(data, kind, info, where)
         if kind == "hf":
             tok = HFTokenizer.from_bytes(data, path, spec, info["eod_token"])

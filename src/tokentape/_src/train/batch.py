@@ -87,7 +87,7 @@ def open_planned(plan: Plan, index: int) -> TokenStream:
     the plan was made with."""
     spec = plan.sources[index]
     try:
-        store = open_plan_store(spec)
+        store = open_plan_store(spec, plan.storage_options)
     except TokentapeError as exc:
         raise _reworded(exc, f"plan source '{spec.name}': {exc}") from None
     return check_planned(plan, index, store)
@@ -141,6 +141,19 @@ class Batcher:
             source.advise_random()
         self.segments = segments
         """Also compute per-token document segment ids and in-document positions."""
+
+    @property
+    def fetches_ahead(self) -> bool:
+        """Whether a source reads from object storage (``prefetch`` then starts its reads)."""
+        return any(source.fetches_ahead for source in self.sources)
+
+    def prefetch(self, positions: np.ndarray) -> None:
+        """Start reading the windows of ``positions`` in the background (sources in object
+        storage fetch their byte ranges; memory-mapped ones do nothing)."""
+        r = self.tape.resolve(as_positions(positions).reshape(-1))
+        for d in np.unique(r.source).tolist():
+            if self.sources[d].fetches_ahead:
+                self.sources[d].prefetch(r.sample[r.source == d], self.plan.seq_len)
 
     def batch(self, positions: np.ndarray) -> Batch:
         p = as_positions(positions).reshape(-1)

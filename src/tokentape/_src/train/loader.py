@@ -318,6 +318,8 @@ class Loader:
         for i in range(self.prefetch + 1):
             key = (consumed + i * b, self.config)
             if key not in self._ahead:
+                if self.batcher.fetches_ahead:  # object storage: start this step's reads now
+                    self.batcher.prefetch(positions_for(key[0], self.dp_rank, key[1]).ravel())
                 batches = self._pool.submit(self._build, *key)
                 hashed = self._pool.submit(self._step_hash, *key) if self._writer else None
                 self._ahead[key] = _Ahead(batches, hashed)

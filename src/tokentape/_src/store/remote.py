@@ -1,0 +1,390 @@
+"""A token store in object storage, read in place: exact byte ranges, fetched ahead, cached.
+
+``RemoteSource`` is a ``TokenStream`` over a store at an object URL (``s3://bucket/stores/web``).
+Opening reads ``manifest.json`` only. Token windows are read as the exact byte ranges they
+cover: ``prefetch`` (called with the samples of the next steps, whose positions are known in
+advance) computes every window's range, merges ranges that touch or overlap, and starts ranged
+GETs on a bounded pool (``concurrency`` requests in flight); ``windows_into`` then copies from
+those fetches, waiting only for what has not arrived. Fetched ranges are kept in a cache of at
+most ``cache_bytes`` (least recently used go first). A range that covers a whole hash block of
+a shard (``ShardInfo.block_sha256``) is checked against its hash before it is used; the rest
+is checked by its length (a body cut short is retried, ``store.objects``). Document starts (for
+segments, replay and locate) are read whole, one ``.idx.npy`` per shard, on first use.
+
+Every shard's size is checked (one HEAD) before its first range is read: a store cut short or
+replaced in the bucket is refused by name, like a local one.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import io
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from tokentape._src.store.format import MANIFEST_NAME, Manifest, ShardInfo, numpy_dtype
+from tokentape._src.store.format import parse_manifest as parse_manifest_text
+from tokentape._src.store.objects import ObjectStore, StorageOptions, join, object_store
+from tokentape._src.store.reader import (
+    INDEX_DTYPE,
+    TokenStream,
+    check_starts,
+    index_offset,
+)
+from tokentape._src.store.tokenizers import STORED_NAMES, Tokenizer, tokenizer_from_manifest
+from tokentape.errors import StoreError
+
+DEFAULT_CONCURRENCY = 32
+DEFAULT_CACHE_BYTES = 512 * 2**20
+MAX_RANGE_BYTES = 16 * 2**20
+"""Merged ranges stop growing here, so that one request never holds up many windows."""
+
+
+@dataclass
+class FetchStats:
+    """What a ``RemoteSource`` fetched: requests, bytes, and block hashes checked."""
+
+    requests: int = 0
+    bytes: int = 0
+    blocks_checked: int = 0
+
+
+class _Ranges:
+    """Fetched (or in-flight) ranges of one object, sorted by start, for lookup by offset."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.entries: list[tuple[int, int, Future[bytes]]] = []
+
+    def find(self, start: int, stop: int) -> tuple[int, int, Future[bytes]] | None:
+        i = bisect.bisect_right(self.starts, start) - 1
+        while i >= 0:
+            a, b, fut = self.entries[i]
+            if a <= start and stop <= b:
+                return a, b, fut
+            if b <= start and a < start - MAX_RANGE_BYTES:
+                return None
+            i -= 1
+        return None
+
+    def add(self, start: int, stop: int, fut: Future[bytes]) -> None:
+        i = bisect.bisect_right(self.starts, start)
+        self.starts.insert(i, start)
+        self.entries.insert(i, (start, stop, fut))
+
+    def remove(self, start: int, stop: int, fut: Future[bytes]) -> None:
+        i = self.entries.index((start, stop, fut))
+        del self.starts[i], self.entries[i]
+
+
+class RangeCache:
+    """Ranged GETs of a store's shard files on a bounded pool, kept up to ``cache_bytes``."""
+
+    def __init__(
+        self,
+        objects: ObjectStore,
+        shards: dict[str, tuple[ShardInfo, int]],
+        concurrency: int,
+        cache_bytes: int,
+    ) -> None:
+        self.objects = objects
+        self.shards = shards  # .bin URL -> (its record, its size): whole blocks are checked
+        self.cache_bytes = cache_bytes
+        self.stats = FetchStats()
+        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="tokentape-fetch")
+        self._lock = threading.Lock()
+        self._ranges: dict[str, _Ranges] = {}
+        self._lru: OrderedDict[tuple[str, int, int], Future[bytes]] = OrderedDict()
+        self._held = 0
+
+    def prefetch(self, url: str, ranges: list[tuple[int, int]]) -> None:
+        """Start fetching every range of ``url`` not cached yet, merged where they touch."""
+        with self._lock:
+            held = self._ranges.setdefault(url, _Ranges())
+            missing = sorted(r for r in ranges if held.find(*r) is None)
+            for start, stop in merge_ranges(missing):
+                if held.find(start, stop) is None:
+                    self._submit(url, held, start, stop)
+
+    def read(self, url: str, start: int, stop: int) -> bytes:
+        """Bytes ``[start, stop)`` of ``url``, from the cache or fetched now."""
+        with self._lock:
+            held = self._ranges.setdefault(url, _Ranges())
+            found = held.find(start, stop)
+            if found is None:
+                found = (start, stop, self._submit(url, held, start, stop))
+            a, b, fut = found
+            self._lru.move_to_end((url, a, b))
+        try:
+            data = fut.result()
+        except BaseException:
+            with self._lock:  # a failed fetch is not kept: a retry fetches afresh
+                if self._lru.pop((url, a, b), None) is not None:
+                    held.remove(a, b, fut)
+                    self._held -= b - a
+            raise
+        return data[start - a : stop - a]
+
+    def _submit(self, url: str, held: _Ranges, start: int, stop: int) -> Future[bytes]:
+        fut = self._pool.submit(self._fetch, url, start, stop)
+        held.add(start, stop, fut)
+        self._lru[(url, start, stop)] = fut
+        self._held += stop - start
+        self._evict()
+        return fut
+
+    def _evict(self) -> None:
+        while self._held > self.cache_bytes and len(self._lru) > 1:
+            (url, a, b), fut = next(iter(self._lru.items()))
+            if not fut.done():  # the oldest is still in flight: the cache is as small as it gets
+                return
+            del self._lru[(url, a, b)]
+            self._ranges[url].remove(a, b, fut)
+            self._held -= b - a
+
+    def _fetch(self, url: str, start: int, stop: int) -> bytes:
+        data = self.objects.read(url, start, stop)
+        checked = self._check_blocks(url, start, data)
+        with self._lock:
+            self.stats.requests += 1
+            self.stats.bytes += len(data)
+            self.stats.blocks_checked += checked
+        return data
+
+    def _check_blocks(self, url: str, start: int, data: bytes) -> int:
+        """Check every whole hash block inside ``data`` (which starts at ``start``)."""
+        if url not in self.shards:
+            return 0
+        shard, size = self.shards[url]
+        block = shard.block_bytes
+        if not block:
+            return 0
+        end = start + len(data)
+        first = -(-start // block)
+        checked = 0
+        for i in range(first, len(shard.block_sha256)):
+            lo, hi = i * block, min((i + 1) * block, size)
+            if hi > end:
+                break
+            digest = hashlib.sha256(data[lo - start : hi - start]).hexdigest()
+            if digest != shard.block_sha256[i]:
+                raise StoreError(
+                    f"{url}: block {i} (bytes {lo}-{hi}) does not match the manifest's hash; "
+                    "the object changed or was damaged (run `tokentape verify`)"
+                )
+            checked += 1
+        return checked
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted ``[start, stop)`` ranges merged where they overlap or touch (up to
+    ``MAX_RANGE_BYTES`` each)."""
+    merged: list[tuple[int, int]] = []
+    for start, stop in sorted(ranges):
+        if merged and start <= merged[-1][1] and stop - merged[-1][0] <= MAX_RANGE_BYTES:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
+        else:
+            merged.append((start, stop))
+    return merged
+
+
+class _RemoteShard:
+    """A shard's tokens as a sliceable sequence: ``shard[a:b]`` reads ``[a, b)`` through the
+    cache (what ``TokenStream`` reads its pieces with)."""
+
+    def __init__(self, source: RemoteSource, index: int, info: ShardInfo) -> None:
+        self.source, self.index, self.info = source, index, info
+        self.url = join(source.url, info.bin_file)
+
+    def __len__(self) -> int:
+        return self.info.n_tokens
+
+    def __getitem__(self, key: slice) -> np.ndarray:
+        start, stop, _ = key.indices(self.info.n_tokens)
+        if stop <= start:
+            return np.zeros(0, dtype=self.source.dtype)
+        item = self.source.dtype.itemsize
+        self.source.check_size(self.index)
+        data = self.source.cache.read(self.url, start * item, stop * item)
+        return np.frombuffer(data, dtype=self.source.dtype)
+
+
+class RemoteSource(TokenStream):
+    """A tokentape store at an object URL, read in place (see the module docstring).
+
+    Args:
+        url: The store's URL (the "directory" holding ``manifest.json``).
+        storage_options: fsspec options (endpoint, region ...); credentials come from the
+            environment or a profile.
+        concurrency: Ranged GETs in flight at most.
+        cache_bytes: Fetched bytes kept for reuse at most.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        storage_options: StorageOptions | None = None,
+        *,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.objects = object_store(self.url, storage_options)
+        self._manifest = read_remote_manifest(self.objects, self.url)
+        dtype = numpy_dtype(self._manifest.dtype)
+        shards = self._manifest.shards
+        bins = {join(self.url, s.bin_file): (s, s.n_tokens * dtype.itemsize) for s in shards}
+        self.cache = RangeCache(self.objects, bins, concurrency, cache_bytes)
+        self._sizes_checked: set[int] = set()
+        self._size_lock = threading.Lock()
+        self._bin_urls = [join(self.url, s.bin_file) for s in shards]
+        self._by_url = {url: i for i, url in enumerate(self._bin_urls)}
+        pieces: list = [_RemoteShard(self, i, s) for i, s in enumerate(shards)]
+        super().__init__(dtype, pieces, self._load_doc_starts, self._manifest.n_docs)
+
+    @property
+    def manifest(self) -> Manifest:
+        """The store's ``manifest.json``, as read when it was opened."""
+        return self._manifest
+
+    @property
+    def directory(self) -> str:
+        """The store's URL."""
+        return self.url
+
+    @property
+    def eod_id(self) -> int:
+        """The end-of-document id the manifest records."""
+        return self._manifest.eod_id
+
+    @property
+    def stats(self) -> FetchStats:
+        """Requests and bytes fetched so far."""
+        return self.cache.stats
+
+    @cached_property
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer the manifest records (its copy fetched from the store on first use)."""
+        name = self._manifest.tokenizer.get("file")
+        data = None
+        if name in STORED_NAMES:
+            url = join(self.url, str(name))
+            try:
+                data = self.objects.read(url)
+            except FileNotFoundError:
+                raise StoreError(
+                    f"{url}: the tokenizer copy the manifest names is missing"
+                ) from None
+        return tokenizer_from_manifest(self._manifest.tokenizer, self.url, data)
+
+    def check_size(self, index: int) -> None:
+        """Refuse shard ``index`` unless its ``.bin`` has the size the manifest says (checked
+        once per shard)."""
+        if index in self._sizes_checked:
+            return
+        shard = self._manifest.shards[index]
+        url = join(self.url, shard.bin_file)
+        info = self.objects.info(url)
+        expected = shard.n_tokens * self.dtype.itemsize
+        if info is None:
+            raise StoreError(f"{url}: shard file is missing; the store is damaged")
+        if info.size != expected:
+            raise StoreError(
+                f"{url}: size is {info.size} bytes, the manifest says {expected}; the store is "
+                "damaged (run `tokentape verify`)"
+            )
+        with self._size_lock:
+            self._sizes_checked.add(index)
+
+    def window_ranges(self, samples: np.ndarray, seq_len: int) -> dict[str, list[tuple[int, int]]]:
+        """The byte ranges of the windows of ``samples`` (at ``seq_len``), by shard URL."""
+        k = self._check_samples(samples, seq_len)
+        item = self.dtype.itemsize
+        offsets = self._shard_offsets
+        ranges: dict[str, list[tuple[int, int]]] = {}
+        starts = k * seq_len
+        stops = starts + seq_len + 1
+        first = np.searchsorted(offsets, starts, side="right") - 1
+        last = np.searchsorted(offsets, stops - 1, side="right") - 1
+        for a, b, s0, s1 in zip(
+            starts.tolist(), stops.tolist(), first.tolist(), last.tolist(), strict=True
+        ):
+            for shard in range(s0, s1 + 1):
+                off = int(offsets[shard])
+                lo, hi = max(a, off) - off, min(b, int(offsets[shard + 1])) - off
+                url = self._bin_urls[shard]
+                ranges.setdefault(url, []).append((lo * item, hi * item))
+        return ranges
+
+    fetches_ahead = True
+
+    def prefetch(self, samples: np.ndarray, seq_len: int) -> None:
+        """Start fetching the windows of ``samples`` (returns at once, but for a first look at
+        the size of each shard they touch)."""
+        for url, ranges in self.window_ranges(samples, seq_len).items():
+            self.check_size(self._by_url[url])
+            self.cache.prefetch(url, ranges)
+
+    def windows_into(
+        self, samples: np.ndarray, seq_len: int, out: np.ndarray, rows: np.ndarray | None = None
+    ) -> None:
+        """As ``TokenStream.windows_into``, every window fetched at once before the copy."""
+        self.prefetch(samples, seq_len)
+        super().windows_into(samples, seq_len, out, rows)
+
+    def _load_doc_starts(self) -> np.ndarray:
+        starts, offset = [], 0
+        for shard in self._manifest.shards:
+            url = join(self.url, shard.idx_file)
+            data = self.objects.read_whole(url, shard.idx_bytes)
+            f = io.BytesIO(data)
+            where = url
+            at = index_offset(f, shard, where)
+            local = np.frombuffer(data, dtype=INDEX_DTYPE, count=shard.n_docs, offset=at)
+            check_starts(local, shard, where)
+            starts.append(local + offset)
+            offset += shard.n_tokens
+        return np.concatenate(starts or [np.zeros(0, dtype=np.int64)]).astype(np.int64)
+
+    def close(self) -> None:
+        """Stop the fetch threads."""
+        self.cache.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"RemoteSource({self.url!r}, n_tokens={self.n_tokens}, n_docs={self.n_docs}, "
+            f"dtype={self._manifest.dtype}, shards={len(self._shards)})"
+        )
+
+
+def read_remote_manifest(objects: ObjectStore, url: str) -> Manifest:
+    """The validated ``manifest.json`` of the store at ``url``; a prefix without one is not a
+    complete store."""
+    where = join(url, MANIFEST_NAME)
+    try:
+        data = objects.read(where)
+    except (FileNotFoundError, IsADirectoryError):
+        raise StoreError(
+            f"store '{url}': no {MANIFEST_NAME}; not a complete tokentape store"
+        ) from None
+    except PermissionError as exc:
+        raise StoreError(f"{where}: access denied ({exc})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise StoreError(f"{where}: not UTF-8 text; not a readable manifest") from None
+    return parse_manifest_text(text, where)
+
+
+def open_remote(url: str, storage_options: StorageOptions | None = None) -> RemoteSource:
+    """Open the store at the object URL ``url``."""
+    return RemoteSource(url, storage_options)

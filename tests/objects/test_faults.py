@@ -147,7 +147,7 @@ def test_proxy_faults_do_what_they_say(s3, proxy):
     assert raw(proxy, s3, "x", headers={"Range": "bytes=0-9"})[0] == 503
     stats = proxy.stats()
     assert stats.requests == 9
-    assert stats.faults == {"slowdown": 3, "drop": 1, "truncate": 1, "corrupt": 1}
+    assert stats.faults == {"slowdown": 3, "drop": 1, "truncate": 1, "corrupt": 1, "stall": 0}
     assert [(method, fault) for method, _, _, fault in stats.log] == [
         ("GET", "slowdown"),
         ("GET", "drop"),
@@ -202,7 +202,7 @@ def exercise(store, s3, tmp_path: Path) -> None:
         f.seek(2**20 + 11)
         assert f.read(300_000) == DATA[2**20 + 11 : 2**20 + 300_011]
         f.seek(0)
-        assert f.read(len(DATA)) == DATA  # f.read() is one GET per 8 KiB: see the xfail below
+        assert f.read(len(DATA)) == DATA
     store.delete(f"{s3.url}/data/up.bin")
     assert store.info(f"{s3.url}/data/up.bin") is None
 
@@ -240,6 +240,39 @@ def test_truncated_bodies_are_retried_and_never_returned(s3, proxy, tmp_path, mo
     assert stats.faults["truncate"] >= 2 and stats.requests > 8, stats
     ranges = len(range(0, len(DATA), 400_000))
     assert stats.requests == ranges + stats.faults["truncate"]  # each cut read retried once
+
+
+def test_timeouts_are_retried(s3, proxy, monkeypatch):
+    monkeypatch.setenv("TOKENTAPE_IO_RETRIES", "12")
+    url = f"{s3.url}/x.bin"
+    s3.put(url, DATA[:100_000])
+    store = object_store(
+        s3.url, {"endpoint_url": proxy.endpoint, "config_kwargs": {"read_timeout": 0.3}}
+    )
+    proxy.set(stall=0.3, stall_seconds=0.8)
+    for start in range(0, 100_000, 10_000):
+        assert store.read(url, start, start + 10_000) == DATA[start : start + 10_000]
+    assert proxy.stats().faults["stall"] >= 2, proxy.stats().faults
+
+    monkeypatch.setenv("TOKENTAPE_IO_RETRIES", "2")
+    proxy.set(stall=1.0)
+    with pytest.raises(ObjectStorageError, match=r"reading failed after 2 attempts \(.*timeout"):
+        object_store(
+            s3.url, {"endpoint_url": proxy.endpoint, "config_kwargs": {"read_timeout": 0.3}}
+        ).read(url, 0, 10)
+
+
+@pytest.mark.slow
+def test_multipart_upload_survives_faults(s3, proxy, tmp_path, monkeypatch):
+    monkeypatch.setenv("TOKENTAPE_IO_RETRIES", "12")
+    big = tmp_path / "big.bin"
+    data = os.urandom(101 * 2**20)  # s3fs uploads in 50 MiB parts from 100 MiB on
+    big.write_bytes(data)
+    proxy.set(slowdown=0.2, drop=0.1)
+    through(proxy, s3).put_file(big, f"{s3.url}/big.bin", metadata={"sha256": "x"})
+    assert s3.get(f"{s3.url}/big.bin") == data
+    stats = proxy.stats()
+    assert "POST" in {m for m, _, _, _ in stats.log} and stats.faulted >= 1, stats.faults
 
 
 def test_latency_is_only_slower(s3, proxy, tmp_path):
@@ -293,11 +326,6 @@ def test_writes_and_listings_after_the_budget(s3, proxy, monkeypatch):
     assert s3.keys() == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="store/objects.py sets botocore retries {'max_attempts': 1}, which botocore reads as "
-    "one retry after the first try: every ObjectStore attempt makes two requests",
-)
 def test_one_request_per_attempt(s3, proxy, monkeypatch):
     monkeypatch.setenv("TOKENTAPE_IO_RETRIES", "3")
     url = f"{s3.url}/x.bin"
@@ -309,11 +337,6 @@ def test_one_request_per_attempt(s3, proxy, monkeypatch):
     assert proxy.stats().requests == 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="store/objects.py _RangeFile has no readall(): read() to the end falls back to "
-    "RawIOBase.readall, one ranged GET per 8 KiB (DEFAULT_BUFFER_SIZE)",
-)
 def test_reading_to_the_end_is_not_one_request_per_8_kib(s3, proxy):
     url = f"{s3.url}/x.bin"
     s3.put(url, DATA[: 2**20])

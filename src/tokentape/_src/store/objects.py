@@ -182,7 +182,8 @@ def _filesystem(protocol: str, options: StorageOptions) -> Any:
     opts = dict(options)
     if protocol in ("s3", "s3a"):
         config = dict(opts.get("config_kwargs", {}))
-        config.setdefault("retries", {"max_attempts": 1, "mode": "standard"})
+        # One request per attempt (botocore's max_attempts counts retries, total_ the first).
+        config.setdefault("retries", {"total_max_attempts": 1, "mode": "standard"})
         config.setdefault("connect_timeout", 10)
         config.setdefault("read_timeout", 60)
         opts["config_kwargs"] = config
@@ -359,6 +360,14 @@ class _RangeFile(io.RawIOBase):
         base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
         self.pos = max(0, base + offset)
         return self.pos
+
+    def readall(self) -> bytes:
+        """The rest of the object in one ranged GET (not one per 8 KiB)."""
+        if self.pos >= self.size:
+            return b""
+        data = self.store.read(self.url, self.pos, self.size)
+        self.pos = self.size
+        return data
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")

@@ -259,3 +259,33 @@ def test_a_missing_bucket_is_one_error_naming_the_url(s3, corpus, hf_tokenizer_j
     with pytest.raises(OutputError, match=rf"^--out '{url}': listing failed \(.*bucket"):
         tokenize(config(corpus, url, hf_tokenizer_json, work_dir=str(tmp_path / "w")))
     assert not (tmp_path / "w").exists()
+
+
+def test_the_url_is_looked_at_again_after_the_build(
+    s3, corpus, hf_tokenizer_json, reference, tmp_path
+):
+    """Another machine writes the URL while this one builds (the writer lock is local)."""
+    versioned(s3)
+    work = tmp_path / "work"
+
+    def meanwhile(write):
+        def callback(report):
+            if report.label == "tokenize" and report.final:
+                write()
+
+        return callback
+
+    url = s3.url + "/a"
+    cfg = config(corpus, url, hf_tokenizer_json, work_dir=str(work))
+    with pytest.raises(OutputError, match=r"not a tokentape store .*'notes\.txt'"):
+        tokenize(cfg, progress=meanwhile(lambda: s3.put(url + "/notes.txt", b"mine")))
+    assert s3.keys(url) == ["a/notes.txt"]
+    assert (work / "manifest.json").is_file()  # the local build is kept for a rerun
+    url, work = s3.url + "/b", tmp_path / "other"  # (the first build is complete: no report)
+    cfg = config(corpus, url, hf_tokenizer_json, work_dir=str(work))
+    summary = tokenize(cfg, progress=meanwhile(lambda: s3.upload_tree(reference, url)))
+    assert summary.status == "already complete"
+    assert {k: n for k, n in puts(s3).items() if k.startswith("b/")} == {
+        f"b/{name}": 1 for name in tree_bytes(reference)
+    }
+    assert not work.exists()

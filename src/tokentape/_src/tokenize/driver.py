@@ -24,7 +24,8 @@ while it assembles them.) A rerun verifies what is already uploaded (size and ``
 metadata) and uploads only the rest; a URL whose manifest is this job's is "already complete"
 without any local work. The writer lock is the local build directory's: it excludes another
 writer on this machine (or one sharing that directory), not one on another machine with its own
-work directory. The build directory is scratch space: what another job left there is replaced,
+work directory (the URL is looked at again after the build, before anything is uploaded, which
+narrows that race to the upload itself). The build directory is scratch space: what another job left there is replaced,
 and after a successful upload the local store is removed (only the files tokentape writes).
 With ``--executor ray`` on a cluster, the work directory must be on storage every node sees.
 """
@@ -250,12 +251,18 @@ def _to_url(job: _Job, url: str, progress: ProgressCallback | None) -> TokenizeS
             seconds = time.monotonic() - job.started
             return _summary(url, remote, "already complete", len(job.units), seconds)
         built = _run(job, local, progress, overwrite=True)  # the work directory is scratch
-        report = upload_store(store, local, url, progress=progress)
-        crashpoint("after-upload")
+        crashpoint("before-upload")
+        # Looked at again: the build may have taken hours, and the lock is not the bucket's.
+        remote = inspect_remote(store, url, job.job_hash, config.overwrite)
+        if remote is None:
+            report = upload_store(store, local, url, progress=progress)
+            crashpoint("after-upload")
         discard_store(local)
+    seconds = time.monotonic() - job.started
+    if remote is not None:  # another writer uploaded this job's store meanwhile
+        return _summary(url, remote, "already complete", len(job.units), seconds)
     fresh = built.status == "created" and not report.kept
-    status = "created" if fresh else "resumed"
-    return replace(built, out=url, status=status, seconds=time.monotonic() - job.started)
+    return replace(built, out=url, status="created" if fresh else "resumed", seconds=seconds)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ result as data. Nothing is drawn on the terminal unless asked.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from tokentape._src.audit.locate import Located
 from tokentape._src.audit.locate import locate as _locate
@@ -17,6 +18,7 @@ from tokentape._src.audit.runs import batching
 from tokentape._src.audit.verify import StoreReport, verify_paths
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan
+from tokentape._src.store.objects import check_storage_options
 from tokentape._src.tokenize.driver import TokenizeSummary
 from tokentape._src.tokenize.driver import tokenize as _tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
@@ -46,6 +48,8 @@ def tokenize(
     unit_mb: float | None = None,
     overwrite: bool = False,
     progress: ProgressCallback | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    work_dir: PathArg | None = None,
 ) -> TokenizeSummary:
     """Tokenize text files into a token store (``tokentape tokenize``), or resume the job.
 
@@ -54,8 +58,10 @@ def tokenize(
 
     Args:
         inputs: Files, directories or globs (``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``,
-            ``.parquet``, ``.txt``), in order; one path or a sequence of them.
-        out: The store directory to write.
+            ``.parquet``, ``.txt``), in order; one path or a sequence of them. Object URLs
+            work the same way (``s3://bucket/raw/web/``, ``s3://bucket/raw/**/*.jsonl``).
+        out: The store directory to write, or an object URL (``s3://bucket/stores/web``):
+            the store is then built in ``work_dir`` and uploaded, its manifest last.
         tokenizer: ``"bytes"``, ``"tiktoken:PATH"`` or the path of a Hugging Face
             ``tokenizer.json``.
         eod_token: The end-of-document token (default: the tokenizer's own).
@@ -74,6 +80,11 @@ def tokenize(
             seconds) every half second while units are tokenized (from a monitor thread), and
             once at the end with ``final=True``. An exception it raises stops the reports and
             is raised here once the work stops. Nothing is drawn on the terminal.
+        storage_options: fsspec options for object URLs among ``inputs`` and ``out`` (e.g.
+            ``{"endpoint_url": ...}``); credentials best come from the environment or a
+            profile. Never written to the store or printed.
+        work_dir: With an object URL as ``out``: the local directory the store is built in
+            (default ``~/.cache/tokentape/uploads/<hash of out>``).
 
     Returns:
         The summary: counts, dropped documents per filter, content hash, status.
@@ -102,6 +113,8 @@ def tokenize(
         shard_mb=shard_mb,
         unit_mb=unit_mb,
         overwrite=overwrite,
+        storage_options=check_storage_options(storage_options or {}, "storage_options"),
+        work_dir=None if work_dir is None else os.fspath(work_dir),
     )
     return _tokenize(config, progress)
 
@@ -239,17 +252,21 @@ def verify(
     blocks: int | None = None,
     vocab_size: int | None = None,
     eod_id: int | None = None,
+    storage_options: Mapping[str, Any] | None = None,
 ) -> list[StoreReport]:
     """Rehash stores against their manifests (``tokentape verify``).
 
     Args:
-        paths: Store directories, Megatron prefixes or ``PLAN.json`` files (every store of
+        paths: Store directories, object URLs of stores (``s3://bucket/stores/web``, read
+            through ranged GETs), Megatron prefixes or ``PLAN.json`` files (every store of
             the plan, also checked against the content hash the plan recorded).
         quick: Hash only ``blocks`` blocks per shard instead of every byte.
         blocks: Blocks per shard a quick check hashes (``quick`` only; default 4: the first,
             the last and two picked by a seeded hash of the shard's name).
         vocab_size: A Megatron prefix not named by a plan: ids must be below it.
         eod_id: A Megatron prefix not named by a plan: every document ends with it.
+        storage_options: fsspec options for the object URLs given (a plan's sources use the
+            plan's ``storage_options``); credentials come from the environment or a profile.
 
     Returns:
         One report per store (``report.ok``, ``report.problems``), in the order named.
@@ -260,4 +277,7 @@ def verify(
         TokentapeError: A path is not a store or plan, or a manifest cannot be read at all (a
             store's damage is reported in its ``StoreReport``, not raised).
     """
-    return verify_paths(_paths("paths", paths), quick, blocks, vocab_size, eod_id)
+    options = check_storage_options(storage_options or {}, "storage_options")
+    return verify_paths(
+        _paths("paths", paths), quick, blocks, vocab_size, eod_id, storage_options=options
+    )

@@ -7,6 +7,12 @@ the document index (``.idx.npy``: hash, int64, starts at 0, strictly ascending, 
 entry per document), the end-of-document id at every document end, the manifest's totals and
 its content hash. Shards are read in chunks and through memory maps, never whole into memory.
 
+A store at an object URL (``s3://bucket/stores/web``, given directly or as a plan's source) is
+checked the same way through ranged GETs (``store.objects``, the plan's ``storage_options`` or
+the ones given): streamed, never copied to disk. Its document index is read whole, and the
+end-of-document check reads each shard once more, in 8 MiB ranges, for the token at every
+document end, so ``--quick`` still reads every ``.bin`` of a store in a bucket once.
+
 A Megatron prefix (``PREFIX.bin`` + ``PREFIX.idx``, given directly or as a plan's source) is
 checked by ``audit.verify_megatron``: its structure, its bytes against the identity recorded in
 its sidecar, and its ids and end-of-document ids where the vocabulary is known.
@@ -18,10 +24,11 @@ import contextlib
 import hashlib
 import io
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
@@ -31,6 +38,7 @@ from tokentape._src.megatron.format import is_prefix
 from tokentape._src.megatron.source import MEGATRON
 from tokentape._src.megatron.verify import check_megatron, planned_bytes
 from tokentape._src.plan.load import load_plan
+from tokentape._src.plan.open import MEGATRON_URL
 from tokentape._src.store.confine import inside_problem, open_directory, open_inside
 from tokentape._src.store.format import (
     MANIFEST_NAME,
@@ -45,6 +53,8 @@ from tokentape._src.store.format import (
     sha256_stream,
     shard_name,
 )
+from tokentape._src.store.objects import ObjectStore, is_url, join, object_store
+from tokentape._src.store.remote import remote_manifest_text
 from tokentape._src.store.tokenizers import STORED_NAMES
 from tokentape._src.util.checks import as_parameter, is_int
 from tokentape._src.util.progress import ProgressCallback, check_callback, tally
@@ -114,12 +124,13 @@ class Target:
     """A store to verify: its directory (or Megatron prefix), how to name it, and the plans
     that refer to it."""
 
-    path: Path
+    path: Path | str  # a directory or prefix, or a store's object URL (a str)
     label: str
     plans: tuple[PlanRef, ...] = ()
     kind: str = "tokentape"  # or "megatron"
     vocab_size: int | None = None  # Megatron: ids are below it (from a plan, or --vocab-size)
     eod_id: int | None = None  # Megatron: every document ends with it (plan, or --eod-id)
+    storage_options: dict[str, Any] = field(default_factory=dict)  # an object URL's options
 
 
 @dataclass
@@ -160,15 +171,51 @@ class _Store:
         if self.progress is not None:
             self.progress(len(data), len(data) // self.dtype.itemsize)
 
+    def inside(self, name: str) -> str | None:
+        """What stops ``name`` being read as the store's own file (see ``store.confine``)."""
+        return inside_problem(self.directory, name, self.dir_fd)
+
+
+@dataclass(frozen=True)
+class _RemoteStore(_Store):
+    """A store at an object URL: its files read through ranged GETs."""
+
+    objects: ObjectStore | None = None
+    url: str = ""
+
+    def file(self, name: str) -> str:
+        return join(self.label, name)
+
+    def open(self, name: str) -> io.BufferedReader:
+        assert self.objects is not None
+        return self.objects.open_reader(join(self.url, name), self.size(name), CHUNK_BYTES)
+
+    def size(self, name: str) -> int:
+        assert self.objects is not None
+        found = self.objects.info(join(self.url, name))
+        if found is None:
+            raise FileNotFoundError(name)
+        return found.size
+
+    def inside(self, name: str) -> str | None:
+        return None  # an object key: the manifest's names are checked plain at parsing
+
 
 # --- manifest and targets --------------------------------------------------------------------
 
 
-def load_manifest(store: str | Path, dir_fd: int | None = None) -> tuple[Manifest, list[Problem]]:
-    """Parse ``STORE/manifest.json`` (looked up in ``dir_fd`` when given). Totals that disagree
-    with the shards are problems (the sums are used from then on); a manifest that cannot be
-    read at all is a ``TokentapeError``."""
-    text, path = read_manifest_text(store, dir_fd)
+def load_manifest(
+    store: str | Path, dir_fd: int | None = None, objects: ObjectStore | None = None
+) -> tuple[Manifest, list[Problem]]:
+    """Parse ``STORE/manifest.json`` (looked up in ``dir_fd`` when given; read through
+    ``objects`` for a store at an object URL). Totals that disagree with the shards are problems
+    (the sums are used from then on); a manifest that cannot be read at all is a
+    ``TokentapeError``."""
+    if objects is not None:
+        text, path = remote_manifest_text(objects, str(store)), join(str(store), MANIFEST_NAME)
+    else:
+        text, local = read_manifest_text(store, dir_fd)
+        path = str(local)
     problems: list[Problem] = []
     try:
         data = json.loads(text)
@@ -178,7 +225,7 @@ def load_manifest(store: str | Path, dir_fd: int | None = None) -> tuple[Manifes
         problems = _fix_totals(data, str(path))
         if problems:
             text = json.dumps(data)
-    return parse_manifest(text, str(path), strict=False), problems
+    return parse_manifest(text, path, strict=False), problems
 
 
 def _fix_totals(data: dict[str, Any], where: str) -> list[Problem]:
@@ -199,12 +246,17 @@ def _fix_totals(data: dict[str, Any], where: str) -> list[Problem]:
     return problems
 
 
-def find_targets(paths: Iterable[str]) -> list[Target]:
-    """The stores named by ``paths`` (store directories or plan JSON files), each once."""
-    found: dict[Path, Target] = {}
+def find_targets(
+    paths: Iterable[str], storage_options: dict[str, Any] | None = None
+) -> list[Target]:
+    """The stores named by ``paths`` (store directories, object URLs of stores, or plan JSON
+    files), each once; ``storage_options`` are for the URLs given directly (a plan's sources
+    use the plan's)."""
+    storage_options = dict(storage_options or {})
+    found: dict[Path | str, Target] = {}
     for raw in paths:
-        for target in _expand(raw):
-            key = target.path.resolve()
+        for target in _expand(raw, storage_options):
+            key = target.path if isinstance(target.path, str) else target.path.resolve()
             first = found.setdefault(key, target)
             if first is not target:
                 found[key] = replace(
@@ -218,7 +270,9 @@ def find_targets(paths: Iterable[str]) -> list[Target]:
     return list(found.values())
 
 
-def _expand(raw: str) -> list[Target]:
+def _expand(raw: str, storage_options: dict[str, Any]) -> list[Target]:
+    if is_url(raw):
+        return [Target(raw.rstrip("/"), raw, storage_options=storage_options)]
     path = Path(raw)
     if not (path / MANIFEST_NAME).is_file() and is_prefix(path):
         return [Target(path, raw, kind=MEGATRON)]
@@ -243,12 +297,13 @@ def _expand(raw: str) -> list[Target]:
         ) from None
     return [
         Target(
-            Path(s.path),
+            s.path if is_url(s.path) else Path(s.path),
             s.path,
             (PlanRef(raw, s.name, s.content_hash),),
             s.format,
             s.vocab_size if s.format == MEGATRON else None,
             s.eod_id if s.format == MEGATRON else None,
+            storage_options | plan.storage_options,
         )
         for s in plan.sources
     ]
@@ -306,9 +361,16 @@ def check_store(
     *,
     label: str | None = None,
     plans: Sequence[PlanRef] = (),
+    storage_options: dict[str, Any] | None = None,
 ) -> StoreReport:
     """Verify one store (see the module docstring); ``label`` names it in problems."""
     started = time.monotonic()
+    if is_url(store):
+        objects = object_store(str(store), storage_options)
+        manifest, problems = load_manifest(store, objects=objects)
+        url = str(store).rstrip("/")
+        ctx = _RemoteStore(Path(), label or url, manifest, progress, objects=objects, url=url)
+        return _report(ctx, problems, quick, blocks, plans, started)
     with contextlib.ExitStack() as held:
         dir_fd = open_directory(Path(store))
         held.callback(os.close, dir_fd)
@@ -327,6 +389,19 @@ def _check_store(
 ) -> StoreReport:
     manifest, problems = load_manifest(store, dir_fd)
     ctx = _Store(Path(store), label or str(store), manifest, progress, dir_fd)
+    return _report(ctx, problems, quick, blocks, plans, started)
+
+
+def _report(
+    ctx: _Store,
+    problems: list[Problem],
+    quick: bool,
+    blocks: int,
+    plans: Sequence[PlanRef],
+    started: float,
+) -> StoreReport:
+    """Check the store of ``ctx`` whose manifest was read with ``problems``."""
+    manifest = ctx.manifest
     problems += _manifest_problems(ctx)
     problems += _plan_problems(manifest, plans)
     work = _Work()
@@ -365,6 +440,8 @@ def check_megatron_target(
 ) -> StoreReport:
     """Verify a Megatron prefix (see ``audit.verify_megatron``)."""
     started = time.monotonic()
+    if isinstance(target.path, str):
+        raise InputError(f"'{target.path}': {MEGATRON_URL}")
     chooser = _chooser(target.path, blocks)
     tell = None if progress is None else _megatron_progress(progress)
     plans = [(ref.plan, ref.source, ref.content_hash) for ref in target.plans]
@@ -452,6 +529,7 @@ def verify_paths(
     eod_id: int | None = None,
     progress: ProgressCallback | None = None,
     named: Callable[[str], str] = as_parameter,
+    storage_options: dict[str, Any] | None = None,
 ) -> list[StoreReport]:
     """Check every store, Megatron prefix and plan's store named by ``paths`` (see
     ``find_targets``): one report each, in order. The options are checked first (see
@@ -459,10 +537,14 @@ def verify_paths(
     the bytes and tokens checked."""
     check_callback(progress)
     chosen = check_options(quick, blocks, vocab_size, eod_id, named)
-    targets = [_with_vocabulary(t, vocab_size, eod_id) for t in find_targets(paths)]
+    found = find_targets(paths, storage_options)
+    targets = [_with_vocabulary(t, vocab_size, eod_id) for t in found]
     total = 0
     for t in targets:  # an unreadable manifest fails here, before any hashing
-        if t.kind == MEGATRON:
+        if isinstance(t.path, str):
+            objects = object_store(t.path, t.storage_options)
+            total += bytes_to_hash(load_manifest(t.path, objects=objects)[0], quick, chosen)
+        elif t.kind == MEGATRON:
             total += planned_bytes(t.path, quick, _chooser(t.path, chosen))
         else:
             total += bytes_to_hash(load_manifest(t.path)[0], quick, chosen)
@@ -471,7 +553,15 @@ def verify_paths(
         return [
             check_megatron_target(t, quick, chosen, tell)
             if t.kind == MEGATRON
-            else check_store(t.path, quick, chosen, tell, label=t.label, plans=t.plans)
+            else check_store(
+                t.path,
+                quick,
+                chosen,
+                tell,
+                label=t.label,
+                plans=t.plans,
+                storage_options=t.storage_options,
+            )
             for t in targets
         ]
 
@@ -504,7 +594,7 @@ def _confinement_problems(ctx: _Store, i: int, shard: ShardInfo) -> list[Problem
 
 
 def _outside(ctx: _Store, name: str) -> Problem | None:
-    found = inside_problem(ctx.directory, name, ctx.dir_fd)
+    found = ctx.inside(name)
     if found is None:
         return None
     found = found.removeprefix("is ")
@@ -578,7 +668,21 @@ def _map_npy(f: BinaryIO) -> np.ndarray:
     if 0 in shape:
         return np.zeros(shape, dtype=dtype)
     order: Literal["C", "F"] = "F" if fortran else "C"
+    if not _has_fileno(f):  # an object's reader: read whole (an index is small)
+        data = f.read()
+        count = math.prod(shape)
+        if len(data) < count * dtype.itemsize:
+            raise ValueError(f"{len(data)} bytes of data do not hold a {shape} array")
+        return np.frombuffer(data, dtype=dtype, count=count).reshape(shape, order=order)
     return np.memmap(f, dtype=dtype, mode="r", offset=f.tell(), shape=shape, order=order)
+
+
+def _has_fileno(f: BinaryIO) -> bool:
+    try:
+        f.fileno()
+    except (OSError, AttributeError, io.UnsupportedOperation):
+        return False
+    return True
 
 
 def _check_index(ctx: _Store, shard: ShardInfo) -> tuple[np.ndarray | None, list[Problem]]:
@@ -760,7 +864,16 @@ def _check_eod(ctx: _Store, shard: ShardInfo, idx: np.ndarray, size: int) -> lis
     if n == 0 or len(idx) == 0:
         return []
     with ctx.open(shard.bin_file) as f:
-        tokens = np.memmap(f, dtype=ctx.dtype, mode="r", shape=(n,))
+        if _has_fileno(f):
+            tokens: Any = np.memmap(f, dtype=ctx.dtype, mode="r", shape=(n,))
+        else:  # an object: every document end, read in chunks of the stream
+            tokens = _ChunkedTokens(f, ctx.dtype, n)
+        return _eod_problems(ctx, shard, idx, tokens, n)
+
+
+def _eod_problems(
+    ctx: _Store, shard: ShardInfo, idx: np.ndarray, tokens: Any, n: int
+) -> list[Problem]:
     eod, missing, first = ctx.manifest.eod_id, 0, ""
     for lo in range(0, len(idx), INDEX_CHUNK):
         nxt = np.asarray(idx[lo + 1 : lo + INDEX_CHUNK + 1])
@@ -781,6 +894,27 @@ def _check_eod(ctx: _Store, shard: ShardInfo, idx: np.ndarray, size: int) -> lis
     found = f"{missing} document(s) without it; first: {first}"
     expected = f"id {eod} at every document end"
     return [Problem(ctx.file(shard.bin_file), "missing end-of-document id", expected, found)]
+
+
+class _ChunkedTokens:
+    """The tokens of an object's reader, indexed by ascending positions: each lookup reads the
+    chunks that hold them (a document end check streams the shard once more, in order)."""
+
+    def __init__(self, f: BinaryIO, dtype: np.dtype, n: int) -> None:
+        self.f, self.dtype, self.n = f, dtype, n
+        self.chunk = CHUNK_BYTES // dtype.itemsize
+
+    def __getitem__(self, positions: np.ndarray) -> np.ndarray:
+        out = np.empty(len(positions), dtype=self.dtype)
+        chunks = positions // self.chunk
+        for c in np.unique(chunks).tolist():
+            lo = c * self.chunk
+            hi = min(self.n, lo + self.chunk)
+            self.f.seek(lo * self.dtype.itemsize)
+            data = np.frombuffer(self.f.read((hi - lo) * self.dtype.itemsize), dtype=self.dtype)
+            rows = chunks == c
+            out[rows] = data[positions[rows] - lo]
+        return out
 
 
 # --- command line ----------------------------------------------------------------------------

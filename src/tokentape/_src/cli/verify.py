@@ -7,6 +7,7 @@ import json
 
 from tokentape._src.audit.verify import DEFAULT_QUICK_BLOCKS, StoreReport, verify_paths
 from tokentape._src.cli.progress import terminal_bar
+from tokentape._src.cli.storage import add_storage_options
 from tokentape._src.util.checks import as_flag
 from tokentape._src.util.text import fmt_bytes, fmt_int
 
@@ -51,8 +52,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("paths", nargs="+", metavar="STORE_OR_PLAN", help="store dir or PLAN.json")
+    p.add_argument(
+        "paths", nargs="+", metavar="STORE_OR_PLAN", help="store dir, s3:// store or PLAN.json"
+    )
     p.add_argument("--quick", action="store_true", help="spot-check blocks, no full rehash")
+    add_storage_options(p)
     p.add_argument(
         "--blocks",
         type=int,
@@ -89,6 +93,7 @@ def cmd(args: argparse.Namespace) -> int:
         args.eod_id,
         terminal_bar(quiet=args.json),
         named=as_flag,
+        storage_options=args.storage_options,
     )
     ok = all(r.ok for r in reports)
     if args.json:

@@ -161,7 +161,10 @@ class _Short(OSError):
 
 
 def _permanent(exc: BaseException) -> bool:
-    return isinstance(exc, FileNotFoundError | PermissionError | IsADirectoryError)
+    """Not found, access denied, and a request the client refuses to send (a bad name)."""
+    return isinstance(
+        exc, FileNotFoundError | PermissionError | IsADirectoryError | ValueError | TypeError
+    )
 
 
 def _fsspec() -> Any:
@@ -216,7 +219,8 @@ class ObjectStore:
         self.retry = Retry.from_env()
 
     def _key(self, url: str) -> str:
-        return self.fs._strip_protocol(url)
+        scheme, sep, rest = url.partition("://")
+        return self.fs._strip_protocol(scheme.lower() + sep + rest if sep else url)
 
     def call(self, what: str, url: str, fn: Callable[[], _T]) -> _T:
         """``fn()`` with retries; ``what`` and ``url`` name it in the final error."""

@@ -369,6 +369,11 @@ class RemoteSource(TokenStream):
 def read_remote_manifest(objects: ObjectStore, url: str) -> Manifest:
     """The validated ``manifest.json`` of the store at ``url``; a prefix without one is not a
     complete store."""
+    return parse_manifest_text(remote_manifest_text(objects, url), join(url, MANIFEST_NAME))
+
+
+def remote_manifest_text(objects: ObjectStore, url: str) -> str:
+    """The text of the ``manifest.json`` of the store at ``url`` (not parsed)."""
     where = join(url, MANIFEST_NAME)
     try:
         data = objects.read(where)
@@ -379,10 +384,9 @@ def read_remote_manifest(objects: ObjectStore, url: str) -> Manifest:
     except PermissionError as exc:
         raise StoreError(f"{where}: access denied ({exc})") from None
     try:
-        text = data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise StoreError(f"{where}: not UTF-8 text; not a readable manifest") from None
-    return parse_manifest_text(text, where)
 
 
 def open_remote(url: str, storage_options: StorageOptions | None = None) -> RemoteSource:

@@ -14,7 +14,9 @@ one draw per request, so a given request order gives the same faults):
 - ``drop``: the fraction of connections closed without any response;
 - ``truncate``: the fraction of responses sent with their full ``Content-Length`` but only half
   of the body, then the connection closed;
-- ``corrupt``: the fraction of responses whose body has one byte flipped (same length).
+- ``corrupt``: the fraction of responses whose body has one byte flipped (same length);
+- ``stall``: the fraction of requests held ``stall_seconds`` (default 2 s) before they are
+  forwarded (beyond a client's read timeout: a timeout).
 
 ``methods`` limits the faults (not the delay) to some methods (e.g. ``{"GET"}``); ``ranged``
 limits them to requests with a ``Range`` header. Counters (``stats()``): requests seen, faults
@@ -39,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-FAULTS = ("slowdown", "drop", "truncate", "corrupt")
+FAULTS = ("slowdown", "drop", "truncate", "corrupt", "stall")
 HOP_BY_HOP = {
     "connection",
     "keep-alive",
@@ -68,12 +70,14 @@ class Faults:
     drop: float = 0.0
     truncate: float = 0.0
     corrupt: float = 0.0
+    stall: float = 0.0
+    stall_seconds: float = 2.0
     methods: frozenset[str] | None = None
     ranged: bool = False
 
     def __post_init__(self) -> None:
-        if self.delay < 0:
-            raise ValueError(f"delay must be >= 0, got {self.delay}")
+        if self.delay < 0 or self.stall_seconds < 0:
+            raise ValueError(f"delays must be >= 0, got {self.delay}, {self.stall_seconds}")
         for name in FAULTS:
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
@@ -271,6 +275,8 @@ class _Handler(BaseHTTPRequestHandler):
         faults, fault, index = proxy._draw(self.command, "Range" in self.headers)
         if faults.delay:
             time.sleep(faults.delay)
+        if fault == "stall":
+            time.sleep(faults.stall_seconds)
         if fault == "drop":
             proxy._record(index, self.path, None, 0, len(body))
             self._drop()
@@ -323,7 +329,15 @@ class _Handler(BaseHTTPRequestHandler):
         cut: int | None = None,
     ) -> None:
         """Send the response (the first ``cut`` bytes of the body only, then close when
-        ``cut`` is set)."""
+        ``cut`` is set); a client already gone (e.g. after its timeout) ends the connection."""
+        try:
+            self._send(status, headers, payload, cut)
+        except OSError:
+            self.close_connection = True
+
+    def _send(
+        self, status: int, headers: list[tuple[str, str]], payload: bytes, cut: int | None
+    ) -> None:
         self.send_response_only(status)
         has_length = False
         for key, value in headers:
@@ -339,12 +353,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self.command == "HEAD" or status in (204, 304):
             return
         body = payload if cut is None else payload[:cut]
-        try:
-            for start in range(0, len(body), COPY_CHUNK):
-                self.wfile.write(body[start : start + COPY_CHUNK])
-            self.wfile.flush()
-        except OSError:
-            self.close_connection = True
+        for start in range(0, len(body), COPY_CHUNK):
+            self.wfile.write(body[start : start + COPY_CHUNK])
+        self.wfile.flush()
         if cut is not None:
             self._drop(send_nothing=False)
 

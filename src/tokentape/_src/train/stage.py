@@ -95,6 +95,7 @@ DEFAULT_WAIT_S = 4 * 3600.0
 MAX_WORKERS = 1024
 STAGING_MANIFEST = ".manifest.json"
 _RECORD = struct.Struct("<I")
+_datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
 
 
 @dataclass(frozen=True)
@@ -319,7 +320,7 @@ class _BinFile:
         return bad
 
     def _record(self, blocks: list[int]) -> None:
-        os.fdatasync(self.fd)  # the bytes first, then the record that vouches for them
+        _datasync(self.fd)  # the bytes first, then the record that vouches for them
         with self.lock:
             os.write(self.ok_fd, b"".join(_RECORD.pack(i) for i in blocks))
             os.fsync(self.ok_fd)

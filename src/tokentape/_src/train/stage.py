@@ -27,7 +27,7 @@ stager, then find its result):
 2. Otherwise the remote manifest is read and checked (a plan's source must still have the
    content hash the plan recorded: else ``StoreChanged``); the files are listed once and their
    sizes checked against the manifest.
-3. Each ``.bin`` is fetched with parallel ranged GETs (``workers`` threads; consecutive blocks
+3. (``train.stagefetch``) Each ``.bin`` is fetched with parallel ranged GETs (``workers`` threads; consecutive blocks
    grouped up to ``range_bytes`` per request) and every block is checked against the
    manifest's ``block_sha256`` as it arrives; the ``.idx.npy`` and the tokenizer copy are
    checked whole (``idx_sha256``; the tokenizer's fingerprint). A block that does not match is
@@ -48,13 +48,7 @@ import hashlib
 import os
 import re
 import shutil
-import struct
-import threading
-import time
-from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 
 from tokentape._src.plan.load import load_plan
@@ -64,7 +58,6 @@ from tokentape._src.store.atomic import fsync_dir, replace_directory, write_atom
 from tokentape._src.store.format import (
     MANIFEST_NAME,
     Manifest,
-    ShardInfo,
     numpy_dtype,
     parse_manifest,
     read_manifest,
@@ -80,11 +73,10 @@ from tokentape._src.store.objects import (
     object_store,
     parent,
 )
-from tokentape._src.store.tokenizers import tokenizer_from_manifest
 from tokentape._src.train.cachelock import cache_lock
+from tokentape._src.train.stagefetch import Job, download
 from tokentape._src.util.checks import check_count, check_path
-from tokentape._src.util.faults import crashpoint
-from tokentape._src.util.progress import ProgressCallback, Tally, check_callback, tally
+from tokentape._src.util.progress import ProgressCallback, check_callback
 from tokentape.errors import ArgumentError, PlanError, StoreChanged, StoreError
 
 RANGE_BYTES = 16 * 2**20
@@ -94,8 +86,6 @@ DEFAULT_WAIT_S = 4 * 3600.0
 """How long a process waits for another one staging the same store before giving up."""
 MAX_WORKERS = 1024
 STAGING_MANIFEST = ".manifest.json"
-_RECORD = struct.Struct("<I")
-_datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
 
 
 @dataclass(frozen=True)
@@ -161,232 +151,6 @@ def _staged(entry: Path, content_hash: str) -> Manifest | None:
     return manifest
 
 
-class _Counter:
-    """Bytes fetched by the worker threads, passed on to the progress tally under a lock."""
-
-    def __init__(self, counting: Tally | None) -> None:
-        self.counting = counting
-        self.fetched = 0
-        self.lock = threading.Lock()
-
-    def add(self, n: int, useful: int) -> None:
-        """``n`` bytes fetched, of which ``useful`` count as progress (may be negative)."""
-        with self.lock:
-            self.fetched += n
-            if self.counting is not None:
-                self.counting.add(useful)
-
-
-@dataclass
-class _Job:
-    """One store being staged: where it comes from, where it goes, and the shared state."""
-
-    store: ObjectStore
-    url: str
-    work: Path
-    counter: _Counter
-    stop: threading.Event
-    attempts: int
-    backoff: float
-    range_bytes: int
-
-    def object_url(self, name: str) -> str:
-        return join(self.url, name)
-
-    def check(self) -> None:
-        if self.stop.is_set():
-            raise _Stopped
-
-
-class _Stopped(Exception):
-    """Another task failed: this one ends early."""
-
-
-def _retry_wait(job: _Job, attempt: int) -> None:
-    time.sleep(min(5.0, job.backoff * 2 ** (attempt - 1)))
-
-
-class _BinFile:
-    """A shard's ``.bin`` downloaded into ``.NAME.part`` block by block, each block verified
-    and recorded in ``.NAME.ok`` before it counts."""
-
-    def __init__(self, job: _Job, shard: ShardInfo, size: int) -> None:
-        self.job, self.shard, self.size = job, shard, size
-        self.name = shard.bin_file
-        self.block = shard.block_bytes
-        n_blocks = -(-size // self.block) if size else 0
-        if (self.block <= 0 and size) or len(shard.block_sha256) != n_blocks:
-            raise StoreError(
-                f"{job.object_url(MANIFEST_NAME)}: shard {shard.name} records "
-                f"{len(shard.block_sha256)} block hashes of {self.block} bytes for a "
-                f"{size}-byte file; expected {n_blocks}"
-            )
-        self.n_blocks = n_blocks
-        self.part = job.work / f".{self.name}.part"
-        self.ok = job.work / f".{self.name}.ok"
-        self.done = self._recorded()
-        self.lock = threading.Lock()
-        self.fd = os.open(self.part, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-        self.ok_fd = os.open(self.ok, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.ftruncate(self.fd, size)
-
-    def _recorded(self) -> set[int]:
-        """The blocks an earlier run verified (a torn last record is ignored)."""
-        if not self.part.exists():
-            self.ok.unlink(missing_ok=True)
-            return set()
-        try:
-            data = self.ok.read_bytes()
-        except FileNotFoundError:
-            return set()
-        whole = len(data) - len(data) % _RECORD.size
-        found = {i for (i,) in _RECORD.iter_unpack(data[:whole]) if i < self.n_blocks}
-        return found
-
-    def span(self, block: int) -> tuple[int, int]:
-        return block * self.block, min((block + 1) * self.block, self.size)
-
-    def kept_bytes(self) -> int:
-        return sum(b - a for a, b in map(self.span, self.done))
-
-    def groups(self) -> list[list[int]]:
-        """The blocks still to fetch, in runs of consecutive blocks of at most ``range_bytes``
-        (at least one block each)."""
-        runs: list[list[int]] = []
-        for i in range(self.n_blocks):
-            if i in self.done:
-                continue
-            run = runs[-1] if runs else None
-            if run and run[-1] == i - 1 and (i + 1 - run[0]) * self.block <= self.job.range_bytes:
-                run.append(i)
-            else:
-                runs.append([i])
-        return runs
-
-    def fetch(self, blocks: list[int]) -> None:
-        """Fetch, verify and record ``blocks``, fetching mismatched ones again up to the retry
-        budget."""
-        pending = blocks
-        for attempt in range(1, self.job.attempts + 1):
-            bad: list[int] = []
-            for run in _runs(pending):
-                bad += self._fetch_run(run[0], run[-1] + 1)
-            if not bad:
-                return
-            if attempt < self.job.attempts:
-                _retry_wait(self.job, attempt)
-            pending = bad
-        first = pending[0]
-        start, stop = self.span(first)
-        raise StoreError(
-            f"{self.job.object_url(self.name)}: block {first} (bytes {start}-{stop}) does not "
-            f"match the manifest's sha256 after {self.job.attempts} downloads; the object "
-            "differs from its store's manifest (changed or damaged after the store was written)"
-        )
-
-    def _fetch_run(self, first: int, end: int) -> list[int]:
-        """Fetch blocks ``[first, end)``; record the good ones, return the bad ones."""
-        job = self.job
-        start, stop = self.span(first)[0], self.span(end - 1)[1]
-        good: list[int] = []
-        bad: list[int] = []
-        block, (_, block_end) = first, self.span(first)
-        hasher = hashlib.sha256()
-        pos = start
-        while pos < stop:
-            job.check()
-            piece_stop = min(stop, pos + job.range_bytes)
-            data = memoryview(job.store.read(job.object_url(self.name), pos, piece_stop))
-            os.pwrite(self.fd, data, pos)
-            job.counter.add(len(data), len(data))
-            off = 0
-            while off < len(data):
-                take = min(len(data) - off, block_end - (pos + off))
-                hasher.update(data[off : off + take])
-                off += take
-                if pos + off == block_end:
-                    ok = hasher.hexdigest() == self.shard.block_sha256[block]
-                    (good if ok else bad).append(block)
-                    block += 1
-                    block_end = self.span(block)[1] if block < self.n_blocks else stop
-                    hasher = hashlib.sha256()
-            pos = piece_stop
-        crashpoint(f"stage.written.{self.name}")
-        if bad:
-            job.counter.add(0, -sum(b - a for a, b in map(self.span, bad)))
-        if good:
-            self._record(good)
-            crashpoint(f"stage.verified.{self.name}")
-        return bad
-
-    def _record(self, blocks: list[int]) -> None:
-        _datasync(self.fd)  # the bytes first, then the record that vouches for them
-        with self.lock:
-            os.write(self.ok_fd, b"".join(_RECORD.pack(i) for i in blocks))
-            os.fsync(self.ok_fd)
-            self.done.update(blocks)
-
-    def finish(self) -> None:
-        """Put the complete file at its name (every block verified) and drop the record."""
-        os.close(self.ok_fd)
-        os.fsync(self.fd)
-        os.close(self.fd)
-        if len(self.done) != self.n_blocks:
-            return  # failed or stopped: kept for the next run
-        os.replace(self.part, self.job.work / self.name)
-        self.ok.unlink(missing_ok=True)
-
-
-def _runs(blocks: list[int]) -> list[list[int]]:
-    runs: list[list[int]] = []
-    for b in sorted(blocks):
-        if runs and runs[-1][-1] == b - 1:
-            runs[-1].append(b)
-        else:
-            runs.append([b])
-    return runs
-
-
-def _fetch_whole(job: _Job, name: str, size: int, check: Callable[[bytes], str | None]) -> None:
-    """Fetch the object ``name`` whole, ``check`` it (None: it matches, else what differs),
-    fetching it again up to the retry budget, and write it into the staging directory."""
-    url = job.object_url(name)
-    why = ""
-    for attempt in range(1, job.attempts + 1):
-        job.check()
-        data = job.store.read_whole(url, size)
-        job.counter.add(len(data), len(data))
-        problem = check(data)
-        if problem is None:
-            write_atomic(job.work / name, data)
-            return
-        job.counter.add(0, -len(data))
-        why = problem
-        if attempt < job.attempts:
-            _retry_wait(job, attempt)
-    raise StoreError(f"{url}: {why} after {job.attempts} downloads")
-
-
-def _idx_check(shard: ShardInfo) -> Callable[[bytes], str | None]:
-    def check(data: bytes) -> str | None:
-        if hashlib.sha256(data).hexdigest() == shard.idx_sha256:
-            return None
-        return "does not match the manifest's idx_sha256"
-
-    return check
-
-
-def _tokenizer_check(manifest: Manifest, work: Path) -> Callable[[bytes], str | None]:
-    def check(data: bytes) -> str | None:
-        try:
-            tokenizer_from_manifest(manifest.tokenizer, work, data=data)
-        except StoreError:
-            return "does not match the manifest's tokenizer fingerprint"
-        return None
-
-    return check
-
-
 def _read_remote_manifest(store: ObjectStore, url: str) -> tuple[bytes, Manifest]:
     where = join(url, MANIFEST_NAME)
     try:
@@ -434,64 +198,6 @@ def _prepare_work(work: Path, manifest_bytes: bytes) -> None:
         write_atomic(marker, manifest_bytes)
 
 
-def _run(tasks: list[Callable[[], None]], workers: int, stop: threading.Event) -> None:
-    """Run ``tasks`` on ``workers`` threads; the first failure stops the others and is
-    raised once they have ended."""
-    if not tasks:
-        return
-    with ThreadPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
-        futures = [pool.submit(task) for task in tasks]
-        try:
-            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-            for f in done:
-                exc = f.exception()
-                if exc is not None:
-                    raise exc
-        except BaseException:
-            stop.set()
-            for f in futures:
-                f.cancel()
-            raise
-
-
-def _download(
-    job: _Job,
-    manifest: Manifest,
-    sizes: dict[str, int],
-    workers: int,
-    label: str,
-    progress: ProgressCallback | None,
-) -> tuple[int, int]:
-    """Fetch every file of ``manifest`` not yet in ``job.work``; returns (fetched, reused)."""
-    bins: list[_BinFile] = []
-    tasks: list[Callable[[], None]] = []
-    reused = todo = 0
-    shards = {s.bin_file: s for s in manifest.shards}
-    idx = {s.idx_file: s for s in manifest.shards}
-    try:
-        for name, size in sizes.items():
-            if (job.work / name).is_file() and (job.work / name).stat().st_size == size:
-                reused += size
-                continue
-            if name in shards:
-                f = _BinFile(job, shards[name], size)
-                bins.append(f)
-                reused += f.kept_bytes()
-                todo += size - f.kept_bytes()
-                tasks += [partial(f.fetch, g) for g in f.groups()]
-                continue
-            check = _idx_check(idx[name]) if name in idx else _tokenizer_check(manifest, job.work)
-            todo += size
-            tasks.append(partial(_fetch_whole, job, name, size, check))
-        with tally(todo, f"stage {label}", progress) as counting:
-            job.counter.counting = counting
-            _run(tasks, workers, job.stop)
-    finally:
-        for f in bins:
-            f.finish()
-    return job.counter.fetched, reused
-
-
 def _stage_locked(
     url: str,
     entry: Path,
@@ -522,11 +228,8 @@ def _stage_locked(
     work = entry.with_name(f".{entry.name}.staging")
     _prepare_work(work, manifest_bytes)
     retry = Retry.from_env()
-    job = _Job(
-        store, url, work, _Counter(None), threading.Event(), retry.attempts, retry.backoff,
-        range_bytes,
-    )  # fmt: skip
-    fetched, reused = _download(job, manifest, sizes, workers, label, progress)
+    job = Job(store, url, work, retry.attempts, retry.backoff, range_bytes)
+    fetched, reused = download(job, manifest, sizes, workers, label, progress)
     write_atomic(work / MANIFEST_NAME, manifest_bytes)  # last: the store is complete
     (work / STAGING_MANIFEST).unlink()
     fsync_dir(work)
@@ -674,9 +377,3 @@ def stage_plan(
         CacheLocked: Another process kept a store's cache lock beyond the wait.
     """
     return stage_sources(plan, cache_dir, storage_options, progress, workers)[0]
-
-
-def staged_bytes(results: Iterable[StagedStore]) -> tuple[int, int]:
-    """(downloaded, reused) bytes over ``results``."""
-    rows = list(results)
-    return sum(r.downloaded_bytes for r in rows), sum(r.reused_bytes for r in rows)

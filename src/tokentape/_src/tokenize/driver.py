@@ -25,9 +25,10 @@ metadata) and uploads only the rest; a URL whose manifest is this job's is "alre
 without any local work. The writer lock is the local build directory's: it excludes another
 writer on this machine (or one sharing that directory), not one on another machine with its own
 work directory (the URL is looked at again after the build, before anything is uploaded, which
-narrows that race to the upload itself). The build directory is scratch space: what another job left there is replaced,
-and after a successful upload the local store is removed (only the files tokentape writes).
-With ``--executor ray`` on a cluster, the work directory must be on storage every node sees.
+narrows that race to the upload itself). The build directory is scratch space: what another
+job left there is replaced, and after a successful upload the local store is removed (only the
+files tokentape writes). With ``--executor ray`` on a cluster, the work directory must be on
+storage every node sees.
 """
 
 from __future__ import annotations

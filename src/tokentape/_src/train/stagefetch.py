@@ -35,6 +35,7 @@ from tokentape.errors import StoreError
 _RECORD = struct.Struct("<I")
 """One verified block in a ``.FILE.ok`` record: its index, 4 bytes little-endian."""
 _datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 class Counter:
@@ -104,9 +105,11 @@ class _BinFile:
         self.ok = job.work / f".{self.name}.ok"
         self.done = self._recorded()
         self.lock = threading.Lock()
-        self.fd = os.open(self.part, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
-        self.ok_fd = os.open(self.ok, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.ftruncate(self.fd, size)
+        fd = os.open(self.part, os.O_WRONLY | os.O_CREAT | _CLOEXEC, 0o644)
+        try:
+            os.ftruncate(fd, size)
+        finally:
+            os.close(fd)
 
     def _recorded(self) -> set[int]:
         """The blocks an earlier run verified (a torn last record is ignored)."""
@@ -171,46 +174,52 @@ class _BinFile:
         block, (_, block_end) = first, self.span(first)
         hasher = hashlib.sha256()
         pos = start
-        while pos < stop:
-            job.check()
-            piece_stop = min(stop, pos + job.range_bytes)
-            data = memoryview(job.store.read(job.object_url(self.name), pos, piece_stop))
-            os.pwrite(self.fd, data, pos)
-            job.counter.add(len(data), len(data))
-            off = 0
-            while off < len(data):
-                take = min(len(data) - off, block_end - (pos + off))
-                hasher.update(data[off : off + take])
-                off += take
-                if pos + off == block_end:
-                    ok = hasher.hexdigest() == self.shard.block_sha256[block]
-                    (good if ok else bad).append(block)
-                    block += 1
-                    block_end = self.span(block)[1] if block < self.n_blocks else stop
-                    hasher = hashlib.sha256()
-            pos = piece_stop
-        crashpoint(f"stage.written.{self.name}")
-        if bad:
-            job.counter.add(0, -sum(b - a for a, b in map(self.span, bad)))
-        if good:
-            self._record(good)
-            crashpoint(f"stage.verified.{self.name}")
+        fd = os.open(self.part, os.O_WRONLY | _CLOEXEC)  # one per task: few open at a time
+        try:
+            while pos < stop:
+                job.check()
+                piece_stop = min(stop, pos + job.range_bytes)
+                data = memoryview(job.store.read(job.object_url(self.name), pos, piece_stop))
+                os.pwrite(fd, data, pos)
+                job.counter.add(len(data), len(data))
+                off = 0
+                while off < len(data):
+                    take = min(len(data) - off, block_end - (pos + off))
+                    hasher.update(data[off : off + take])
+                    off += take
+                    if pos + off == block_end:
+                        ok = hasher.hexdigest() == self.shard.block_sha256[block]
+                        (good if ok else bad).append(block)
+                        block += 1
+                        block_end = self.span(block)[1] if block < self.n_blocks else stop
+                        hasher = hashlib.sha256()
+                pos = piece_stop
+            crashpoint(f"stage.written.{self.name}")
+            if bad:
+                job.counter.add(0, -sum(b - a for a, b in map(self.span, bad)))
+            if good:
+                _datasync(fd)  # the bytes first, then the record that vouches for them
+                self._record(good)
+                crashpoint(f"stage.verified.{self.name}")
+        finally:
+            os.close(fd)
         return bad
 
     def _record(self, blocks: list[int]) -> None:
-        _datasync(self.fd)  # the bytes first, then the record that vouches for them
         with self.lock:
-            os.write(self.ok_fd, b"".join(_RECORD.pack(i) for i in blocks))
-            os.fsync(self.ok_fd)
+            fd = os.open(self.ok, os.O_WRONLY | os.O_CREAT | os.O_APPEND | _CLOEXEC, 0o644)
+            try:
+                os.write(fd, b"".join(_RECORD.pack(i) for i in blocks))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
             self.done.update(blocks)
 
     def finish(self) -> None:
-        """Put the complete file at its name (every block verified) and drop the record."""
-        os.close(self.ok_fd)
-        os.fsync(self.fd)
-        os.close(self.fd)
+        """Put the file at its name once every block is verified, and drop the record; a
+        file still incomplete (a failure, a stop) is kept for the next run."""
         if len(self.done) != self.n_blocks:
-            return  # failed or stopped: kept for the next run
+            return
         os.replace(self.part, self.job.work / self.name)
         self.ok.unlink(missing_ok=True)
 

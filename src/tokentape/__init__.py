@@ -15,6 +15,7 @@ from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.open import open_store
 from tokentape._src.plan.plan import Plan
 from tokentape._src.store.reader import Source, open_source
+from tokentape._src.store.remote import FetchConfig
 from tokentape._src.train.batch import Batch
 from tokentape._src.train.loader import Loader, Step
 from tokentape._src.train.partition import BatchConfig
@@ -66,6 +67,7 @@ __all__ = [
     "Batch",
     "BatchConfig",
     "DataState",
+    "FetchConfig",
     "InputError",
     "Loader",
     "MegatronSource",

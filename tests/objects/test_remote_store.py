@@ -134,6 +134,33 @@ def test_one_streaming_loader_keeps_ahead_and_fetches_about_what_it_trains(store
     assert trained * 0.9 < fetched <= trained * (14 / 10) * 1.01
 
 
+def test_loader_with_a_cache_dir_stages_and_with_a_small_cache_still_streams_exactly(
+    stores, s3, tmp_path
+):
+    local = plan_of(stores)
+    remote = plan_of(stores, remote_plan_text(s3.url))
+    config = BatchConfig(2, 4, 2)
+    tiny = tokentape.FetchConfig(concurrency=3, cache_mb=0.002)  # 2 KiB: evictions all along
+    with (
+        Loader(remote, 1, config, cache_dir=tmp_path / "cache") as staged,
+        Loader(remote, 1, config, fetch=tiny) as streamed,
+        Loader(local, 1, config) as ll,
+    ):
+        assert all(s.path.startswith(str(tmp_path / "cache")) for s in staged.plan.sources)
+        assert staged.plan.index_hash == remote.index_hash
+        for _ in range(6):
+            want = ll.step()
+            for loader in (staged, streamed):
+                got = loader.step()
+                for g, w in zip(got.micro_batches, want.micro_batches, strict=True):
+                    np.testing.assert_array_equal(g.tokens, w.tokens)
+                loader.commit()
+            ll.commit()
+        assert staged.fetch_stats.bytes == 0 and streamed.fetch_stats.requests > 0
+    with pytest.raises(tokentape.ArgumentError, match="cache_mb must be positive"):
+        tokentape.FetchConfig(cache_mb=0)
+
+
 def test_replay_and_locate_against_the_bucket(stores, s3, capsys):
     local = plan_of(stores)
     remote = plan_of(stores, remote_plan_text(s3.url))

@@ -14,7 +14,7 @@ from tokentape._src.megatron.source import MEGATRON, MegatronSource
 from tokentape._src.store.format import MANIFEST_NAME
 from tokentape._src.store.objects import StorageOptions, is_url
 from tokentape._src.store.reader import Source, TokenStream
-from tokentape._src.store.remote import RemoteSource
+from tokentape._src.store.remote import FetchConfig, RemoteSource
 from tokentape._src.util.progress import ProgressCallback
 from tokentape.errors import ArgumentError, InputError, StoreError
 
@@ -57,6 +57,7 @@ def open_store(
     tokenizer: str | None = None,
     progress: ProgressCallback | None = None,
     storage_options: StorageOptions | None = None,
+    fetch: FetchConfig | None = None,
 ) -> TokenStream:
     """Open the source at ``path``: a tokentape store or a Megatron prefix.
 
@@ -78,6 +79,7 @@ def open_store(
             time (one without a current identity); None: no reports.
         storage_options: fsspec options for a store at an object URL (``s3://...``), which
             is read in place: its manifest at once, byte ranges of its shards when read.
+        fetch: How such a store is read (requests in flight, bytes cached).
 
     Returns:
         A ``Source`` for a store, a ``MegatronSource`` for a Megatron prefix.
@@ -97,7 +99,7 @@ def open_store(
             raise StoreError(f"'{path}': {MEGATRON_URL}")
         if tokenizer is not None:
             raise ArgumentError(f"store '{path}': a tokenizer applies to a Megatron source only")
-        return _checked(RemoteSource(str(path), storage_options), path, vocab_size, eod_id)
+        return _checked(RemoteSource(str(path), storage_options, fetch), path, vocab_size, eod_id)
     kind = detect_format(path) if format is None else format
     if kind == TOKENTAPE:
         if tokenizer is not None:

@@ -30,7 +30,7 @@ from tokentape._src.store.atomic import write_atomic
 from tokentape._src.store.format import Manifest
 from tokentape._src.store.objects import is_url, object_store
 from tokentape._src.store.reader import Source, SourceManifest, TokenStream
-from tokentape._src.store.remote import read_remote_manifest
+from tokentape._src.store.remote import FetchConfig, read_remote_manifest
 from tokentape._src.tape.blend import (
     rational_weights,
 )
@@ -398,7 +398,9 @@ def resolve_plan(
 
 
 def open_plan_store(
-    source: PlanSource, storage_options: Mapping[str, Any] | None = None
+    source: PlanSource,
+    storage_options: Mapping[str, Any] | None = None,
+    fetch: FetchConfig | None = None,
 ) -> TokenStream:
     """Open a resolved plan's source where the plan found it, as the plan read it (a Megatron
     prefix with the plan's vocabulary, EOD id and tokenizer, loaded only when needed and
@@ -414,6 +416,7 @@ def open_plan_store(
             vocab_size=source.vocab_size,
             eod_id=source.eod_id,
             storage_options=storage_options,
+            fetch=fetch,
         )
     record = source.megatron
     planned = None

@@ -38,12 +38,38 @@ from tokentape._src.store.reader import (
     index_offset,
 )
 from tokentape._src.store.tokenizers import STORED_NAMES, Tokenizer, tokenizer_from_manifest
-from tokentape.errors import StoreError
+from tokentape._src.util.checks import check_count
+from tokentape.errors import ArgumentError, StoreError
 
 DEFAULT_CONCURRENCY = 32
 DEFAULT_CACHE_BYTES = 512 * 2**20
 MAX_RANGE_BYTES = 16 * 2**20
 """Merged ranges stop growing here, so that one request never holds up many windows."""
+
+
+@dataclass(frozen=True)
+class FetchConfig:
+    """How a loader reads a plan whose stores are in object storage without staging them.
+
+    Attributes:
+        concurrency: Ranged GETs in flight at most, per store.
+        cache_mb: MiB of fetched ranges kept per store (least recently used go first); at
+            least the windows of the steps prefetched must fit.
+    """
+
+    concurrency: int = DEFAULT_CONCURRENCY
+    cache_mb: float = DEFAULT_CACHE_BYTES / 2**20
+
+    def __post_init__(self) -> None:
+        check_count("concurrency", self.concurrency, 1, 4096)
+        if isinstance(self.cache_mb, bool) or not isinstance(self.cache_mb, int | float):
+            raise ArgumentError(f"cache_mb must be a number of MiB, got {self.cache_mb!r}")
+        if not 0 < self.cache_mb < 2**40:
+            raise ArgumentError(f"cache_mb must be positive, got {self.cache_mb!r}")
+
+    @property
+    def cache_bytes(self) -> int:
+        return int(self.cache_mb * 2**20)
 
 
 @dataclass
@@ -225,25 +251,23 @@ class RemoteSource(TokenStream):
         url: The store's URL (the "directory" holding ``manifest.json``).
         storage_options: fsspec options (endpoint, region ...); credentials come from the
             environment or a profile.
-        concurrency: Ranged GETs in flight at most.
-        cache_bytes: Fetched bytes kept for reuse at most.
+        fetch: Requests in flight and bytes cached (default ``FetchConfig()``).
     """
 
     def __init__(
         self,
         url: str,
         storage_options: StorageOptions | None = None,
-        *,
-        concurrency: int = DEFAULT_CONCURRENCY,
-        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        fetch: FetchConfig | None = None,
     ) -> None:
+        fetch = fetch or FetchConfig()
         self.url = url.rstrip("/")
         self.objects = object_store(self.url, storage_options)
         self._manifest = read_remote_manifest(self.objects, self.url)
         dtype = numpy_dtype(self._manifest.dtype)
         shards = self._manifest.shards
         bins = {join(self.url, s.bin_file): (s, s.n_tokens * dtype.itemsize) for s in shards}
-        self.cache = RangeCache(self.objects, bins, concurrency, cache_bytes)
+        self.cache = RangeCache(self.objects, bins, fetch.concurrency, fetch.cache_bytes)
         self._sizes_checked: set[int] = set()
         self._size_lock = threading.Lock()
         self._bin_urls = [join(self.url, s.bin_file) for s in shards]
@@ -389,6 +413,11 @@ def remote_manifest_text(objects: ObjectStore, url: str) -> str:
         raise StoreError(f"{where}: not UTF-8 text; not a readable manifest") from None
 
 
-def open_remote(url: str, storage_options: StorageOptions | None = None) -> RemoteSource:
-    """Open the store at the object URL ``url``."""
-    return RemoteSource(url, storage_options)
+def total_stats(sources: list[TokenStream]) -> FetchStats:
+    """What the sources in object storage among ``sources`` fetched, added up."""
+    found = [s.stats for s in sources if isinstance(s, RemoteSource)]
+    return FetchStats(
+        sum(f.requests for f in found),
+        sum(f.bytes for f in found),
+        sum(f.blocks_checked for f in found),
+    )

@@ -8,6 +8,7 @@ import numpy as np
 
 from tokentape._src.plan.plan import Plan, open_plan_store
 from tokentape._src.store.reader import TokenStream
+from tokentape._src.store.remote import FetchConfig
 from tokentape._src.tape.resolve import Tape, as_positions
 from tokentape.errors import (
     ArgumentError,
@@ -82,12 +83,12 @@ class Batch:
         return self.tokens[:, 1:]
 
 
-def open_planned(plan: Plan, index: int) -> TokenStream:
+def open_planned(plan: Plan, index: int, fetch: FetchConfig | None = None) -> TokenStream:
     """Open the store of source ``index``, refusing one that is not (or no longer) the store
-    the plan was made with."""
+    the plan was made with; ``fetch``: how a store in object storage is read."""
     spec = plan.sources[index]
     try:
-        store = open_plan_store(spec, plan.storage_options)
+        store = open_plan_store(spec, plan.storage_options, fetch)
     except TokentapeError as exc:
         raise _reworded(exc, f"plan source '{spec.name}': {exc}") from None
     return check_planned(plan, index, store)
@@ -122,8 +123,10 @@ class Batcher:
         dtype: np.dtype | type = np.int64,
         segments: bool = False,
         sources: list[TokenStream] | None = None,
+        fetch: FetchConfig | None = None,
     ) -> None:
-        """``sources``: the plan's opened stores, to share with another Batcher."""
+        """``sources``: the plan's opened stores, to share with another Batcher; ``fetch``: how
+        stores in object storage are read."""
         self.plan = plan
         self.dtype = np.dtype(dtype)
         top = max(s.vocab_size for s in plan.sources) - 1
@@ -135,7 +138,7 @@ class Batcher:
         self.sources = (
             sources
             if sources is not None
-            else [open_planned(plan, i) for i in range(len(plan.sources))]
+            else [open_planned(plan, i, fetch) for i in range(len(plan.sources))]
         )
         for source in self.sources:
             source.advise_random()

@@ -27,10 +27,13 @@ import numpy as np
 
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan
+from tokentape._src.store.remote import FetchConfig, FetchStats, total_stats
 from tokentape._src.train.batch import Batch, Batcher
 from tokentape._src.train.logwriter import StepLogWriter
 from tokentape._src.train.partition import BatchConfig, positions_for
+from tokentape._src.train.stage import stage_plan
 from tokentape._src.train.state import DataState
+from tokentape._src.util.checks import check_path
 from tokentape.errors import ArgumentError, TokentapeError
 
 
@@ -116,6 +119,16 @@ class Loader:
             id of the plan's vocabularies.
         segments: Also compute each token's document segment id and in-document position
             (``Batch.segment_ids``, ``Batch.doc_positions``, ``Batch.cu_seqlens``).
+        cache_dir: For a plan whose stores are in object storage (``s3://...``): stage them
+            to this node-local directory first (``tokentape stage``: verified block by block,
+            one downloader per node and store while the other ranks wait), then read the staged
+            copies like local stores. None (the default): such stores are streamed instead.
+        fetch: How stores in object storage are streamed without ``cache_dir``: ranged GETs in
+            flight and MiB cached per store (default ``FetchConfig()``). The next
+            ``prefetch`` steps' windows are fetched as soon as the steps are scheduled, so
+            choose ``prefetch`` so that those fetches take no longer than that many training
+            steps: about ``ceil(latency * ceil(windows per rank / concurrency) / step time)
+            + 1`` (docs/object-storage.md).
 
     Raises:
         ArgumentError: An argument of the wrong type or value: ``prefetch``, ``state``,
@@ -128,6 +141,8 @@ class Loader:
         ResumeRefused: ``state`` was saved on a plan with another index hash.
         PlanError: ``step_log`` already holds another plan's steps, or ``plan`` is the path of
             a ``PLAN.json`` that cannot be read as one.
+        ObjectStorageError: Object storage kept failing (opening a store in a bucket, or
+            staging it); a read that keeps failing while streaming is raised from ``step()``.
     """
 
     def __init__(
@@ -140,11 +155,18 @@ class Loader:
         step_log: str | os.PathLike[str] | None = None,
         dtype: np.dtype | type = np.int64,
         segments: bool = False,
+        cache_dir: str | os.PathLike[str] | None = None,
+        fetch: FetchConfig | None = None,
     ) -> None:
         if isinstance(plan, str | os.PathLike):
             plan = load_plan(plan)
         elif not isinstance(plan, Plan):
             raise ArgumentError(f"plan must be a Plan or the path of a PLAN.json, got {plan!r}")
+        if fetch is not None and not isinstance(fetch, FetchConfig):
+            raise ArgumentError(f"fetch must be a FetchConfig, got {fetch!r}")
+        if cache_dir is not None:
+            check_path("cache_dir", cache_dir)
+            plan = stage_plan(plan, cache_dir)
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ArgumentError(f"prefetch must be an integer >= 0, got {prefetch!r}")
         if state is not None and not isinstance(state, DataState):
@@ -153,7 +175,7 @@ class Loader:
                 + type(state).__name__
             )
         positions_for(0, dp_rank, config)  # validates dp_rank against the config
-        self.batcher = Batcher(plan, dtype, segments)
+        self.batcher = Batcher(plan, dtype, segments, fetch=fetch)
         # The step log hashes the whole step in the stores' own width (cheaper); same stores.
         self._log_batcher = (
             Batcher(plan, hash_dtype(plan), sources=self.batcher.sources)
@@ -176,6 +198,11 @@ class Loader:
         self.waits: deque[float] = deque(maxlen=10_000)
         """Seconds the last ``step()`` calls blocked waiting for their batches: the trainer's
         data stalls (near 0 when prefetch keeps ahead)."""
+
+    @property
+    def fetch_stats(self) -> FetchStats:
+        """Requests and bytes fetched from object storage so far (zeros for local stores)."""
+        return total_stats(self.batcher.sources)
 
     # --- the training loop's three calls ------------------------------------------------
 

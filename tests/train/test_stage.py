@@ -25,7 +25,7 @@ from tokentape._src.train.cachelock import CacheLocked, cache_lock
 from tokentape._src.train.stage import cache_key, stage, stage_plan, stage_sources, stage_store
 from tokentape._src.util.faults import CRASH_ENV
 from tokentape._src.util.progress import Progress
-from tokentape.errors import StoreChanged, StoreError
+from tokentape.errors import ObjectStorageError, StoreChanged, StoreError
 
 pytestmark = pytest.mark.s3
 
@@ -222,6 +222,21 @@ def test_stage_through_faults_is_exact(setup, s3_server, monkeypatch):
     assert faults["corrupt"] > 0 and faults["truncate"] > 0 and faults["slowdown"] > 0
     assert tree_bytes(result.path) == tree_bytes(stores["web"])
     assert result.downloaded_bytes > result.total_bytes  # the corrupted blocks, fetched again
+
+
+def test_not_a_store_and_a_failing_bucket_are_one_line(setup, s3, s3_server, monkeypatch):
+    _, remote, _, cache = setup
+    with pytest.raises(StoreError, match=r"/nothing/manifest\.json: no such object"):
+        stage(f"{s3.url}/nothing", cache)
+    monkeypatch.setenv("TOKENTAPE_IO_RETRIES", "2")
+    url = remote.sources[0].path
+    with FaultProxy(s3_server.endpoint) as proxy:
+        proxy.set(slowdown=1.0, ranged=True)  # the manifest and listing pass, every range fails
+        with pytest.raises(ObjectStorageError) as caught:
+            stage(url, cache, storage_options={"endpoint_url": proxy.endpoint})
+    message = str(caught.value)
+    assert message.startswith(f"{url}/part-") and "after 2 attempts" in message
+    assert "\n" not in message and not (cache / cache_key(url)).exists()
 
 
 def test_changed_remote_store_replaces_the_cached_one(setup, s3, tmp_path, hf_tokenizer_json):

@@ -112,6 +112,16 @@ def test_staged_plan_is_byte_identical_and_reused(setup, s3):
     assert one.cached and one.downloaded_bytes == 0 and one.path == Path(staged.sources[0].path)
 
 
+def test_the_plans_storage_options_apply(setup, s3_server):
+    _, remote, stores, cache = setup
+    with FaultProxy(s3_server.endpoint) as proxy:
+        planned = replace(remote, storage_options={"endpoint_url": proxy.endpoint})
+        staged = stage_plan(planned, cache)
+        assert proxy.stats().requests > 0  # every object came through the plan's endpoint
+    assert staged.storage_options == planned.storage_options
+    assert tree_bytes(Path(staged.sources[1].path)) == tree_bytes(stores["code"])
+
+
 def test_local_sources_are_left_as_they_are(setup):
     local, remote, _, cache = setup
     mixed = replace(remote, sources=(remote.sources[0], local.sources[1]))

@@ -43,7 +43,8 @@ examples:
 Exit status: 0 when every store is staged; 2 with one line on any error (a store that
 changed since the plan was made; an object whose block does not match its hash after
 the retries, named with the block; a bucket that kept failing; the wait ran out).
-Default --workers {DEFAULT_WORKERS}, --wait {DEFAULT_WAIT_S:.0f} s.
+Default --workers {DEFAULT_WORKERS}, --wait {DEFAULT_WAIT_S:.0f} s; without --storage-options, the
+plan's storage_options (from its plan file) apply.
 """
 
 
@@ -111,7 +112,7 @@ def cmd(args: argparse.Namespace) -> int:
     staged_plan, staged = stage_sources(
         plan,
         args.cache,
-        args.storage_options,
+        args.storage_options or None,  # none given: the plan's own storage_options
         terminal_bar(quiet=args.json),
         args.workers,
         args.wait,

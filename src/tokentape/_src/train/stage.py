@@ -27,12 +27,12 @@ stager, then find its result):
 2. Otherwise the remote manifest is read and checked (a plan's source must still have the
    content hash the plan recorded: else ``StoreChanged``); the files are listed once and their
    sizes checked against the manifest.
-3. (``train.stagefetch``) Each ``.bin`` is fetched with parallel ranged GETs (``workers`` threads; consecutive blocks
-   grouped up to ``range_bytes`` per request) and every block is checked against the
-   manifest's ``block_sha256`` as it arrives; the ``.idx.npy`` and the tokenizer copy are
-   checked whole (``idx_sha256``; the tokenizer's fingerprint). A block that does not match is
-   fetched again, up to ``TOKENTAPE_IO_RETRIES`` times, then the stage fails with a
-   ``StoreError`` naming the object and the block.
+3. (``train.stagefetch``) Each ``.bin`` is fetched with parallel ranged GETs (``workers``
+   threads; consecutive blocks grouped up to ``range_bytes`` per request) and every block is
+   checked against the manifest's ``block_sha256`` as it arrives; the ``.idx.npy`` and the
+   tokenizer copy are checked whole (``idx_sha256``; the tokenizer's fingerprint). A block
+   that does not match is fetched again, up to ``TOKENTAPE_IO_RETRIES`` times, then the stage
+   fails with a ``StoreError`` naming the object and the block.
 4. A verified block's bytes are made durable (``fdatasync``) before its index is appended to
    the ``.ok`` record (and that fsynced), so a stage killed at any point resumes with what was
    verified and fetches the rest; bytes written but not recorded are fetched again. A
@@ -323,7 +323,7 @@ def stage_sources(
         check_path("plan", plan)
         plan = load_plan(plan)
     if storage_options is None:  # the plan's own (a plan file's storage_options table)
-        storage_options = getattr(plan, "storage_options", None)
+        storage_options = plan.storage_options
     staged: dict[str, StagedStore] = {}
     sources = []
     for s in plan.sources:

@@ -9,6 +9,7 @@ import pytest
 from helpers import cli, plan_of, write_store
 
 import tokentape
+import tokentape.megatron
 
 pytestmark = pytest.mark.s3
 
@@ -82,3 +83,15 @@ def test_verify_a_plan_over_the_bucket_and_the_command_line(tmp_path, s3, capsys
     assert all(s["ok"] for s in stores)
     code, out, err = cli(capsys, "verify", f"{s3.url}/stores/nothing")
     assert code == 2 and "no manifest.json" in err and len(err.strip().splitlines()) == 1
+
+
+def test_convert_a_store_in_the_bucket_to_megatron_as_from_disk(uploaded, tmp_path, capsys):
+    local, url = uploaded
+    code, out, err = cli(capsys, "convert", "--to", "megatron", url, tmp_path / "remote", "--json")
+    assert code == 0, err
+    assert json.loads(out)["source"] == url
+    from_disk = tokentape.megatron.to_megatron(local, tmp_path / "local")
+    assert json.loads(out)["content_hash"] == from_disk.content_hash
+    for suffix in (".bin", ".idx"):
+        a = (tmp_path / f"remote{suffix}").read_bytes()
+        assert a == (tmp_path / f"local{suffix}").read_bytes() and a

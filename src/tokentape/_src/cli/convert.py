@@ -6,6 +6,7 @@ import argparse
 import json
 
 from tokentape._src.cli.progress import terminal_bar
+from tokentape._src.cli.storage import add_storage_options
 from tokentape._src.megatron.convert import (
     ConvertSummary,
     FromMegatron,
@@ -59,7 +60,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     way.add_argument(
         "--from", dest="from_", choices=[MEGATRON], help="from this format to a tokentape store"
     )
-    p.add_argument("source", metavar="SRC", help="a store directory (--to) or a prefix (--from)")
+    p.add_argument(
+        "source",
+        metavar="SRC",
+        help="a store directory or s3:// store (--to), or a prefix (--from)",
+    )
     p.add_argument("out", metavar="OUT", help="an output prefix (--to) or store directory (--from)")
     p.add_argument("--vocab-size", type=int, metavar="V", help="--from: ids are below V")
     p.add_argument("--eod-id", type=int, metavar="E", help="--from: the end-of-document id")
@@ -79,6 +84,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "uint32 (default auto: the smallest that holds the vocabulary)",
     )
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
+    add_storage_options(p)
     p.add_argument("--json", action="store_true", help="print a JSON summary, no progress bar")
     p.set_defaults(func=cmd)
 
@@ -95,7 +101,9 @@ def cmd(args: argparse.Namespace) -> int:
         if given:
             flag = "--" + given[0].replace("_", "-")
             raise InputError(f"{flag} applies to --from megatron only")
-        summary = to_megatron(args.source, args.out, args.dtype, args.overwrite, bar)
+        summary = to_megatron(
+            args.source, args.out, args.dtype, args.overwrite, bar, args.storage_options
+        )
     else:
         config = FromMegatron(
             prefix=args.source,

@@ -46,8 +46,10 @@ from tokentape._src.store.format import (
     sha256_stream,
 )
 from tokentape._src.store.lock import output_lock
+from tokentape._src.store.objects import StorageOptions, is_url
 from tokentape._src.store.output import discard_store, is_store_file
 from tokentape._src.store.reader import Source, TokenStream
+from tokentape._src.store.remote import RemoteSource
 from tokentape._src.store.tokenizers import (
     Tokenizer,
     load_tokenizer,
@@ -138,6 +140,7 @@ def to_megatron(
     dtype: str = "auto",
     overwrite: bool = False,
     progress: ProgressCallback | None = None,
+    storage_options: StorageOptions | None = None,
 ) -> ConvertSummary:
     """Write the store's documents as ``PREFIX.bin``/``PREFIX.idx``, one sequence each.
 
@@ -146,13 +149,15 @@ def to_megatron(
     rehash.
 
     Args:
-        store: The tokentape store's directory.
+        store: The tokentape store's directory, or its object URL (``s3://...``: read in
+            sequential ranged GETs, never copied to disk first).
         prefix: The output prefix: ``PREFIX`` of ``PREFIX.bin`` and ``PREFIX.idx``.
         dtype: ``"auto"`` (the default: ``uint16`` for at most 65,536 ids, else ``int32``) or
             a Megatron integer dtype name that holds the store's ids.
         overwrite: Replace an existing ``PREFIX.bin``/``PREFIX.idx``, and only if they are
             recognisably one Megatron dataset.
         progress: Receives the bytes converted as it goes; None: no reports.
+        storage_options: fsspec options for a store at an object URL.
 
     Returns:
         What was written.
@@ -174,7 +179,9 @@ def to_megatron(
         raise ArgumentError(f"--dtype must be a string, got {dtype!r}")
     if not isinstance(overwrite, bool):
         raise ArgumentError(f"overwrite: expected True or False, got {overwrite!r}")
-    src = Source(store)
+    src: Source | RemoteSource = (
+        RemoteSource(str(store), storage_options) if is_url(store) else Source(store)
+    )
     m = src.manifest
     name = megatron.choose_dtype(m.vocab_size) if dtype == "auto" else dtype
     megatron.dtype_code(name)

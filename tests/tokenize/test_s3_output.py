@@ -289,3 +289,18 @@ def test_the_url_is_looked_at_again_after_the_build(
         f"b/{name}": 1 for name in tree_bytes(reference)
     }
     assert not work.exists()
+
+
+def test_this_jobs_remote_store_with_bad_summary_counts_is_refused_not_a_traceback(
+    s3, corpus, hf_tokenizer_json, reference, tmp_path
+):
+    url = s3.url + "/web"
+    cfg = config(corpus, url, hf_tokenizer_json, work_dir=str(tmp_path / "w"))
+    tokenize(cfg)
+    manifest = json.loads(s3.get(url + "/manifest.json"))
+    del manifest["filters"]["docs_in"]
+    s3.put(url + "/manifest.json", json.dumps(manifest).encode())
+    with pytest.raises(OutputError, match=r"damaged \(manifest\.json field filters\.docs_in"):
+        tokenize(cfg)
+    assert tokenize(TokenizeConfig(**{**cfg.__dict__, "overwrite": True})).status == "resumed"
+    assert remote_tree(s3, url, tmp_path) == tree_bytes(reference)

@@ -69,6 +69,7 @@ from tokentape._src.tokenize.job import (
     TokenizeConfig,
     inspect_out,
     job_identity,
+    summary_problem,
     units_dir,
 )
 from tokentape._src.tokenize.pool import PoolJob, WorkerDied, run_units
@@ -85,7 +86,7 @@ from tokentape._src.util.faults import crashpoint
 from tokentape._src.util.hashing import canonical_hash
 from tokentape._src.util.progress import Counters, ProgressCallback, check_callback, watch
 from tokentape._src.util.version import __version__
-from tokentape.errors import InputError, TokentapeError
+from tokentape.errors import InputError, OutputError, TokentapeError
 
 
 @dataclass(frozen=True)
@@ -246,7 +247,7 @@ def _to_url(job: _Job, url: str, progress: ProgressCallback | None) -> TokenizeS
     store = object_store(url, config.storage_options)
     local = Path(config.work_dir) if config.work_dir is not None else upload_work_dir(url)
     with output_lock(local, "tokenize"):
-        remote = inspect_remote(store, url, job.job_hash, config.overwrite)
+        remote = _complete(inspect_remote(store, url, job.job_hash, config.overwrite), url, config)
         if remote is not None:
             discard_store(local)  # what a run killed after its upload left behind
             seconds = time.monotonic() - job.started
@@ -254,7 +255,7 @@ def _to_url(job: _Job, url: str, progress: ProgressCallback | None) -> TokenizeS
         built = _run(job, local, progress, overwrite=True)  # the work directory is scratch
         crashpoint("before-upload")
         # Looked at again: the build may have taken hours, and the lock is not the bucket's.
-        remote = inspect_remote(store, url, job.job_hash, config.overwrite)
+        remote = _complete(inspect_remote(store, url, job.job_hash, config.overwrite), url, config)
         if remote is None:
             report = upload_store(store, local, url, progress=progress)
             crashpoint("after-upload")
@@ -264,6 +265,20 @@ def _to_url(job: _Job, url: str, progress: ProgressCallback | None) -> TokenizeS
         return _summary(url, remote, "already complete", len(job.units), seconds)
     fresh = built.status == "created" and not report.kept
     return replace(built, out=url, status="created" if fresh else "resumed", seconds=seconds)
+
+
+def _complete(found: Manifest | None, url: str, config: TokenizeConfig) -> Manifest | None:
+    """This job's store found at ``url``, when its summary fields are sound; one whose are not
+    is refused (or, with ``--overwrite``, replaced)."""
+    problem = None if found is None else summary_problem(found)
+    if problem is None:
+        return found
+    if config.overwrite:
+        return None
+    raise OutputError(
+        f"--out '{url}': holds this job's store, but it is damaged ({problem}); pass "
+        "--overwrite to rebuild it"
+    )
 
 
 @dataclass(frozen=True)

@@ -182,7 +182,7 @@ def store_damage(
     be the tokenizer's exact bytes. (Cheap checks, no hashing: ``tokentape verify`` rehashes.)
     The counts a rerun reports from the manifest (``filters``, ``inputs.units``) must be of the
     kinds the writer puts there."""
-    problem = _summary_problem(manifest)
+    problem = summary_problem(manifest)
     if problem is not None:
         return problem
     itemsize = numpy_dtype(manifest.dtype).itemsize
@@ -215,7 +215,7 @@ def _count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _summary_problem(manifest: Manifest) -> str | None:
+def summary_problem(manifest: Manifest) -> str | None:
     """What is wrong with the manifest fields a rerun's summary shows, or None."""
     fields = {"inputs.units": manifest.inputs.get("units")}
     for key in ("docs_in", "text_bytes", "dropped_docs", "dropped_tokens"):

@@ -9,6 +9,7 @@ import http.client
 import io
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import boto3
@@ -165,6 +166,16 @@ def test_proxy_faults_do_what_they_say(s3, proxy):
         proxy.set(slowdown=0.6, drop=0.6)
 
 
+def test_proxy_counts_concurrent_requests_exactly(s3, proxy):
+    assert proxy.endpoint.startswith("http://127.0.0.1:")  # loopback only
+    s3.put(f"{s3.url}/x", DATA[:50_000])
+    with ThreadPoolExecutor(8) as pool:
+        bodies = list(pool.map(lambda _: raw(proxy, s3, "x")[2], range(40)))
+    assert all(body == DATA[:50_000] for body in bodies)
+    stats = proxy.stats()
+    assert stats.requests == len(stats.log) == 40 and stats.bytes_sent == 40 * 50_000
+
+
 def test_proxy_faults_are_deterministic(s3, s3_server):
     s3.put(f"{s3.url}/x", b"abc")
     seen = []
@@ -240,6 +251,23 @@ def test_truncated_bodies_are_retried_and_never_returned(s3, proxy, tmp_path, mo
     assert stats.faults["truncate"] >= 2 and stats.requests > 8, stats
     ranges = len(range(0, len(DATA), 400_000))
     assert stats.requests == ranges + stats.faults["truncate"]  # each cut read retried once
+
+
+def test_whole_object_reads_cut_or_corrupted_are_retried(s3, proxy, monkeypatch):
+    """A whole-object GET has no range to check the length against: a cut body is caught by
+    its Content-Length, a corrupted one by the object's stored CRC (botocore's default
+    checksums on upload and on download), and both are retried."""
+    monkeypatch.setenv("TOKENTAPE_IO_RETRIES", "12")
+    url = f"{s3.url}/manifest.json"
+    s3.put(url, DATA[:200_000])
+    store = through(proxy, s3)
+    for fault in ("truncate", "corrupt"):
+        proxy.reset()
+        proxy.set(**{fault: 0.5}, methods={"GET"})
+        for _ in range(6):
+            assert store.read(url) == DATA[:200_000]
+        assert proxy.stats().faults[fault] >= 2, proxy.stats().faults
+        proxy.clear()
 
 
 def test_timeouts_are_retried(s3, proxy, monkeypatch):

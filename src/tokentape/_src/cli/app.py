@@ -84,6 +84,10 @@ def main(argv: Sequence[str] | None = None, extra: Sequence[Command] = ()) -> in
         print(f"tokentape: error: {_one_line(f'{where}{exc.strerror or exc}')}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        again = "; run the same command again to resume" if args.command == "tokenize" else ""
+        again = (
+            "; run the same command again to resume"
+            if args.command in ("tokenize", "stage")
+            else ""
+        )
         print(f"tokentape: interrupted{again}", file=sys.stderr)
         return 130

@@ -304,3 +304,28 @@ def test_this_jobs_remote_store_with_bad_summary_counts_is_refused_not_a_traceba
         tokenize(cfg)
     assert tokenize(TokenizeConfig(**{**cfg.__dict__, "overwrite": True})).status == "resumed"
     assert remote_tree(s3, url, tmp_path) == tree_bytes(reference)
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_bucket_to_bucket_with_ray_tasks_is_the_local_store(
+    s3, corpus, hf_tokenizer_json, reference, tmp_path
+):
+    """Inputs in the bucket, Ray tasks reading them, the store uploaded: the local bytes."""
+    pytest.importorskip("ray")
+    raw = s3.upload_tree(corpus, f"{s3.url}/raw")
+    url = f"{s3.url}/stores/web"
+    cfg = config(corpus, url, hf_tokenizer_json, work_dir=str(tmp_path / "w"))
+    cfg = TokenizeConfig(
+        **{**cfg.__dict__, "inputs": (raw + "/",), "executor": "ray", "workers": 2}
+    )
+    summary = tokenize(cfg)
+    assert summary.out == url and summary.status == "created"
+    want = tree_bytes(reference)
+    got = remote_tree(s3, url, tmp_path)
+    assert {k: v for k, v in got.items() if k != "manifest.json"} == {
+        k: v for k, v in want.items() if k != "manifest.json"
+    }
+    got_m, want_m = json.loads(got["manifest.json"]), json.loads(want["manifest.json"])
+    assert got_m["content_hash"] == want_m["content_hash"]
+    assert got_m["shards"] == want_m["shards"]

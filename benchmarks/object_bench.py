@@ -15,12 +15,15 @@ reports its best round:
 - **s3fs get**: the bare baseline for staging: ``s3fs``'s own parallel ``get`` of every
   object of the store to local files (checked against the local store), in MB/s.
 
-Each row also counts the requests the proxy saw and the MB it sent (bytes fetched). More rows
-(staging, the streamed loader) are functions added to ``MEASURES``. Ratios are what matter:
-the proxy and the server share this machine's cores, and nothing here asserts a time.
+Each row also counts the requests the proxy saw (by method) and the MB it sent (bytes
+fetched), in its best round's run. More rows (staging, the streamed loader) are functions
+added to ``MEASURES``; one that fails reports ``n/a: <error>`` and the others still run.
+Ratios are what matter: the proxy and the server share this machine's cores (moto itself
+serves about 100-150 MB/s here; the proxy costs little beside it), and nothing here asserts a
+time.
 
     python benchmarks/object_bench.py [--mb 8] [--shard-mb 4] [--latency-ms 0,10,50]
-                                      [--rounds 2] [--tokenizer SPEC] [--json] [--out DIR]
+                                      [--rounds 3] [--tokenizer SPEC] [--json] [--out DIR]
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import os
 import shutil
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -85,6 +89,12 @@ class Row:
 Measurement = Callable[[Bench, FaultProxy], Row]
 
 
+def by_method(proxy: FaultProxy) -> str:
+    """The requests the proxy saw since its last reset, by method (``GET 13, HEAD 8``)."""
+    counts = Counter(method for method, _, _, _ in proxy.stats().log)
+    return ", ".join(f"{m} {n}" for m, n in sorted(counts.items()))
+
+
 def store_files(root: Path) -> dict[str, bytes]:
     """Every file below ``root`` by relative path, the manifest left out (it names the inputs,
     which differ between a bucket and local files)."""
@@ -102,7 +112,7 @@ def tokenize_row(bench: Bench, proxy: FaultProxy) -> Row:
     """``tokentape.tokenize`` from the bucket vs from local files (a fresh store each run)."""
     options = {"endpoint_url": proxy.endpoint}
     best = {"local": float("inf"), "bucket": float("inf")}
-    requests, fetched, identical = 0, 0, True
+    requests, fetched, identical, methods = 0, 0, True, ""
     for r in range(bench.rounds):
         order = ["local", "bucket"] if r % 2 == 0 else ["bucket", "local"]
         outs = {}
@@ -121,7 +131,7 @@ def tokenize_row(bench: Bench, proxy: FaultProxy) -> Row:
             best[where] = min(best[where], time.perf_counter() - started)
             if where == "bucket":
                 stats = proxy.stats()
-                requests, fetched = stats.requests, stats.bytes_sent
+                requests, fetched, methods = stats.requests, stats.bytes_sent, by_method(proxy)
             outs[where] = out
         identical = identical and store_files(outs["local"]) == store_files(outs["bucket"])
     return Row(
@@ -134,7 +144,7 @@ def tokenize_row(bench: Bench, proxy: FaultProxy) -> Row:
         },
         requests,
         fetched / MB,
-        "stores identical" if identical else "STORES DIFFER",
+        ("stores identical" if identical else "STORES DIFFER") + f"; {methods}",
     )
 
 
@@ -152,7 +162,7 @@ def s3fs_get_row(bench: Bench, proxy: FaultProxy) -> Row:
     keys = bench.bucket.keys(bench.store_url)
     expected = {k[len(prefix) :]: data for k, data in _local_objects(bench).items()}
     total = sum(len(d) for d in expected.values())
-    best, requests, fetched = float("inf"), 0, 0
+    best, requests, fetched, methods = float("inf"), 0, 0, ""
     for _ in range(bench.rounds):
         target = bench.work / "s3fs-get"
         shutil.rmtree(target, ignore_errors=True)
@@ -166,7 +176,7 @@ def s3fs_get_row(bench: Bench, proxy: FaultProxy) -> Row:
         fs.get(rpaths, lpaths)
         best = min(best, time.perf_counter() - started)
         stats = proxy.stats()
-        requests, fetched = stats.requests, stats.bytes_sent
+        requests, fetched, methods = stats.requests, stats.bytes_sent, by_method(proxy)
         got = {k[len(prefix) :]: Path(p).read_bytes() for k, p in zip(keys, lpaths, strict=True)}
         if got != expected:
             raise AssertionError("s3fs get: the downloaded store differs from the local one")
@@ -176,7 +186,7 @@ def s3fs_get_row(bench: Bench, proxy: FaultProxy) -> Row:
         {"MB/s": total / MB / best, "objects": len(keys), "store MB": total / MB},
         requests,
         fetched / MB,
-        "parallel fs.get, checked",
+        f"parallel fs.get, checked; {methods}",
     )
 
 
@@ -259,7 +269,7 @@ def main() -> None:
     ap.add_argument("--n-files", type=int, default=8, help="jsonl files in the corpus")
     ap.add_argument("--shard-mb", type=float, default=4.0, help="shard size of the store")
     ap.add_argument("--latency-ms", default="0,10,50", help="per-request delays, comma-separated")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokenizer", default=None, help="default: GPT-2 (tiktoken) if present")
     ap.add_argument("--only", default=None, help=f"comma-separated, of: {', '.join(MEASURES)}")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON too")

@@ -102,6 +102,10 @@ class Stats:
         return sum(self.faults.values())
 
 
+_Ticket = tuple[Stats, int]
+"""The counters a request was drawn under and its index in their log."""
+
+
 class FaultProxy:
     """A loopback HTTP proxy to ``upstream`` (``http://host:port``) that injects faults."""
 
@@ -153,8 +157,8 @@ class FaultProxy:
         with self._lock:
             self._stats = Stats()
 
-    def _draw(self, method: str, ranged: bool) -> tuple[Faults, str | None, int]:
-        """The settings, the fault for this request (or None) and its log index."""
+    def _draw(self, method: str, path: str, ranged: bool) -> tuple[Faults, str | None, _Ticket]:
+        """The settings, the fault for this request (or None), and where to record it."""
         with self._lock:
             faults = self._faults
             stats = self._stats
@@ -173,15 +177,17 @@ class FaultProxy:
                         break
             if chosen is not None:
                 stats.faults[chosen] += 1
-            stats.log.append((method, "", None, chosen))
-            return faults, chosen, len(stats.log) - 1
+            stats.log.append((method, path, None, chosen))
+            return faults, chosen, (stats, len(stats.log) - 1)
 
-    def _record(self, index: int, path: str, status: int | None, sent: int, got: int) -> None:
+    def _record(self, ticket: _Ticket, status: int | None, sent: int, got: int) -> None:
+        """The status and bytes of a request, unless the counters were reset meanwhile."""
+        stats, index = ticket
         with self._lock:
-            stats = self._stats
-            if index < len(stats.log):
-                method, _, _, fault = stats.log[index]
-                stats.log[index] = (method, path, status, fault)
+            if stats is not self._stats:
+                return
+            method, path, _, fault = stats.log[index]
+            stats.log[index] = (method, path, status, fault)
             stats.bytes_sent += sent
             stats.bytes_received += got
 
@@ -272,24 +278,24 @@ class _Handler(BaseHTTPRequestHandler):
     def _forward(self) -> None:
         proxy = self.server.proxy
         body = self._read_body()
-        faults, fault, index = proxy._draw(self.command, "Range" in self.headers)
+        faults, fault, ticket = proxy._draw(self.command, self.path, "Range" in self.headers)
         if faults.delay:
             time.sleep(faults.delay)
         if fault == "stall":
             time.sleep(faults.stall_seconds)
         if fault == "drop":
-            proxy._record(index, self.path, None, 0, len(body))
+            proxy._record(ticket, None, 0, len(body))
             self._drop()
             return
         if fault == "slowdown":
             headers = [("Content-Type", "application/xml"), ("x-amz-request-id", "FAULTPROXY")]
-            proxy._record(index, self.path, 503, len(SLOWDOWN_BODY), len(body))
+            proxy._record(ticket, 503, len(SLOWDOWN_BODY), len(body))
             self._respond(503, headers, SLOWDOWN_BODY)
             return
         try:
             status, headers, payload = self._upstream(body)
         except (OSError, http.client.HTTPException):
-            proxy._record(index, self.path, 502, 0, len(body))
+            proxy._record(ticket, 502, 0, len(body))
             self._drop()
             return
         if fault == "corrupt" and payload:
@@ -297,7 +303,7 @@ class _Handler(BaseHTTPRequestHandler):
             payload = payload[:middle] + bytes([payload[middle] ^ 0xFF]) + payload[middle + 1 :]
         cut = len(payload) // 2 if fault == "truncate" and len(payload) > 1 else None
         # counted before sending, so a client that has its answer sees it counted
-        proxy._record(index, self.path, status, len(payload) if cut is None else cut, len(body))
+        proxy._record(ticket, status, len(payload) if cut is None else cut, len(body))
         self._respond(status, headers, payload, cut=cut)
 
     def _upstream(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:

@@ -175,8 +175,16 @@ class RangeCache:
             self._held -= b - a
 
     def _fetch(self, url: str, start: int, stop: int) -> bytes:
-        data = self.objects.read(url, start, stop)
-        checked = self._check_blocks(url, start, data)
+        """The range, its whole blocks checked; a block that does not match its hash is
+        fetched again (a body damaged on the way), up to the retry budget."""
+        for attempt in range(1, self.objects.retry.attempts + 1):
+            data = self.objects.read(url, start, stop)
+            try:
+                checked = self._check_blocks(url, start, data)
+                break
+            except StoreError:
+                if attempt == self.objects.retry.attempts:
+                    raise
         with self._lock:
             self.stats.requests += 1
             self.stats.bytes += len(data)
@@ -201,8 +209,9 @@ class RangeCache:
             digest = hashlib.sha256(data[lo - start : hi - start]).hexdigest()
             if digest != shard.block_sha256[i]:
                 raise StoreError(
-                    f"{url}: block {i} (bytes {lo}-{hi}) does not match the manifest's hash; "
-                    "the object changed or was damaged (run `tokentape verify`)"
+                    f"{url}: block {i} (bytes {lo}-{hi}) does not match the manifest's hash "
+                    f"after {self.objects.retry.attempts} fetches; the object changed or was "
+                    "damaged (run `tokentape verify`)"
                 )
             checked += 1
         return checked

@@ -14,22 +14,46 @@ reports its best round:
   whether the two stores' token files are byte-identical.
 - **s3fs get**: the bare baseline for staging: ``s3fs``'s own parallel ``get`` of every
   object of the store to local files (checked against the local store), in MB/s.
+- **stage**: ``stage_store`` of the same store into a fresh cache directory (block hashes
+  checked, fdatasync'd, as in training) against the same s3fs ``get`` with the same
+  concurrency (``--workers``: stage's ``workers``, s3fs's ``batch_size``), rounds interleaved;
+  ratio = stage MB/s / s3fs MB/s (1.0 = staging costs nothing over a bare parallel get); the
+  download-phase ratio leaves out what comes before stage's parallel download (the manifest's
+  GET and the listing: two round trips, which weigh on a store this small at 50 ms) and after
+  it (the rename): it times the download from stage's final progress report (``elapsed``).
+- **stream**: the streamed ``Loader`` (no ``cache_dir``) on one rank, ``--batch`` windows of
+  ``--seq-len`` per step, over a store of random token ids (``--stream-windows`` windows'
+  worth, uploaded to ``s3://BUCKET/stores/random/``). First its production time per step with
+  ``prefetch=0`` and no trainer (mean of 4 steps after a first one), then a simulated trainer
+  whose step sleeps ``--headroom`` x that, with ``prefetch`` = ceil(fetch time / step time) + 1
+  (docs/object-storage.md; the production time stands for the fetch time, so this is 2 at
+  headroom 1.5), for ``--steps`` steps: the wait in ``step()`` (p50, p99, max; the first
+  step, which has nothing prefetched, left out) and the bytes the loader fetched (its
+  ``fetch_stats``) over the bytes trained. The loader fetches ``prefetch`` steps ahead, so when
+  ``--steps`` have been trained it has fetched ``steps + prefetch`` steps: trained bytes are
+  counted over those, ``(steps + prefetch) * batch * seq_len`` tokens (a window fetches
+  ``seq_len + 1``, so 1.0005 at 2048 is the floor), after the outstanding fetches finished.
 
 Each row also counts the requests the proxy saw (by method) and the MB it sent (bytes
-fetched), in its best round's run. More rows (staging, the streamed loader) are functions
-added to ``MEASURES``; one that fails reports ``n/a: <error>`` and the others still run.
-Ratios are what matter: the proxy and the server share this machine's cores (moto itself
-serves about 100-150 MB/s here; the proxy costs little beside it), and nothing here asserts a
-time.
+fetched), in its best round's run (the stream row: in its trained run, manifest and document
+index included). Rows are functions in ``MEASURES``; one that fails reports ``n/a: <error>``
+and the others still run. Ratios are what matter: the proxy and the server share this
+machine's cores (moto itself serves about 100-150 MB/s here, and each small request costs it
+several ms of CPU in this process: that, not the latency, sets the stream row's production
+time; the proxy costs little beside it), and nothing here asserts a time.
 
     python benchmarks/object_bench.py [--mb 8] [--shard-mb 4] [--latency-ms 0,10,50]
-                                      [--rounds 3] [--tokenizer SPEC] [--json] [--out DIR]
+                                      [--rounds 3] [--workers 8] [--batch 256] [--seq-len 2048]
+                                      [--steps 20] [--headroom 1.5] [--concurrency 64]
+                                      [--stream-windows 8192] [--prefetch K]
+                                      [--tokenizer SPEC] [--only ROWS] [--json] [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import sys
@@ -43,16 +67,25 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # objstore (the S3 server), faultproxy
 sys.path.insert(0, str(REPO / "benchmarks"))  # tokenize_bench's corpus
 
+import numpy as np  # noqa: E402
 import s3fs  # noqa: E402
 from faultproxy import FaultProxy  # noqa: E402
 from objstore import ACCESS_KEY, SECRET_KEY, Bucket, S3Server, new_bucket, s3_environment  # noqa: E402
 from tokenize_bench import build_corpus  # noqa: E402
 
 import tokentape  # noqa: E402
+from tokentape._src.store.atomic import write_atomic  # noqa: E402
+from tokentape._src.store.format import MANIFEST_NAME, Manifest, content_hash  # noqa: E402
+from tokentape._src.store.tokenizers import load_tokenizer, tokenizer_manifest  # noqa: E402
+from tokentape._src.store.writer import ShardWriter  # noqa: E402
+from tokentape._src.train.stage import stage_store  # noqa: E402
+from tokentape._src.util.progress import Progress  # noqa: E402
 
 DEFAULT_OUT = REPO / "bench-out" / "object"
 DEFAULT_GPT2 = REPO.parent / "shared" / "tokenizers" / "gpt2.tiktoken"
 MB = 1e6
+PRODUCE_STEPS = 4
+"""Steps timed (after a first, untimed one) for the streamed loader's production time."""
 
 
 def note(message: str) -> None:
@@ -72,6 +105,23 @@ class Bench:
     store_url: str
     tokenizer: str
     rounds: int
+    workers: int
+    stream: Stream | None
+
+
+@dataclass
+class Stream:
+    """The streamed-loader measurement's store (random token ids) and shape."""
+
+    url: str
+    windows: int
+    batch: int
+    seq_len: int
+    steps: int
+    headroom: float
+    concurrency: int
+    prefetch: int | None
+    itemsize: int
 
 
 @dataclass
@@ -148,39 +198,57 @@ def tokenize_row(bench: Bench, proxy: FaultProxy) -> Row:
     )
 
 
-def s3fs_get_row(bench: Bench, proxy: FaultProxy) -> Row:
-    """The bare baseline for staging: ``s3fs``'s parallel ``get`` of every object of the
-    store, checked against the local store."""
-    fs = s3fs.S3FileSystem(
-        endpoint_url=proxy.endpoint,
-        key=ACCESS_KEY,
-        secret=SECRET_KEY,
-        skip_instance_cache=True,
-        use_listings_cache=False,
-    )
-    prefix = bench.bucket.key(bench.store_url + "/")
-    keys = bench.bucket.keys(bench.store_url)
-    expected = {k[len(prefix) :]: data for k, data in _local_objects(bench).items()}
-    total = sum(len(d) for d in expected.values())
-    best, requests, fetched, methods = float("inf"), 0, 0, ""
-    fs.info(f"{bench.bucket.name}/{keys[0]}")  # the session and connection set up, not timed
-    for _ in range(bench.rounds):
-        target = bench.work / "s3fs-get"
+class S3fsGet:
+    """``s3fs``'s own parallel ``get`` of every object of the store (session set up, not
+    timed), each run checked against the local store."""
+
+    def __init__(self, bench: Bench, proxy: FaultProxy) -> None:
+        self.bench, self.proxy = bench, proxy
+        self.fs = s3fs.S3FileSystem(
+            endpoint_url=proxy.endpoint,
+            key=ACCESS_KEY,
+            secret=SECRET_KEY,
+            skip_instance_cache=True,
+            use_listings_cache=False,
+        )
+        self.prefix = bench.bucket.key(bench.store_url + "/")
+        self.keys = bench.bucket.keys(bench.store_url)
+        self.expected = {k[len(self.prefix) :]: d for k, d in _local_objects(bench).items()}
+        self.total = sum(len(d) for d in self.expected.values())
+        self.fs.info(f"{bench.bucket.name}/{self.keys[0]}")
+
+    def run(self, batch_size: int | None = None) -> float:
+        """Seconds for one ``get`` (``batch_size``: files in flight; None: fsspec's default)."""
+        target = self.bench.work / "s3fs-get"
         shutil.rmtree(target, ignore_errors=True)
         target.mkdir(parents=True)
-        rpaths = [f"{bench.bucket.name}/{k}" for k in keys]
-        lpaths = [str(target / k[len(prefix) :]) for k in keys]
+        rpaths = [f"{self.bench.bucket.name}/{k}" for k in self.keys]
+        lpaths = [str(target / k[len(self.prefix) :]) for k in self.keys]
         for path in lpaths:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        proxy.reset()
+        self.proxy.reset()
         started = time.perf_counter()
-        fs.get(rpaths, lpaths)
-        best = min(best, time.perf_counter() - started)
+        self.fs.get(rpaths, lpaths, batch_size=batch_size)
+        took = time.perf_counter() - started
+        got = {
+            k[len(self.prefix) :]: Path(p).read_bytes()
+            for k, p in zip(self.keys, lpaths, strict=True)
+        }
+        if got != self.expected:
+            raise AssertionError("s3fs get: the downloaded store differs from the local one")
+        return took
+
+
+def s3fs_get_row(bench: Bench, proxy: FaultProxy) -> Row:
+    """The bare baseline for staging: ``s3fs``'s parallel ``get`` of every object of the
+    store (fsspec's default batch size), checked against the local store."""
+    get = S3fsGet(bench, proxy)
+    keys, total = get.keys, get.total
+    best, requests, fetched, methods = float("inf"), 0, 0, ""
+    for _ in range(bench.rounds):
+        best = min(best, get.run())
         stats = proxy.stats()
         requests, fetched, methods = stats.requests, stats.bytes_sent, by_method(proxy)
-        got = {k[len(prefix) :]: Path(p).read_bytes() for k, p in zip(keys, lpaths, strict=True)}
-        if got != expected:
-            raise AssertionError("s3fs get: the downloaded store differs from the local one")
     return Row(
         "s3fs get (staging baseline)",
         proxy.faults.delay * 1000,
@@ -188,6 +256,122 @@ def s3fs_get_row(bench: Bench, proxy: FaultProxy) -> Row:
         requests,
         fetched / MB,
         f"parallel fs.get, checked; {methods}",
+    )
+
+
+def stage_row(bench: Bench, proxy: FaultProxy) -> Row:
+    """``stage_store`` into a fresh cache directory vs the s3fs ``get`` of the same objects,
+    both with ``bench.workers`` requests in flight, rounds interleaved."""
+    get = S3fsGet(bench, proxy)
+    options = {"endpoint_url": proxy.endpoint}
+    best = {"stage": float("inf"), "s3fs": float("inf"), "download": float("inf")}
+    requests, fetched, methods = 0, 0, ""
+    finals: list[Progress] = []
+    for r in range(bench.rounds):
+        for what in ("stage", "s3fs") if r % 2 == 0 else ("s3fs", "stage"):
+            if what == "s3fs":
+                best["s3fs"] = min(best["s3fs"], get.run(batch_size=bench.workers))
+                continue
+            cache = bench.work / "stage-cache"
+            shutil.rmtree(cache, ignore_errors=True)
+            proxy.reset()
+            started = time.perf_counter()
+            staged = stage_store(
+                bench.store_url,
+                cache,
+                storage_options=options,
+                progress=lambda p: finals.append(p) if p.final else None,
+                workers=bench.workers,
+            )
+            best["stage"] = min(best["stage"], time.perf_counter() - started)
+            best["download"] = min(best["download"], finals[-1].elapsed)
+            stats = proxy.stats()
+            requests, fetched, methods = stats.requests, stats.bytes_sent, by_method(proxy)
+            if store_files(staged) != store_files(bench.store_dir):
+                raise AssertionError("stage: the staged store differs from the local one")
+    return Row(
+        "stage (stage / s3fs get)",
+        proxy.faults.delay * 1000,
+        {
+            "stage MB/s": get.total / MB / best["stage"],
+            "s3fs MB/s": get.total / MB / best["s3fs"],
+            "ratio": best["s3fs"] / best["stage"],
+            "download-phase ratio": best["s3fs"] / best["download"],
+        },
+        requests,
+        fetched / MB,
+        f"{bench.workers} workers = batch_size; staged = local; {methods}",
+    )
+
+
+def _drained(loader: tokentape.Loader, quiet_s: float = 0.5, limit_s: float = 60.0) -> None:
+    """Return once the loader's fetch counters have not moved for ``quiet_s`` (its prefetched
+    steps' reads finished), or after ``limit_s``."""
+    deadline = time.monotonic() + limit_s
+    last, since = None, time.monotonic()
+    while time.monotonic() < deadline:
+        now = (loader.fetch_stats.requests, loader.fetch_stats.bytes)
+        if now != last:
+            last, since = now, time.monotonic()
+        elif time.monotonic() - since >= quiet_s:
+            return
+        time.sleep(0.05)
+
+
+def stream_row(bench: Bench, proxy: FaultProxy) -> Row:
+    """The streamed loader: its production time per step, then the waits of a trainer whose
+    step takes ``headroom`` times that, and bytes fetched over bytes trained."""
+    s = bench.stream
+    if s is None:
+        raise RuntimeError("no stream store (built only when the stream row is chosen)")
+    plan = tokentape.Plan.build(
+        {"random": {"path": s.url, "weight": 1, "max_repeats": 10**4}},
+        seq_len=s.seq_len,
+        seed=1,
+        total_samples=(1 + PRODUCE_STEPS + s.steps + 64) * s.batch,  # a horizon past the run
+        storage_options={"endpoint_url": proxy.endpoint},
+    )
+    config = tokentape.BatchConfig(1, s.batch, 1)
+    fetch = tokentape.FetchConfig(concurrency=s.concurrency)
+    with tokentape.Loader(plan, 0, config, prefetch=0, fetch=fetch) as loader:
+        loader.step()  # the manifest, the document index, connections: not timed
+        loader.commit()
+        started = time.perf_counter()
+        for _ in range(PRODUCE_STEPS):
+            loader.step()
+            loader.commit()
+        produce = (time.perf_counter() - started) / PRODUCE_STEPS
+    step_s = s.headroom * produce
+    k = s.prefetch if s.prefetch is not None else math.ceil(produce / step_s) + 1
+    if (s.steps + k) * s.batch > s.windows:  # a window read twice could come from the cache
+        raise RuntimeError(f"--stream-windows {s.windows} < (steps + prefetch) x batch")
+    proxy.reset()
+    with tokentape.Loader(plan, 0, config, prefetch=k, fetch=fetch) as loader:
+        for _ in range(s.steps):
+            loader.step()
+            time.sleep(step_s)  # the trainer's compute
+            loader.commit()
+        _drained(loader)
+        waits = np.array(list(loader.waits)[1:])
+        fetched = loader.fetch_stats.bytes
+    stats = proxy.stats()
+    trained = (s.steps + k) * s.batch * s.seq_len * s.itemsize
+    return Row(
+        f"stream (B {s.batch}, L {s.seq_len})",
+        proxy.faults.delay * 1000,
+        {
+            "produce s/step": produce,
+            "step s": step_s,
+            "prefetch": k,
+            "wait p50 s": float(np.percentile(waits, 50)),
+            "p99": float(np.percentile(waits, 99)),
+            "max": float(waits.max()),
+            "fetched/trained": f"{fetched / trained:.4f}",
+        },
+        stats.requests,
+        stats.bytes_sent / MB,
+        f"{s.steps} steps, concurrency {s.concurrency}; trained = steps + prefetch; "
+        f"{by_method(proxy)}",
     )
 
 
@@ -203,7 +387,8 @@ def _local_objects(bench: Bench) -> dict[str, bytes]:
 MEASURES: dict[str, Measurement] = {
     "tokenize": tokenize_row,
     "s3fs-get": s3fs_get_row,
-    # staging (train.stage.stage_store) and the streamed-range loader: add their rows here.
+    "stage": stage_row,
+    "stream": stream_row,
 }
 
 
@@ -219,7 +404,41 @@ def run_measure(name: str, fn: Measurement, bench: Bench, proxy: FaultProxy) -> 
 # --- set-up --------------------------------------------------------------------------------
 
 
-def build(args: argparse.Namespace, bucket: Bucket) -> Bench:
+def write_random_store(directory: Path, n_tokens: int, seed: int = 0) -> int:
+    """A store of about ``n_tokens`` random byte-tokenizer ids in documents of 200-5,000
+    tokens (one shard per 8M tokens); returns its token dtype's item size."""
+    tok = load_tokenizer("bytes")
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(200, 5000, size=n_tokens // 2600 + 1)
+    tokens = rng.integers(0, 256, size=int(lengths.sum()), dtype=np.uint16)
+    tokens[np.cumsum(lengths) - 1] = tok.eod_id  # each document ends with EOD
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    writer = ShardWriter(directory, "uint16", 8_000_000)
+    writer.add(tokens, lengths)
+    shards = writer.finish()
+    stored = tok.stored_file()
+    if stored is not None:
+        write_atomic(directory / stored[0], stored[1])
+    manifest = Manifest(
+        dtype="uint16",
+        vocab_size=tok.vocab_size,
+        eod_id=tok.eod_id,
+        tokenizer=tokenizer_manifest(tok),
+        shards=tuple(shards),
+        n_tokens=sum(s.n_tokens for s in shards),
+        n_docs=sum(s.n_docs for s in shards),
+        content_hash=content_hash(shards, "uint16"),
+        filters={},
+        inputs={},
+        job="object_bench random",
+        created_by="benchmarks/object_bench.py",
+    )
+    write_atomic(directory / MANIFEST_NAME, manifest.to_json().encode())
+    return 2
+
+
+def build(args: argparse.Namespace, bucket: Bucket, chosen: list[str]) -> Bench:
     """The corpus (reused between runs), its store, both uploaded to the bucket."""
     work = args.out
     work.mkdir(parents=True, exist_ok=True)
@@ -230,6 +449,21 @@ def build(args: argparse.Namespace, bucket: Bucket) -> Bench:
     tokentape.tokenize(str(corpus_dir), store_dir, tokenizer="bytes", shard_mb=args.shard_mb)
     corpus_url = bucket.upload_tree(corpus_dir, f"{bucket.url}/raw")
     store_url = bucket.upload_tree(store_dir, f"{bucket.url}/stores/web")
+    stream = None
+    if "stream" in chosen:
+        random_dir = work / "random-store"
+        itemsize = write_random_store(random_dir, args.stream_windows * (args.seq_len + 1))
+        stream = Stream(
+            bucket.upload_tree(random_dir, f"{bucket.url}/stores/random"),
+            args.stream_windows,
+            args.batch,
+            args.seq_len,
+            args.steps,
+            args.headroom,
+            args.concurrency,
+            args.prefetch,
+            itemsize,
+        )
     tokenizer = args.tokenizer
     if tokenizer is None:
         tokenizer = f"tiktoken:{DEFAULT_GPT2}" if DEFAULT_GPT2.is_file() else "bytes"
@@ -243,6 +477,8 @@ def build(args: argparse.Namespace, bucket: Bucket) -> Bench:
         store_url,
         tokenizer,
         args.rounds,
+        args.workers,
+        stream,
     )
 
 
@@ -271,6 +507,14 @@ def main() -> None:
     ap.add_argument("--shard-mb", type=float, default=4.0, help="shard size of the store")
     ap.add_argument("--latency-ms", default="0,10,50", help="per-request delays, comma-separated")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=8, help="stage workers = s3fs batch_size")
+    ap.add_argument("--batch", type=int, default=256, help="stream: windows per step")
+    ap.add_argument("--seq-len", type=int, default=2048, help="stream: tokens per window")
+    ap.add_argument("--steps", type=int, default=20, help="stream: steps trained")
+    ap.add_argument("--headroom", type=float, default=1.5, help="stream: step / production")
+    ap.add_argument("--concurrency", type=int, default=64, help="stream: FetchConfig's")
+    ap.add_argument("--stream-windows", type=int, default=8192, help="stream: store size")
+    ap.add_argument("--prefetch", type=int, default=None, help="stream: default by the rule")
     ap.add_argument("--tokenizer", default=None, help="default: GPT-2 (tiktoken) if present")
     ap.add_argument("--only", default=None, help=f"comma-separated, of: {', '.join(MEASURES)}")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON too")
@@ -284,7 +528,7 @@ def main() -> None:
         os.environ.update(s3_environment(server.endpoint))
         bucket = new_bucket(server.endpoint)
         note("building and uploading the corpus and the store ...")
-        bench = build(args, bucket)
+        bench = build(args, bucket, chosen)
         note(
             f"corpus {bench.text_bytes / MB:.1f} MB of text in {args.n_files} files; "
             f"store {sum(len(d) for d in _local_objects(bench).values()) / MB:.1f} MB; "

@@ -102,7 +102,7 @@ def test_upload_is_byte_identical_to_the_local_store(
     for key in s3.keys(url):
         head = s3.client.head_object(Bucket=s3.name, Key=key)
         assert head["Metadata"]["sha256"] == hashlib.sha256(s3.get(f"{s3.url}/{key}")).hexdigest()
-    assert not work.exists()  # the local build goes once uploaded
+    assert tree_bytes(work) == local  # a --work-dir given is the user's: the local copy stays
 
 
 def test_rerun_is_already_complete_and_uploads_nothing(
@@ -182,7 +182,7 @@ def test_kill_after_upload_is_already_complete(s3, corpus, hf_tokenizer_json, tm
     done = run_cli(*args)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["status"] == "already complete"
-    assert not work.exists()  # the leftover local build is removed
+    assert (work / "manifest.json").is_file()  # a --work-dir given is kept
 
 
 def test_another_jobs_store_is_refused_then_replaced(s3, corpus, hf_tokenizer_json, tmp_path):
@@ -288,7 +288,7 @@ def test_the_url_is_looked_at_again_after_the_build(
     assert {k: n for k, n in puts(s3).items() if k.startswith("b/")} == {
         f"b/{name}": 1 for name in tree_bytes(reference)
     }
-    assert not work.exists()
+    assert tree_bytes(work) == tree_bytes(reference)  # built here, kept (a --work-dir given)
 
 
 def test_this_jobs_remote_store_with_bad_summary_counts_is_refused_not_a_traceback(
@@ -329,3 +329,18 @@ def test_bucket_to_bucket_with_ray_tasks_is_the_local_store(
     got_m, want_m = json.loads(got["manifest.json"]), json.loads(want["manifest.json"])
     assert got_m["content_hash"] == want_m["content_hash"]
     assert got_m["shards"] == want_m["shards"]
+
+
+def test_a_work_dir_given_holding_another_store_is_refused_not_replaced(
+    s3, corpus, hf_tokenizer_json, tmp_path
+):
+    """A --work-dir is the user's: another job's store there is never replaced silently."""
+    mine = tmp_path / "mine"
+    tokenize(config(corpus, mine, hf_tokenizer_json, shard_mb=0.5))  # another job's store
+    before = tree_bytes(mine)
+    cfg = config(corpus, s3.url + "/web", hf_tokenizer_json, work_dir=str(mine))
+    with pytest.raises(OutputError, match=r"^--work-dir '.*mine': holds a store made from other"):
+        tokenize(cfg)
+    assert tree_bytes(mine) == before and s3.keys(s3.url + "/web") == []
+    summary = tokenize(TokenizeConfig(**{**cfg.__dict__, "overwrite": True}))
+    assert summary.status == "created" and (mine / "manifest.json").is_file()

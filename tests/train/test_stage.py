@@ -236,7 +236,9 @@ def test_stage_through_faults_is_exact(setup, s3_server, monkeypatch):
 
 def test_not_a_store_and_a_failing_bucket_are_one_line(setup, s3, s3_server, monkeypatch):
     _, remote, _, cache = setup
-    with pytest.raises(StoreError, match=r"/nothing/manifest\.json: no such object"):
+    with pytest.raises(
+        StoreError, match=r"/nothing': no manifest\.json; not a complete tokentape store"
+    ):
         stage(f"{s3.url}/nothing", cache)
     monkeypatch.setenv("TOKENTAPE_IO_RETRIES", "2")
     url = remote.sources[0].path

@@ -182,45 +182,48 @@ def to_megatron(
     src: Source | RemoteSource = (
         RemoteSource(str(store), storage_options) if is_url(store) else Source(store)
     )
-    m = src.manifest
-    name = megatron.choose_dtype(m.vocab_size) if dtype == "auto" else dtype
-    megatron.dtype_code(name)
-    if not megatron.holds(name, m.vocab_size):
-        raise InputError(
-            f"--dtype {name} cannot hold the store's ids (vocabulary of {m.vocab_size}); "
-            f"use {megatron.choose_dtype(m.vocab_size)}"
-        )
-    out = Path(prefix)
-    with _output_errors(megatron.bin_path(out)), output_lock(out, "convert"):
-        _finish_install(out)
-        _check_prefix_out(out, overwrite)
-        _check_sidecar_names(out)
-        _remove_stale_temps(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _temp_path(out, TEMP_NEW)
-        writer = None
-        try:
-            writer = megatron.MegatronWriter(tmp, name)
-            total = src.n_tokens * src.dtype.itemsize
-            with tally(total, "convert", progress) as counting:
-                for first, stop in doc_chunks(src, CHUNK_TOKENS):
-                    start, end, lengths = _span(src, first, stop)
-                    tokens = src.tokens(start, end)
-                    writer.add(tokens, lengths)
-                    if counting is not None:
-                        counting.add(tokens.nbytes)
-            identity = writer.finish()
+    try:
+        m = src.manifest
+        name = megatron.choose_dtype(m.vocab_size) if dtype == "auto" else dtype
+        megatron.dtype_code(name)
+        if not megatron.holds(name, m.vocab_size):
+            raise InputError(
+                f"--dtype {name} cannot hold the store's ids (vocabulary of {m.vocab_size}); "
+                f"use {megatron.choose_dtype(m.vocab_size)}"
+            )
+        out = Path(prefix)
+        with _output_errors(megatron.bin_path(out)), output_lock(out, "convert"):
+            _finish_install(out)
+            _check_prefix_out(out, overwrite)
+            _check_sidecar_names(out)
+            _remove_stale_temps(out)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = _temp_path(out, TEMP_NEW)
             writer = None
-            _install_prefix(tmp, out, overwrite)
-        except BaseException:
-            if writer is not None:
-                with contextlib.suppress(OSError):
-                    writer.abort()
-            _remove_temps(out.parent, tmp.name)
-            raise
-        for path in sidecar_paths(out):  # the old output's identity, if any
-            path.unlink(missing_ok=True)
-        write_sidecar(out, identity, file_keys(out), writer=True)
+            try:
+                writer = megatron.MegatronWriter(tmp, name)
+                total = src.n_tokens * src.dtype.itemsize
+                with tally(total, "convert", progress) as counting:
+                    for first, stop in doc_chunks(src, CHUNK_TOKENS):
+                        start, end, lengths = _span(src, first, stop)
+                        tokens = src.tokens(start, end)
+                        writer.add(tokens, lengths)
+                        if counting is not None:
+                            counting.add(tokens.nbytes)
+                identity = writer.finish()
+                writer = None
+                _install_prefix(tmp, out, overwrite)
+            except BaseException:
+                if writer is not None:
+                    with contextlib.suppress(OSError):
+                        writer.abort()
+                _remove_temps(out.parent, tmp.name)
+                raise
+            for path in sidecar_paths(out):  # the old output's identity, if any
+                path.unlink(missing_ok=True)
+            write_sidecar(out, identity, file_keys(out), writer=True)
+    finally:
+        src.close()  # a store in a bucket: its fetch threads
     return ConvertSummary(
         direction="to megatron",
         source=str(store),

@@ -32,7 +32,11 @@ from typing import Any, TypeVar
 from tokentape.errors import ArgumentError, InputError, ObjectStorageError
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", re.DOTALL)
-_SECRET_KEY = re.compile(r"secret|token|password|passwd|credential|sas|account_key|^key$", re.I)
+_SECRET_KEY = re.compile(
+    r"secret|token|password|passwd|passphrase|credential|sas|account_key|private_key|"
+    r"connection_string|auth|^key$",
+    re.I,
+)
 _SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
 _ENDPOINT_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_ACCESS_KEY_ID")
 MAX_BACKOFF = 5.0
@@ -87,23 +91,36 @@ def check_storage_options(value: object, where: str) -> dict[str, Any]:
 
 
 def secret_keys(options: StorageOptions, prefix: str = "") -> list[str]:
-    """The (dotted) names of the options that look like credentials."""
+    """The (dotted) names of the options that look like credentials (a credential-like name
+    holding a table counts whole: a service account's key file, say)."""
     found = []
     for key, value in options.items():
         name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            found += secret_keys(value, name + ".")
-        elif _SECRET_KEY.search(str(key)):
+        if _SECRET_KEY.search(str(key)):
             found.append(name)
+        elif isinstance(value, Mapping):
+            found += secret_keys(value, name + ".")
     return found
+
+
+def _leaves(value: object) -> Iterator[str]:
+    """Every text inside ``value`` (tables and lists walked)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _leaves(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _leaves(item)
 
 
 def _secret_values(options: StorageOptions) -> Iterator[str]:
     for key, value in options.items():
-        if isinstance(value, Mapping):
+        if _SECRET_KEY.search(str(key)):
+            yield from _leaves(value)
+        elif isinstance(value, Mapping):
             yield from _secret_values(value)
-        elif _SECRET_KEY.search(str(key)) and isinstance(value, str):
-            yield value
 
 
 _known_secrets: set[str] = set()
@@ -160,11 +177,26 @@ class _Short(OSError):
     """A body shorter (or longer) than the range asked for: retried like a reset."""
 
 
+_REFUSED = {
+    "NoCredentialsError",
+    "PartialCredentialsError",
+    "NoRegionError",
+    "InvalidRegionError",
+    "UnknownSignatureVersionError",
+    "ParamValidationError",
+    "InvalidEndpointConfigurationError",
+}
+"""botocore's errors for a request it will not send (the setting, not the network, is wrong)."""
+
+
 def _permanent(exc: BaseException) -> bool:
-    """Not found, access denied, and a request the client refuses to send (a bad name)."""
-    return isinstance(
-        exc, FileNotFoundError | PermissionError | IsADirectoryError | ValueError | TypeError
-    )
+    """Not found and access denied: raised as they are (the caller says what it was)."""
+    return isinstance(exc, FileNotFoundError | PermissionError | IsADirectoryError)
+
+
+def _refused(exc: BaseException) -> bool:
+    """A request the client will not send: a bad endpoint, option, region or credentials."""
+    return isinstance(exc, ValueError | TypeError) or type(exc).__name__ in _REFUSED
 
 
 def _fsspec() -> Any:
@@ -191,7 +223,8 @@ def _filesystem(protocol: str, options: StorageOptions) -> Any:
         config.setdefault("read_timeout", 60)
         opts["config_kwargs"] = config
     env = {name: os.environ.get(name) for name in _ENDPOINT_ENV}
-    key = json.dumps([protocol, opts, env], sort_keys=True, default=repr)
+    # One per process too: an s3fs filesystem is not fork-safe (a forked DataLoader worker).
+    key = json.dumps([os.getpid(), protocol, opts, env], sort_keys=True, default=repr)
     with _fs_lock:
         fs = _filesystems.get(key)
         if fs is None:
@@ -215,8 +248,17 @@ class ObjectStore:
         self.protocol = protocol
         self.options = dict(options or {})
         _remember_secrets(self.options)
-        self.fs = _filesystem(protocol, self.options)
+        self._fs = _filesystem(protocol, self.options)
+        self._pid = os.getpid()
         self.retry = Retry.from_env()
+
+    @property
+    def fs(self) -> Any:
+        """The fsspec filesystem, made anew in a forked child (one is not fork-safe)."""
+        if self._pid != os.getpid():
+            self._fs = _filesystem(self.protocol, self.options)
+            self._pid = os.getpid()
+        return self._fs
 
     def _key(self, url: str) -> str:
         scheme, sep, rest = url.partition("://")
@@ -231,6 +273,12 @@ class ObjectStore:
             except Exception as exc:
                 if _permanent(exc):
                     raise
+                if _refused(exc):
+                    raise InputError(
+                        f"{url}: {what} refused by the client ({_one_line(exc)}); check "
+                        "--storage-options (storage_options), AWS_ENDPOINT_URL and the "
+                        "credentials"
+                    ) from None
                 if attempt == self.retry.attempts:
                     raise ObjectStorageError(
                         f"{url}: {what} failed after {attempt} attempts ({_one_line(exc)})",

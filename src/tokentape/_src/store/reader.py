@@ -268,6 +268,11 @@ class TokenStream(ABC):
         k = self._check_sample(k, seq_len)
         return self.tokens(k * seq_len, k * seq_len + seq_len + 1)
 
+    def close(self) -> None:
+        """Let go of what reading holds beyond the memory maps (fetch threads, cached ranges);
+        nothing for memory-mapped sources."""
+        return None
+
     fetches_ahead = False
     """Whether ``prefetch`` does anything (a source in object storage): the loader then tells
     it the samples of the next steps as soon as they are known."""

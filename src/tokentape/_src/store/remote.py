@@ -30,7 +30,7 @@ import numpy as np
 
 from tokentape._src.store.format import MANIFEST_NAME, Manifest, ShardInfo, numpy_dtype
 from tokentape._src.store.format import parse_manifest as parse_manifest_text
-from tokentape._src.store.objects import ObjectStore, StorageOptions, join, object_store
+from tokentape._src.store.objects import ObjectStore, StorageOptions, join, object_store, redact
 from tokentape._src.store.reader import (
     INDEX_DTYPE,
     TokenStream,
@@ -146,12 +146,14 @@ class RangeCache:
             if found is None:
                 found = (start, stop, self._submit(url, held, start, stop))
             a, b, fut = found
-            self._lru.move_to_end((url, a, b))
+            if (url, a, b) in self._lru:
+                self._lru.move_to_end((url, a, b))
         try:
             data = fut.result()
         except BaseException:
             with self._lock:  # a failed fetch is not kept: a retry fetches afresh
-                if self._lru.pop((url, a, b), None) is not None:
+                if self._lru.get((url, a, b)) is fut:  # not a newer fetch of the same range
+                    del self._lru[(url, a, b)]
                     held.remove(a, b, fut)
                     self._held -= b - a
             raise
@@ -217,7 +219,26 @@ class RangeCache:
         return checked
 
     def close(self) -> None:
+        """Stop the fetch threads and let go of every cached range."""
         self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            self._lru.clear()
+            self._ranges.clear()
+            self._held = 0
+
+
+def _check_block_record(url: str, shard: ShardInfo, size: int) -> None:
+    """Refuse a shard whose block hashes cannot cover it (a block size that is not positive,
+    or a count of hashes that does not fit the size): its blocks could not be checked."""
+    where = join(url, MANIFEST_NAME)
+    if shard.block_bytes <= 0:
+        raise StoreError(f"{where}: {shard.name} block_bytes is {shard.block_bytes}, expected > 0")
+    n = -(-size // shard.block_bytes)
+    if len(shard.block_sha256) != n:
+        raise StoreError(
+            f"{where}: {shard.name} has {len(shard.block_sha256)} block hashes, its "
+            f"{size} bytes need {n}"
+        )
 
 
 def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -275,6 +296,8 @@ class RemoteSource(TokenStream):
         self._manifest = read_remote_manifest(self.objects, self.url)
         dtype = numpy_dtype(self._manifest.dtype)
         shards = self._manifest.shards
+        for shard in shards:
+            _check_block_record(self.url, shard, shard.n_tokens * dtype.itemsize)
         bins = {join(self.url, s.bin_file): (s, s.n_tokens * dtype.itemsize) for s in shards}
         self.cache = RangeCache(self.objects, bins, fetch.concurrency, fetch.cache_bytes)
         self._sizes_checked: set[int] = set()
@@ -326,7 +349,10 @@ class RemoteSource(TokenStream):
             return
         shard = self._manifest.shards[index]
         url = join(self.url, shard.bin_file)
-        info = self.objects.info(url)
+        try:
+            info = self.objects.info(url)
+        except PermissionError as exc:
+            raise StoreError(f"{url}: access denied ({redact(str(exc))})") from None
         expected = shard.n_tokens * self.dtype.itemsize
         if info is None:
             raise StoreError(f"{url}: shard file is missing; the store is damaged")
@@ -375,18 +401,23 @@ class RemoteSource(TokenStream):
         super().windows_into(samples, seq_len, out, rows)
 
     def _load_doc_starts(self) -> np.ndarray:
+        """Every shard's ``.idx.npy``, fetched in parallel, checked, offset and joined."""
+        shards = self._manifest.shards
+        with ThreadPoolExecutor(max(1, min(16, len(shards)))) as pool:
+            indexes = list(pool.map(self._shard_starts, shards))
         starts, offset = [], 0
-        for shard in self._manifest.shards:
-            url = join(self.url, shard.idx_file)
-            data = self.objects.read_whole(url, shard.idx_bytes)
-            f = io.BytesIO(data)
-            where = url
-            at = index_offset(f, shard, where)
-            local = np.frombuffer(data, dtype=INDEX_DTYPE, count=shard.n_docs, offset=at)
-            check_starts(local, shard, where)
+        for shard, local in zip(shards, indexes, strict=True):
             starts.append(local + offset)
             offset += shard.n_tokens
         return np.concatenate(starts or [np.zeros(0, dtype=np.int64)]).astype(np.int64)
+
+    def _shard_starts(self, shard: ShardInfo) -> np.ndarray:
+        url = join(self.url, shard.idx_file)
+        data = self.objects.read_whole(url, shard.idx_bytes)
+        at = index_offset(io.BytesIO(data), shard, url)
+        local = np.frombuffer(data, dtype=INDEX_DTYPE, count=shard.n_docs, offset=at)
+        check_starts(local, shard, url)
+        return local
 
     def close(self) -> None:
         """Stop the fetch threads."""
@@ -415,7 +446,7 @@ def remote_manifest_text(objects: ObjectStore, url: str) -> str:
             f"store '{url}': no {MANIFEST_NAME}; not a complete tokentape store"
         ) from None
     except PermissionError as exc:
-        raise StoreError(f"{where}: access denied ({exc})") from None
+        raise StoreError(f"{where}: access denied ({redact(str(exc))})") from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:

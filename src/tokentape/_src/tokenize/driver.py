@@ -25,10 +25,12 @@ metadata) and uploads only the rest; a URL whose manifest is this job's is "alre
 without any local work. The writer lock is the local build directory's: it excludes another
 writer on this machine (or one sharing that directory), not one on another machine with its own
 work directory (the URL is looked at again after the build, before anything is uploaded, which
-narrows that race to the upload itself). The build directory is scratch space: what another
-job left there is replaced, and after a successful upload the local store is removed (only the
-files tokentape writes). With ``--executor ray`` on a cluster, the work directory must be on
-storage every node sees.
+narrows that race to the upload itself). The default build directory is scratch space: what
+another job left there is replaced, and after a successful upload the local store is removed
+(only the files tokentape writes). A ``--work-dir`` given is the user's: a store of another job
+found there is refused without ``--overwrite``, like a local ``--out``, and the built store is
+kept there after the upload (a local copy). With ``--executor ray`` on a cluster, the work
+directory must be on storage every node sees.
 """
 
 from __future__ import annotations
@@ -86,7 +88,7 @@ from tokentape._src.util.faults import crashpoint
 from tokentape._src.util.hashing import canonical_hash
 from tokentape._src.util.progress import Counters, ProgressCallback, check_callback, watch
 from tokentape._src.util.version import __version__
-from tokentape.errors import InputError, OutputError, TokentapeError
+from tokentape.errors import InputError, OutputError, TokentapeError, _reworded
 
 
 @dataclass(frozen=True)
@@ -245,21 +247,27 @@ def _to_url(job: _Job, url: str, progress: ProgressCallback | None) -> TokenizeS
     ``url`` (see the module docstring)."""
     config = job.config
     store = object_store(url, config.storage_options)
-    local = Path(config.work_dir) if config.work_dir is not None else upload_work_dir(url)
+    scratch = config.work_dir is None  # the default: ours alone, replaced and removed at will
+    local = upload_work_dir(url) if scratch else Path(str(config.work_dir))
     with output_lock(local, "tokenize"):
         remote = _complete(inspect_remote(store, url, job.job_hash, config.overwrite), url, config)
         if remote is not None:
-            discard_store(local)  # what a run killed after its upload left behind
+            if scratch:
+                discard_store(local)  # what a run killed after its upload left behind
             seconds = time.monotonic() - job.started
             return _summary(url, remote, "already complete", len(job.units), seconds)
-        built = _run(job, local, progress, overwrite=True)  # the work directory is scratch
+        try:
+            built = _run(job, local, progress, overwrite=scratch or config.overwrite)
+        except OutputError as exc:  # about the work directory, which the message names as such
+            raise _reworded(exc, str(exc).replace("--out '", "--work-dir '", 1)) from None
         crashpoint("before-upload")
         # Looked at again: the build may have taken hours, and the lock is not the bucket's.
         remote = _complete(inspect_remote(store, url, job.job_hash, config.overwrite), url, config)
         if remote is None:
             report = upload_store(store, local, url, progress=progress)
             crashpoint("after-upload")
-        discard_store(local)
+        if scratch:
+            discard_store(local)
     seconds = time.monotonic() - job.started
     if remote is not None:  # another writer uploaded this job's store meanwhile
         return _summary(url, remote, "already complete", len(job.units), seconds)

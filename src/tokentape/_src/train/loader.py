@@ -327,10 +327,13 @@ class Loader:
         self.state = state
 
     def close(self) -> None:
-        """Stop the prefetch thread (work not started is dropped). Idempotent."""
+        """Stop the prefetch thread (work not started is dropped) and the sources' fetch
+        threads, letting go of their cached ranges. Idempotent."""
         if not self._closed:
             self._closed = True
             self._pool.shutdown(wait=False, cancel_futures=True)
+            for source in self.batcher.sources:
+                source.close()
 
     def __enter__(self) -> Loader:
         return self

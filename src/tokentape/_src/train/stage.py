@@ -72,7 +72,9 @@ from tokentape._src.store.objects import (
     join,
     object_store,
     parent,
+    redact,
 )
+from tokentape._src.store.remote import remote_manifest_text
 from tokentape._src.train.cachelock import cache_lock
 from tokentape._src.train.stagefetch import Job, download
 from tokentape._src.util.checks import check_count, check_path
@@ -152,24 +154,19 @@ def _staged(entry: Path, content_hash: str) -> Manifest | None:
 
 
 def _read_remote_manifest(store: ObjectStore, url: str) -> tuple[bytes, Manifest]:
-    where = join(url, MANIFEST_NAME)
-    try:
-        data = store.read(where)
-    except FileNotFoundError:
-        raise StoreError(
-            f"{where}: no such object; not a tokentape store (or not completely written yet)"
-        ) from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise StoreError(f"{where}: not UTF-8 text; not a tokentape store manifest") from None
-    return data, parse_manifest(text, where)
+    """The remote manifest's exact bytes and what they say."""
+    text = remote_manifest_text(store, url)
+    return text.encode("utf-8"), parse_manifest(text, join(url, MANIFEST_NAME))
 
 
 def _remote_sizes(store: ObjectStore, url: str, manifest: Manifest) -> dict[str, int]:
     """Each file's size in the bucket, checked against the manifest."""
     url = url.rstrip("/")
-    listed = {basename(i.url): i.size for i in store.find(url) if parent(i.url) == url}
+    try:
+        found = store.find(url)
+    except PermissionError as exc:
+        raise StoreError(f"{url}/: listing denied ({redact(str(exc))})") from None
+    listed = {basename(i.url): i.size for i in found if parent(i.url) == url}
     sizes = {}
     for name, expected in _file_sizes(manifest).items():
         where = join(url, name)

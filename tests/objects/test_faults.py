@@ -338,7 +338,8 @@ def test_after_the_budget_one_line_names_the_object_and_last_error(s3, proxy, mo
 
 def test_writes_and_listings_after_the_budget(s3, proxy, monkeypatch):
     monkeypatch.setenv("TOKENTAPE_IO_RETRIES", "2")
-    store = object_store(s3.url, {"endpoint_url": proxy.endpoint, "secret": SECRET_KEY})
+    options = {"endpoint_url": proxy.endpoint, "key": ACCESS_KEY, "secret": SECRET_KEY}
+    store = object_store(s3.url, options)
     proxy.set(slowdown=1.0)
     with pytest.raises(ObjectStorageError, match=r"writing failed after 2 attempts") as put:
         store.put_bytes(f"{s3.url}/some/new.bin", b"x" * 10)

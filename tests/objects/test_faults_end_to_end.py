@@ -251,11 +251,6 @@ def _settled(proxy: FaultProxy) -> int:
         count = now
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="store/remote.py RemoteSource._load_doc_starts does not check the .idx.npy against "
-    "the manifest's idx_sha256: a corrupted body that stays ascending is used (and cached)",
-)
 def test_a_corrupted_document_index_is_never_used(tmp_path, s3, proxy, monkeypatch):
     """The ``.idx.npy`` is read whole through a ranged GET (with ``segments``): a corrupted
     body must be refused (or fetched again), never used. Documents of 400 tokens and an even
@@ -288,20 +283,11 @@ def _is_503(message: str) -> bool:
 # --- 3. after the retry budget ------------------------------------------------------------
 
 
-STALE_FAILURES = pytest.mark.xfail(
-    strict=True,
-    reason="store/remote.py RangeCache keeps a failed prefetch's future (prefetch() takes it "
-    "as cached; read() drops only the one it hits first) and the loader hands out the failed "
-    "build of a step prefetched during the outage: with the store back, step() raises the old "
-    "ObjectStorageError again (1-2 more times per step)",
-)
-
-
 @pytest.mark.parametrize(
     "ranged",
     [
         pytest.param(False, id="every-request"),
-        pytest.param(True, id="ranged-gets", marks=STALE_FAILURES),
+        pytest.param(True, id="ranged-gets"),
     ],
 )
 def test_after_the_retry_budget_step_raises_one_line_and_a_retry_recovers(

@@ -68,6 +68,30 @@ def test_unreachable_endpoint_names_the_object_not_the_secret(s3, monkeypatch):
     assert redact(f"oops {secret} and {s3.url}") == f"oops *** and {s3.url}"
 
 
+def test_a_request_the_client_refuses_is_one_line_at_once(s3, capsys):
+    from helpers import cli
+
+    for options in ('{"endpoint_url": "notaurl"}', '{"no_such_option": 1}'):
+        code, out, err = cli(capsys, "verify", f"{s3.url}/x", "--storage-options", options)
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+        assert "refused by the client" in err and "--storage-options" in err
+
+
+def test_credentials_in_tables_and_connection_strings_are_secrets_whole():
+    options = {
+        "token": {"type": "service_account", "private_key": "-----BEGIN KEY-----abc"},
+        "connection_string": "Account=x;AccountKey=SUPERSECRETAZUREKEY==",
+        "client_kwargs": {"region_name": "eu-west-1"},
+    }
+    assert secret_keys(options) == ["token", "connection_string"]
+    from tokentape._src.store.objects import _remember_secrets
+
+    _remember_secrets(options)
+    text = redact("got -----BEGIN KEY-----abc and Account=x;AccountKey=SUPERSECRETAZUREKEY== ok")
+    assert "BEGIN KEY" not in text and "SUPERSECRET" not in text and text.endswith(" ok")
+    assert "eu-west-1" in redact("region eu-west-1")
+
+
 def test_storage_options_flag():
     assert parse_storage_options('{"endpoint_url": "http://127.0.0.1:1"}', "x") == {
         "endpoint_url": "http://127.0.0.1:1"

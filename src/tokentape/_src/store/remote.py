@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import io
+import os
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -89,10 +90,11 @@ class _Ranges:
         self.entries: list[tuple[int, int, Future[bytes]]] = []
 
     def find(self, start: int, stop: int) -> tuple[int, int, Future[bytes]] | None:
+        """An entry covering ``[start, stop)`` that has not failed."""
         i = bisect.bisect_right(self.starts, start) - 1
         while i >= 0:
             a, b, fut = self.entries[i]
-            if a <= start and stop <= b:
+            if a <= start and stop <= b and not _failed(fut):
                 return a, b, fut
             if b <= start and a < start - MAX_RANGE_BYTES:
                 return None
@@ -109,6 +111,11 @@ class _Ranges:
         del self.starts[i], self.entries[i]
 
 
+def _failed(fut: Future[bytes]) -> bool:
+    """A fetch that ended in an error: never served (a later read fetches afresh)."""
+    return fut.done() and not fut.cancelled() and fut.exception() is not None
+
+
 class RangeCache:
     """Ranged GETs of a store's shard files on a bounded pool, kept up to ``cache_bytes``."""
 
@@ -122,15 +129,27 @@ class RangeCache:
         self.objects = objects
         self.shards = shards  # .bin URL -> (its record, its size): whole blocks are checked
         self.cache_bytes = cache_bytes
+        self.concurrency = concurrency
         self.stats = FetchStats()
-        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="tokentape-fetch")
+        self._start()
+
+    def _start(self) -> None:
+        """A fresh pool, lock and cache (at construction, and in a forked child, which has
+        none of the parent's threads)."""
+        self._pid = os.getpid()
+        self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tokentape-fetch")
         self._lock = threading.Lock()
         self._ranges: dict[str, _Ranges] = {}
         self._lru: OrderedDict[tuple[str, int, int], Future[bytes]] = OrderedDict()
         self._held = 0
 
+    def _forked(self) -> None:
+        if self._pid != os.getpid():  # a forked DataLoader worker: the threads stayed behind
+            self._start()
+
     def prefetch(self, url: str, ranges: list[tuple[int, int]]) -> None:
         """Start fetching every range of ``url`` not cached yet, merged where they touch."""
+        self._forked()
         with self._lock:
             held = self._ranges.setdefault(url, _Ranges())
             missing = sorted(r for r in ranges if held.find(*r) is None)
@@ -140,6 +159,7 @@ class RangeCache:
 
     def read(self, url: str, start: int, stop: int) -> bytes:
         """Bytes ``[start, stop)`` of ``url``, from the cache or fetched now."""
+        self._forked()
         with self._lock:
             held = self._ranges.setdefault(url, _Ranges())
             found = held.find(start, stop)
@@ -412,8 +432,18 @@ class RemoteSource(TokenStream):
         return np.concatenate(starts or [np.zeros(0, dtype=np.int64)]).astype(np.int64)
 
     def _shard_starts(self, shard: ShardInfo) -> np.ndarray:
+        """A shard's document starts, its ``.idx.npy`` checked against the manifest's hash
+        (fetched again when it does not match, up to the retry budget)."""
         url = join(self.url, shard.idx_file)
-        data = self.objects.read_whole(url, shard.idx_bytes)
+        for attempt in range(1, self.objects.retry.attempts + 1):
+            data = self.objects.read_whole(url, shard.idx_bytes)
+            if hashlib.sha256(data).hexdigest() == shard.idx_sha256:
+                break
+            if attempt == self.objects.retry.attempts:
+                raise StoreError(
+                    f"{url}: does not match the manifest's idx_sha256 after {attempt} fetches; "
+                    "the object changed or was damaged (run `tokentape verify`)"
+                )
         at = index_offset(io.BytesIO(data), shard, url)
         local = np.frombuffer(data, dtype=INDEX_DTYPE, count=shard.n_docs, offset=at)
         check_starts(local, shard, url)

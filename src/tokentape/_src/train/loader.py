@@ -227,8 +227,11 @@ class Loader:
             out = self._outstanding
             return Step(out.state.step, out.state.consumed, out.config, out.ahead.batches.result())
         state, config = self.state, self.config
-        self._schedule(state.consumed)
         key = (state.consumed, config)
+        early = self._ahead.get(key)
+        if early is not None and _failed(early.batches):
+            self._ahead.pop(key)  # built ahead and failed (a store briefly down): build afresh
+        self._schedule(state.consumed)
         ahead = self._ahead[key]
         started = time.perf_counter()
         try:
@@ -383,6 +386,11 @@ class Loader:
             "tokens_hash": tokens_hash,
             "time": round(time.time(), 3),
         }
+
+
+def _failed(future: Future[Any]) -> bool:
+    """A job that ended in an error (not one cancelled or still running)."""
+    return future.done() and not future.cancelled() and future.exception() is not None
 
 
 def _slice(batch: Batch, lo: int, hi: int) -> Batch:

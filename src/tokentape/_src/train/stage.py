@@ -48,6 +48,7 @@ import hashlib
 import os
 import re
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -159,14 +160,19 @@ def _read_remote_manifest(store: ObjectStore, url: str) -> tuple[bytes, Manifest
     return text.encode("utf-8"), parse_manifest(text, join(url, MANIFEST_NAME))
 
 
-def _remote_sizes(store: ObjectStore, url: str, manifest: Manifest) -> dict[str, int]:
-    """Each file's size in the bucket, checked against the manifest."""
+def _listing(store: ObjectStore, url: str) -> dict[str, int]:
+    """The size of every object directly under the store's prefix, by name."""
     url = url.rstrip("/")
     try:
         found = store.find(url)
     except PermissionError as exc:
         raise StoreError(f"{url}/: listing denied ({redact(str(exc))})") from None
-    listed = {basename(i.url): i.size for i in found if parent(i.url) == url}
+    return {basename(i.url): i.size for i in found if parent(i.url) == url}
+
+
+def _remote_sizes(url: str, manifest: Manifest, listed: dict[str, int]) -> dict[str, int]:
+    """Each file's size in the bucket (``listed``), checked against the manifest."""
+    url = url.rstrip("/")
     sizes = {}
     for name, expected in _file_sizes(manifest).items():
         where = join(url, name)
@@ -209,7 +215,10 @@ def _stage_locked(
         total = sum(os.stat(entry / n).st_size for n, _ in store_files(m))
         return StagedStore(url, entry, expected, total, 0, total, True)
     store = object_store(url, options)
-    manifest_bytes, manifest = _read_remote_manifest(store, url)
+    with ThreadPoolExecutor(1) as pool:  # the listing meanwhile: one round trip, not two
+        listing = pool.submit(_listing, store, url)
+        manifest_bytes, manifest = _read_remote_manifest(store, url)
+        listed = listing.result()
     if expected is not None and manifest.content_hash != expected:
         raise StoreChanged(
             f"{url}: the store's content hash is {manifest.content_hash}, the plan recorded "
@@ -221,7 +230,7 @@ def _stage_locked(
     if expected is None and (m := _staged(entry, manifest.content_hash)) is not None:
         total = sum(os.stat(entry / n).st_size for n, _ in store_files(m))
         return StagedStore(url, entry, manifest.content_hash, total, 0, total, True)
-    sizes = _remote_sizes(store, url, manifest)
+    sizes = _remote_sizes(url, manifest, listed)
     work = entry.with_name(f".{entry.name}.staging")
     _prepare_work(work, manifest_bytes)
     retry = Retry.from_env()

@@ -95,3 +95,14 @@ def test_convert_a_store_in_the_bucket_to_megatron_as_from_disk(uploaded, tmp_pa
     for suffix in (".bin", ".idx"):
         a = (tmp_path / f"remote{suffix}").read_bytes()
         assert a == (tmp_path / f"local{suffix}").read_bytes() and a
+
+
+def test_a_manifest_nested_too_deep_is_one_line(tmp_path, s3, capsys):
+    url = f"{s3.url}/deep"
+    s3.put(f"{url}/manifest.json", b"[" * 100_000)
+    for store in (url, tmp_path / "deep"):
+        if not isinstance(store, str):
+            store.mkdir()
+            (store / "manifest.json").write_bytes(b"[" * 100_000)
+        code, out, err = cli(capsys, "verify", store)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and "not valid JSON" in err, err

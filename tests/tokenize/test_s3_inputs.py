@@ -274,3 +274,22 @@ def test_ray_tasks_read_from_the_bucket(bucket_corpus, corpus, local_store, tmp_
     got = run([bucket_corpus], out, executor="ray", workers=2)
     assert got["status"] == "created" and got["content_hash"] == summary["content_hash"]
     assert_same_store(out, local, renamed(bucket_corpus, corpus))
+
+
+def test_an_object_replaced_while_its_unit_is_read_is_refused(s3):
+    """Each read-ahead is its own ranged GET: an object replaced meanwhile (same size, a new
+    ETag) could give bytes of two versions; the unit is refused once it has been read."""
+    url = f"{s3.url}/in/big.jsonl"
+
+    def body(tag: str) -> bytes:
+        return b"".join(
+            (json.dumps({"text": f"{tag}{i:07d}" + "x" * 980}) + "\n").encode() for i in range(9000)
+        )  # ~9 MB: more than one 8 MiB read-ahead
+
+    s3.put(url, body("OLD"))
+    [part] = plan_units(expand_inputs([url]), 64 * 2**20)[0].parts
+    docs = read_documents(part, "text")
+    assert next(docs).startswith("OLD")
+    s3.put(url, body("NEW"))
+    with pytest.raises(InputError, match=r"big\.jsonl: changed since the inputs were planned"):
+        list(docs)

@@ -219,8 +219,8 @@ def load_manifest(
     problems: list[Problem] = []
     try:
         data = json.loads(text)
-    except json.JSONDecodeError:
-        data = None  # parse_manifest says why
+    except (ValueError, RecursionError):  # bad JSON, nested too deep: parse_manifest says why
+        data = None
     if isinstance(data, dict):
         problems = _fix_totals(data, str(path))
         if problems:
@@ -303,7 +303,7 @@ def _expand(raw: str, storage_options: dict[str, Any]) -> list[Target]:
             s.format,
             s.vocab_size if s.format == MEGATRON else None,
             s.eod_id if s.format == MEGATRON else None,
-            storage_options | plan.storage_options,
+            plan.storage_options | storage_options,  # the options given win
         )
         for s in plan.sources
     ]

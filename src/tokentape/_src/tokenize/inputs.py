@@ -408,6 +408,11 @@ def read_documents(
     if storage_options is not None and is_url(part.file.path):
         part = replace(part, file=replace(part.file, storage_options=dict(storage_options)))
     _check_unchanged(part.file)
+    docs = _read_kind(part, text_key)
+    return _then_unchanged(docs, part.file) if is_url(part.file.path) else docs
+
+
+def _read_kind(part: UnitPart, text_key: str) -> Iterator[str]:
     kind = part.file.kind
     if kind == "txt":
         return _read_txt(part.file)
@@ -416,6 +421,13 @@ def read_documents(
     if kind in ("jsonl", "jsonl.gz", "jsonl.zst"):
         return _read_jsonl(part, text_key)
     raise InputError(f"{part.file.path}: unknown input kind '{kind}'")
+
+
+def _then_unchanged(docs: Iterator[str], file: InputFile) -> Iterator[str]:
+    """``docs``, then the object checked once more: one replaced while its ranges were read
+    (each a separate GET) may have given bytes of two versions, and is refused."""
+    yield from docs
+    _check_unchanged(file)
 
 
 def _check_unchanged(file: InputFile) -> None:

@@ -25,7 +25,7 @@ from functools import partial
 from pathlib import Path
 
 from tokentape._src.store.atomic import write_atomic
-from tokentape._src.store.format import MANIFEST_NAME, Manifest, ShardInfo
+from tokentape._src.store.format import MANIFEST_NAME, Manifest, ShardInfo, sha256_stream
 from tokentape._src.store.objects import ObjectStore, join
 from tokentape._src.store.tokenizers import tokenizer_from_manifest
 from tokentape._src.util.faults import crashpoint
@@ -220,6 +220,19 @@ class _BinFile:
         file still incomplete (a failure, a stop) is kept for the next run."""
         if len(self.done) != self.n_blocks:
             return
+        # The block hashes are not part of the store's content hash (its bin_sha256 is): a
+        # manifest whose block hashes were rewritten with the bytes must not pass for verified.
+        with open(self.part, "rb") as f:
+            digest = sha256_stream(f)
+        if digest != self.shard.bin_sha256:
+            self.part.unlink(missing_ok=True)
+            self.ok.unlink(missing_ok=True)
+            raise StoreError(
+                f"{self.job.object_url(self.name)}: every block matches the manifest's block "
+                f"hashes but the file's sha256 is {digest}, the manifest says "
+                f"{self.shard.bin_sha256}; the store's manifest was altered (run `tokentape "
+                "verify` on it)"
+            )
         os.replace(self.part, self.job.work / self.name)
         self.ok.unlink(missing_ok=True)
 

@@ -149,6 +149,16 @@ def make_documents(n: int, seed: int) -> list[str]:
     return docs
 
 
+def jsonl_corpus(root: Path, n_docs: int, seed: int, n_files: int = 3) -> Path:
+    """``make_documents(n_docs, seed)`` split evenly into ``0.jsonl``, ``1.jsonl``, ... in
+    ``root``; returns ``root``."""
+    docs, per = make_documents(n_docs, seed), n_docs // n_files
+    for i in range(n_files):
+        part = docs[i * per : (i + 1) * per]
+        (root / f"{i}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in part))
+    return root
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tokentape", *args],

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from faultproxy import FaultProxy
-from helpers import make_documents, run_cli, tree_bytes, write_store
+from helpers import jsonl_corpus, run_cli, tree_bytes, write_store
 from objstore import SECRET_KEY
 
 from tokentape import BatchConfig, DataState, FetchConfig, Loader, Plan
@@ -435,12 +435,7 @@ def test_staging_under_corrupted_bodies_keeps_nothing_corrupt(
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("fault-corpus")
-    docs = make_documents(120, seed=3)
-    for i in range(3):
-        part = docs[i * 40 : (i + 1) * 40]
-        (root / f"{i}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in part))
-    return root
+    return jsonl_corpus(tmp_path_factory.mktemp("fault-corpus"), 120, seed=3)
 
 
 def _tokenize(inputs: str, out: str, **extra) -> None:

@@ -104,5 +104,5 @@ def test_a_manifest_nested_too_deep_is_one_line(tmp_path, s3, capsys):
         if not isinstance(store, str):
             store.mkdir()
             (store / "manifest.json").write_bytes(b"[" * 100_000)
-        code, out, err = cli(capsys, "verify", store)
+        code, _, err = cli(capsys, "verify", store)
         assert code == 2 and len(err.strip().splitlines()) == 1 and "not valid JSON" in err, err

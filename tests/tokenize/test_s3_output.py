@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import make_documents, run_cli, tree_bytes
+from helpers import jsonl_corpus, run_cli, tree_bytes
 from objstore import ACCESS_KEY, SECRET_KEY
 
 from tokentape._src.store.lock import OutputLocked, output_lock
@@ -27,12 +27,7 @@ SHARD_MB = 0.01
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("corpus")
-    docs = make_documents(300, seed=12)
-    for i in range(3):
-        part = docs[i * 100 : (i + 1) * 100]
-        (root / f"{i}.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in part))
-    return root
+    return jsonl_corpus(tmp_path_factory.mktemp("corpus"), 300, seed=12)
 
 
 def config(corpus: Path, out: str | Path, tok: Path, **extra) -> TokenizeConfig:

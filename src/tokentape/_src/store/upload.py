@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +40,7 @@ from pathlib import Path
 from tokentape._src.store.format import (
     MANIFEST_NAME,
     Manifest,
+    ShardInfo,
     numpy_dtype,
     parse_manifest,
     read_manifest,
@@ -49,7 +50,7 @@ from tokentape._src.store.objects import ObjectInfo, ObjectStore, join, redact
 from tokentape._src.store.output import is_store_file
 from tokentape._src.util.faults import crashpoint
 from tokentape._src.util.progress import ProgressCallback, tally
-from tokentape.errors import OutputError, StoreError
+from tokentape.errors import OutputError, StoreError, TokentapeError
 
 UPLOAD_THREADS = 4
 """Objects uploaded (or checked) at a time."""
@@ -310,9 +311,76 @@ def _sync_all(
     return uploaded
 
 
+class ShardUploader:
+    """Uploads each shard of a local build as soon as it is closed, while the build goes on
+    (``tokenize --out s3://...``): its two files, a few at a time, as ``upload_store`` would
+    (kept when already there intact). Before the first, the URL is looked at again
+    (``inspect_remote``: another writer may have been at it during the build): this job's
+    complete store there means nothing is uploaded; an older store's ``manifest.json`` (with
+    ``overwrite``) is deleted, as ``upload_store`` does first. ``upload_store`` then finds these
+    files intact and uploads only the rest and the manifest."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        url: str,
+        job_hash: str,
+        overwrite: bool,
+        threads: int = UPLOAD_THREADS,
+    ) -> None:
+        self.store, self.url, self.job_hash, self.overwrite = store, url, job_hash, overwrite
+        self._off = False
+        self._refused: TokentapeError | None = None
+        self.uploaded: set[str] = set()
+        """The names uploaded (not found intact) so far."""
+        self._found: dict[str, ObjectInfo] | None = None
+        self._pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="upload")
+        self._futures: dict[Future[bool], str] = {}
+
+    def shard_done(self, directory: Path, shard: ShardInfo) -> None:
+        """Start uploading ``shard``'s files (in place under their names in ``directory``)."""
+        if self._found is None and not self._off:
+            try:
+                self._start()
+            except TokentapeError as exc:  # raised by finish(): the local build goes on
+                self._refused, self._off = exc, True
+        if self._off or self._found is None:  # refused, or this job's store is there already
+            return
+        for name, sha in ((shard.bin_file, shard.bin_sha256), (shard.idx_file, shard.idx_sha256)):
+            path = directory / name
+            file = _File(name, path, path.stat().st_size, sha)
+            found = self._found.get(name)
+            job = self._pool.submit(_sync, self.store, join(self.url, name), file, found)
+            self._futures[job] = name
+
+    def _start(self) -> None:
+        mine = inspect_remote(self.store, self.url, self.job_hash, self.overwrite)
+        self._off = mine is not None  # another writer's: nothing to upload
+        with _refusals(self.url, "uploading"):
+            found = _listing(self.store, self.url)
+            if MANIFEST_NAME in found and not self._off:  # an older store's: deleted first
+                self.store.delete(join(self.url, MANIFEST_NAME))
+        self._found = found
+
+    def finish(self) -> None:
+        """Wait for every upload started; a refusal of the URL, or the first failure, is raised
+        (never while the local build goes on: it is kept for a rerun)."""
+        if self._refused is not None:
+            raise self._refused
+        with _refusals(self.url, "uploading"):
+            for job in as_completed(self._futures):
+                if job.result():
+                    self.uploaded.add(self._futures[job])
+
+    def close(self) -> None:
+        """Stop: uploads not started are dropped (a rerun uploads what is missing)."""
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
 __all__ = [
     "HASH_KEY",
     "UPLOAD_THREADS",
+    "ShardUploader",
     "UploadReport",
     "inspect_remote",
     "remote_damage",

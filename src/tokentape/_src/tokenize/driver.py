@@ -17,20 +17,20 @@ opening ``OUT`` finds the old store or the new one, never neither.
 
 An object URL as ``out`` (``s3://bucket/stores/web``): the store is built exactly as above in a
 local directory (``config.work_dir``, by default ``~/.cache/tokentape/uploads/<hash of the
-URL>``, see ``store.upload.upload_work_dir``), then uploaded once it is complete: shard files
-and the tokenizer copy a few at a time, ``manifest.json`` last (``store.upload``), so a reader
-never finds an incomplete store under the URL. (Shards are uploaded after the local build, not
-while it assembles them.) A rerun verifies what is already uploaded (size and ``sha256``
-metadata) and uploads only the rest; a URL whose manifest is this job's is "already complete"
-without any local work. The writer lock is the local build directory's: it excludes another
-writer on this machine (or one sharing that directory), not one on another machine with its own
-work directory (the URL is looked at again after the build, before anything is uploaded, which
-narrows that race to the upload itself). The default build directory is scratch space: what
-another job left there is replaced, and after a successful upload the local store is removed
-(only the files tokentape writes). A ``--work-dir`` given is the user's: a store of another job
-found there is refused without ``--overwrite``, like a local ``--out``, and the built store is
-kept there after the upload (a local copy). With ``--executor ray`` on a cluster, the work
-directory must be on storage every node sees.
+URL>``, see ``store.upload.upload_work_dir``) and uploaded: each shard's two files as soon as
+assembly closes it (``store.upload.ShardUploader``, while the next shards are assembled), the
+tokenizer copy and anything not yet up once the build is complete, ``manifest.json`` last
+(``store.upload``), so a reader never finds an incomplete store under the URL. A rerun
+verifies what is already uploaded (size and ``sha256`` metadata) and uploads only the rest; a
+URL whose manifest is this job's is "already complete" without any local work. The writer lock
+is the local build directory's: it excludes another writer on this machine (or one sharing that
+directory), not one on another machine with its own work directory (the URL is looked at before
+the build and again before the manifest goes up, which narrows that race). The default build
+directory is scratch space: what another job left there is replaced, and after a successful
+upload the local store is removed (only the files tokentape writes). A ``--work-dir`` given is
+the user's: a store of another job found there is refused without ``--overwrite``, like a local
+``--out``, and the built store is kept there after the upload (a local copy). With
+``--executor ray`` on a cluster, the work directory must be on storage every node sees.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ import os
 import shutil
 import time
 from collections import Counter
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -49,6 +50,7 @@ from tokentape._src.store.atomic import replace_directory, write_atomic
 from tokentape._src.store.format import (
     MANIFEST_NAME,
     Manifest,
+    ShardInfo,
     choose_dtype,
     content_hash,
     numpy_dtype,
@@ -61,7 +63,12 @@ from tokentape._src.store.tokenizers import (
     load_tokenizer,
     tokenizer_manifest,
 )
-from tokentape._src.store.upload import inspect_remote, upload_store, upload_work_dir
+from tokentape._src.store.upload import (
+    ShardUploader,
+    inspect_remote,
+    upload_store,
+    upload_work_dir,
+)
 from tokentape._src.store.writer import ShardWriter
 from tokentape._src.tokenize.filters import FilterSet, parse_filters
 from tokentape._src.tokenize.inputs import Unit, expand_inputs, plan_units
@@ -143,10 +150,21 @@ class TokenizeSummary:
         return dict(self.__dict__)
 
 
+ShardDone = Callable[[Path, ShardInfo], None]
+"""Told of every shard (and the directory it was built in) as soon as both its files are in
+place: an upload starts it."""
+
+
 def _assemble(
-    out: Path, work_dir: Path, results: list[UnitResult], dtype: str, shard_tokens: int
+    out: Path,
+    work_dir: Path,
+    results: list[UnitResult],
+    dtype: str,
+    shard_tokens: int,
+    on_shard: ShardDone | None = None,
 ) -> tuple[list, int]:
     writer = ShardWriter(out, dtype, shard_tokens)
+    told = 0
     try:
         for result in results:
             tokens, lengths = read_unit(work_dir, result, dtype)
@@ -154,11 +172,21 @@ def _assemble(
             writer.add(tokens, lengths)
             if len(writer.shards) > n_before:
                 crashpoint("mid-assembly")
+            told = _tell(out, writer.shards, told, on_shard)
         shards = writer.finish()
+        _tell(out, shards, told, on_shard)
     except BaseException:
         writer.abort()
         raise
     return shards, sum(s.n_tokens for s in shards)
+
+
+def _tell(out: Path, shards: list[ShardInfo], told: int, on_shard: ShardDone | None) -> int:
+    """``on_shard`` of every shard from ``told`` on; the count told."""
+    if on_shard is not None:
+        for shard in shards[told:]:
+            on_shard(out, shard)
+    return len(shards)
 
 
 def _summary(
@@ -256,10 +284,17 @@ def _to_url(job: _Job, url: str, progress: ProgressCallback | None) -> TokenizeS
                 discard_store(local)  # what a run killed after its upload left behind
             seconds = time.monotonic() - job.started
             return _summary(url, remote, "already complete", len(job.units), seconds)
+        early = ShardUploader(
+            store, url, job.job_hash, config.overwrite
+        )  # each shard goes up as assembly closes it
         try:
-            built = _run(job, local, progress, overwrite=scratch or config.overwrite)
-        except OutputError as exc:  # about the work directory, which the message names as such
-            raise _reworded(exc, str(exc).replace("--out '", "--work-dir '", 1)) from None
+            try:
+                built = _run(job, local, progress, scratch or config.overwrite, early.shard_done)
+            except OutputError as exc:  # about the work directory: the message names it so
+                raise _reworded(exc, str(exc).replace("--out '", "--work-dir '", 1)) from None
+            early.finish()  # a refusal of the URL meanwhile is raised here, the build kept
+        finally:
+            early.close()
         crashpoint("before-upload")
         # Looked at again: the build may have taken hours, and the lock is not the bucket's.
         remote = _complete(inspect_remote(store, url, job.job_hash, config.overwrite), url, config)
@@ -271,7 +306,7 @@ def _to_url(job: _Job, url: str, progress: ProgressCallback | None) -> TokenizeS
     seconds = time.monotonic() - job.started
     if remote is not None:  # another writer uploaded this job's store meanwhile
         return _summary(url, remote, "already complete", len(job.units), seconds)
-    fresh = built.status == "created" and not report.kept
+    fresh = built.status == "created" and not set(report.kept) - early.uploaded
     return replace(built, out=url, status="created" if fresh else "resumed", seconds=seconds)
 
 
@@ -307,9 +342,14 @@ class _Job:
 
 
 def _run(
-    job: _Job, out: Path, progress: ProgressCallback | None, overwrite: bool
+    job: _Job,
+    out: Path,
+    progress: ProgressCallback | None,
+    overwrite: bool,
+    on_shard: ShardDone | None = None,
 ) -> TokenizeSummary:
-    """The locked part of ``tokenize``: inspect ``out``, build, replace."""
+    """The locked part of ``tokenize``: inspect ``out``, build, replace; ``on_shard`` hears of
+    every shard as assembly closes it."""
     config, units = job.config, job.units
     stored = job.tokenizer.stored_file()
     plan = inspect_out(out, job.job_hash, job.resume_key, overwrite, stored)
@@ -365,7 +405,7 @@ def _run(
             raise WorkerDied(_unfinished(missing, dead, unit_dir))
         done = [r for r in results if r is not None]  # every one: none is missing
         clear_out(build, keep=(WORK_DIR,))  # what an interrupted assembly left behind
-        shards, n_tokens = _assemble(build, unit_dir, done, job.dtype, job.shard_tokens)
+        shards, n_tokens = _assemble(build, unit_dir, done, job.dtype, job.shard_tokens, on_shard)
         if n_tokens == 0:
             raise InputError(
                 f"inputs {', '.join(config.inputs)}: no document left to store "

@@ -409,7 +409,7 @@ def read_documents(
         part = replace(part, file=replace(part.file, storage_options=dict(storage_options)))
     _check_unchanged(part.file)
     docs = _read_kind(part, text_key)
-    return _then_unchanged(docs, part.file) if is_url(part.file.path) else docs
+    return _then_unchanged(docs, part.file) if _several_reads(part) else docs
 
 
 def _read_kind(part: UnitPart, text_key: str) -> Iterator[str]:
@@ -421,6 +421,18 @@ def _read_kind(part: UnitPart, text_key: str) -> Iterator[str]:
     if kind in ("jsonl", "jsonl.gz", "jsonl.zst"):
         return _read_jsonl(part, text_key)
     raise InputError(f"{part.file.path}: unknown input kind '{kind}'")
+
+
+def _several_reads(part: UnitPart) -> bool:
+    """Whether reading ``part`` takes more than one GET of its object (each GET may meet
+    another version of it): a parquet part, or more bytes than one read-ahead (a ``.txt`` is
+    read whole in one)."""
+    if not is_url(part.file.path) or part.file.kind == "txt":
+        return False
+    if part.file.kind == "parquet":
+        return True
+    size = part.stop - part.start if part.file.kind == "jsonl" else part.file.size
+    return size > REMOTE_BLOCK
 
 
 def _then_unchanged(docs: Iterator[str], file: InputFile) -> Iterator[str]:

@@ -211,6 +211,8 @@ def test_a_shard_cut_short_in_the_bucket_is_refused_by_name(tmp_path, s3):
         RemoteSource(url).window(0, 16)
     with pytest.raises(StoreError, match=r"no manifest\.json; not a complete tokentape store"):
         RemoteSource(f"{s3.url}/nothing-here")
+    with pytest.raises(StoreError, match=r"^store 's3://[^']+-missing/s': no such bucket"):
+        RemoteSource(f"{s3.url}-missing/s")
 
 
 def test_ranges_are_merged_where_they_touch():

@@ -471,7 +471,9 @@ def remote_manifest_text(objects: ObjectStore, url: str) -> str:
     where = join(url, MANIFEST_NAME)
     try:
         data = objects.read(where)
-    except (FileNotFoundError, IsADirectoryError):
+    except (FileNotFoundError, IsADirectoryError) as exc:
+        if "bucket" in str(exc).lower():  # S3's NoSuchBucket: say so, not "no manifest"
+            raise StoreError(f"store '{url}': no such bucket ({redact(str(exc))})") from None
         raise StoreError(
             f"store '{url}': no {MANIFEST_NAME}; not a complete tokentape store"
         ) from None

@@ -342,3 +342,23 @@ def test_a_work_dir_given_holding_another_store_is_refused_not_replaced(
     assert tree_bytes(mine) == before and s3.keys(s3.url + "/web") == []
     summary = tokenize(TokenizeConfig(**{**cfg.__dict__, "overwrite": True}))
     assert summary.status == "created" and (mine / "manifest.json").is_file()
+
+
+def test_a_replacing_build_with_slow_uploads_uploads_the_swapped_in_files(
+    s3, s3_server, corpus, hf_tokenizer_json, reference, tmp_path
+):
+    """--overwrite of another job's store in a --work-dir builds beside it and swaps it in at
+    the end: uploads still running then must not look for the files where they were built."""
+    from faultproxy import FaultProxy
+
+    mine = tmp_path / "mine"
+    tokenize(config(corpus, mine, hf_tokenizer_json, shard_mb=0.5))  # another job's store
+    url = s3.url + "/web"
+    with FaultProxy(s3_server.endpoint) as proxy:
+        proxy.set(delay=0.2)  # uploads slower than the rest of the build
+        cfg = config(corpus, url, hf_tokenizer_json, work_dir=str(mine), overwrite=True)
+        cfg = TokenizeConfig(
+            **{**cfg.__dict__, "storage_options": {"endpoint_url": proxy.endpoint}}
+        )
+        assert tokenize(cfg).status == "created"
+    assert remote_tree(s3, url, tmp_path) == tree_bytes(reference) == tree_bytes(mine)

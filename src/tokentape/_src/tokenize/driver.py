@@ -349,7 +349,8 @@ def _run(
     on_shard: ShardDone | None = None,
 ) -> TokenizeSummary:
     """The locked part of ``tokenize``: inspect ``out``, build, replace; ``on_shard`` hears of
-    every shard as assembly closes it."""
+    every shard as assembly closes it (not of a build beside ``out`` that replaces it: its
+    files move when it is swapped in)."""
     config, units = job.config, job.units
     stored = job.tokenizer.stored_file()
     plan = inspect_out(out, job.job_hash, job.resume_key, overwrite, stored)
@@ -405,7 +406,9 @@ def _run(
             raise WorkerDied(_unfinished(missing, dead, unit_dir))
         done = [r for r in results if r is not None]  # every one: none is missing
         clear_out(build, keep=(WORK_DIR,))  # what an interrupted assembly left behind
-        shards, n_tokens = _assemble(build, unit_dir, done, job.dtype, job.shard_tokens, on_shard)
+        # A build that replaces ``out`` is moved at the end: its files are uploaded from there.
+        told = None if plan.replace else on_shard
+        shards, n_tokens = _assemble(build, unit_dir, done, job.dtype, job.shard_tokens, told)
         if n_tokens == 0:
             raise InputError(
                 f"inputs {', '.join(config.inputs)}: no document left to store "

@@ -111,6 +111,18 @@ class Manifest:
         return json.dumps(ordered, indent=2, ensure_ascii=False) + "\n"
 
 
+def block_record_problem(shard: ShardInfo, size: int) -> str | None:
+    """What stops the shard's block hashes from covering its ``size`` bytes of tokens (a block
+    size that is not positive, or a count of hashes that does not fit), or None."""
+    n_blocks = -(-size // shard.block_bytes) if shard.block_bytes > 0 else 0
+    if (shard.block_bytes <= 0 and size) or len(shard.block_sha256) != n_blocks:
+        return (
+            f"shard {shard.name} records {len(shard.block_sha256)} block hashes of "
+            f"{shard.block_bytes} bytes for a {size}-byte file; expected {n_blocks}"
+        )
+    return None
+
+
 def content_hash(shards: list[ShardInfo] | tuple[ShardInfo, ...], dtype: str) -> str:
     """One hash over the dtype and every shard's token hash, in order: the source's identity."""
     h = hashlib.sha256(f"{FORMAT_NAME}/{FORMAT_VERSION}/{dtype}".encode())

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from tokentape.errors import ArgumentError, InputError, ObjectStorageError
+from tokentape.errors import ArgumentError, InputError, ObjectStorageError, StoreError
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", re.DOTALL)
 _SECRET_KEY = re.compile(
@@ -355,6 +355,26 @@ class ObjectStore:
         if size == 0:
             return b""
         return self.read(url, 0, size)
+
+    def read_checked(
+        self, url: str, start: int, stop: int, check: Callable[[bytes], str | None]
+    ) -> bytes:
+        """Bytes ``[start, stop)`` that ``check`` accepts (it returns None, or what is wrong):
+        fetched again while it does not (a body damaged on the way), up to the retry budget,
+        then a ``StoreError`` naming the object and what ``check`` said."""
+        delay = self.retry.backoff
+        for attempt in range(1, self.retry.attempts + 1):
+            data = self.read(url, start, stop) if stop > start else b""
+            problem = check(data)
+            if problem is None:
+                return data
+            if attempt < self.retry.attempts:
+                time.sleep(delay)
+                delay = min(MAX_BACKOFF, delay * 2)
+        raise StoreError(
+            f"{url}: {problem} after {self.retry.attempts} fetches; the object changed or was "
+            "damaged (run `tokentape verify`)"
+        )
 
     def put_bytes(self, url: str, data: bytes, metadata: Mapping[str, str] | None = None) -> None:
         """Write the object ``url`` (replaced whole, atomically for readers)."""

@@ -23,13 +23,20 @@ import io
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
-from tokentape._src.store.format import MANIFEST_NAME, Manifest, ShardInfo, numpy_dtype
+from tokentape._src.store.format import (
+    MANIFEST_NAME,
+    Manifest,
+    ShardInfo,
+    block_record_problem,
+    numpy_dtype,
+)
 from tokentape._src.store.format import parse_manifest as parse_manifest_text
 from tokentape._src.store.objects import ObjectStore, StorageOptions, join, object_store, redact
 from tokentape._src.store.reader import (
@@ -197,46 +204,36 @@ class RangeCache:
             self._held -= b - a
 
     def _fetch(self, url: str, start: int, stop: int) -> bytes:
-        """The range, its whole blocks checked; a block that does not match its hash is
-        fetched again (a body damaged on the way), up to the retry budget."""
-        for attempt in range(1, self.objects.retry.attempts + 1):
-            data = self.objects.read(url, start, stop)
-            try:
-                checked = self._check_blocks(url, start, data)
-                break
-            except StoreError:
-                if attempt == self.objects.retry.attempts:
-                    raise
+        """The range, its whole blocks checked (fetched again while one does not match)."""
+        data = self.objects.read_checked(
+            url, start, stop, lambda got: self._block_problem(url, start, got)
+        )
         with self._lock:
             self.stats.requests += 1
             self.stats.bytes += len(data)
-            self.stats.blocks_checked += checked
+            self.stats.blocks_checked += len(self._whole_blocks(url, start, len(data)))
         return data
 
-    def _check_blocks(self, url: str, start: int, data: bytes) -> int:
-        """Check every whole hash block inside ``data`` (which starts at ``start``)."""
+    def _whole_blocks(self, url: str, start: int, length: int) -> range:
+        """The hash blocks of ``url`` wholly inside ``[start, start + length)``."""
         if url not in self.shards:
-            return 0
+            return range(0)
         shard, size = self.shards[url]
-        block = shard.block_bytes
-        if not block:
-            return 0
-        end = start + len(data)
-        first = -(-start // block)
-        checked = 0
-        for i in range(first, len(shard.block_sha256)):
-            lo, hi = i * block, min((i + 1) * block, size)
-            if hi > end:
-                break
-            digest = hashlib.sha256(data[lo - start : hi - start]).hexdigest()
-            if digest != shard.block_sha256[i]:
-                raise StoreError(
-                    f"{url}: block {i} (bytes {lo}-{hi}) does not match the manifest's hash "
-                    f"after {self.objects.retry.attempts} fetches; the object changed or was "
-                    "damaged (run `tokentape verify`)"
-                )
-            checked += 1
-        return checked
+        block, end = shard.block_bytes, start + length  # block > 0: checked at open
+        first = stop = -(-start // block)
+        while stop < len(shard.block_sha256) and min((stop + 1) * block, size) <= end:
+            stop += 1  # block ``stop`` (the last one may be short) lies inside
+        return range(first, stop)
+
+    def _block_problem(self, url: str, start: int, data: bytes) -> str | None:
+        """Which whole block inside ``data`` (which starts at ``start``) does not match its
+        hash, or None."""
+        for i in self._whole_blocks(url, start, len(data)):
+            shard, size = self.shards[url]
+            lo, hi = i * shard.block_bytes, min((i + 1) * shard.block_bytes, size)
+            if hashlib.sha256(data[lo - start : hi - start]).hexdigest() != shard.block_sha256[i]:
+                return f"block {i} (bytes {lo}-{hi}) does not match the manifest's hash"
+        return None
 
     def close(self) -> None:
         """Stop the fetch threads and let go of every cached range."""
@@ -245,20 +242,6 @@ class RangeCache:
             self._lru.clear()
             self._ranges.clear()
             self._held = 0
-
-
-def _check_block_record(url: str, shard: ShardInfo, size: int) -> None:
-    """Refuse a shard whose block hashes cannot cover it (a block size that is not positive,
-    or a count of hashes that does not fit the size): its blocks could not be checked."""
-    where = join(url, MANIFEST_NAME)
-    if shard.block_bytes <= 0:
-        raise StoreError(f"{where}: {shard.name} block_bytes is {shard.block_bytes}, expected > 0")
-    n = -(-size // shard.block_bytes)
-    if len(shard.block_sha256) != n:
-        raise StoreError(
-            f"{where}: {shard.name} has {len(shard.block_sha256)} block hashes, its "
-            f"{size} bytes need {n}"
-        )
 
 
 def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -316,8 +299,10 @@ class RemoteSource(TokenStream):
         self._manifest = read_remote_manifest(self.objects, self.url)
         dtype = numpy_dtype(self._manifest.dtype)
         shards = self._manifest.shards
-        for shard in shards:
-            _check_block_record(self.url, shard, shard.n_tokens * dtype.itemsize)
+        for shard in shards:  # its blocks could not be checked
+            problem = block_record_problem(shard, shard.n_tokens * dtype.itemsize)
+            if problem is not None:
+                raise StoreError(f"{join(self.url, MANIFEST_NAME)}: {problem}")
         bins = {join(self.url, s.bin_file): (s, s.n_tokens * dtype.itemsize) for s in shards}
         self.cache = RangeCache(self.objects, bins, fetch.concurrency, fetch.cache_bytes)
         self._sizes_checked: set[int] = set()
@@ -435,15 +420,7 @@ class RemoteSource(TokenStream):
         """A shard's document starts, its ``.idx.npy`` checked against the manifest's hash
         (fetched again when it does not match, up to the retry budget)."""
         url = join(self.url, shard.idx_file)
-        for attempt in range(1, self.objects.retry.attempts + 1):
-            data = self.objects.read_whole(url, shard.idx_bytes)
-            if hashlib.sha256(data).hexdigest() == shard.idx_sha256:
-                break
-            if attempt == self.objects.retry.attempts:
-                raise StoreError(
-                    f"{url}: does not match the manifest's idx_sha256 after {attempt} fetches; "
-                    "the object changed or was damaged (run `tokentape verify`)"
-                )
+        data = self.objects.read_checked(url, 0, shard.idx_bytes, idx_check(shard))
         at = index_offset(io.BytesIO(data), shard, url)
         local = np.frombuffer(data, dtype=INDEX_DTYPE, count=shard.n_docs, offset=at)
         check_starts(local, shard, url)
@@ -458,6 +435,18 @@ class RemoteSource(TokenStream):
             f"RemoteSource({self.url!r}, n_tokens={self.n_tokens}, n_docs={self.n_docs}, "
             f"dtype={self._manifest.dtype}, shards={len(self._shards)})"
         )
+
+
+def idx_check(shard: ShardInfo) -> Callable[[bytes], str | None]:
+    """A check (for ``ObjectStore.read_checked``) of a shard's ``.idx.npy`` bytes against the
+    manifest's ``idx_sha256``."""
+
+    def check(data: bytes) -> str | None:
+        if hashlib.sha256(data).hexdigest() == shard.idx_sha256:
+            return None
+        return "does not match the manifest's idx_sha256"
+
+    return check
 
 
 def read_remote_manifest(objects: ObjectStore, url: str) -> Manifest:

@@ -25,8 +25,15 @@ from functools import partial
 from pathlib import Path
 
 from tokentape._src.store.atomic import write_atomic
-from tokentape._src.store.format import MANIFEST_NAME, Manifest, ShardInfo, sha256_stream
+from tokentape._src.store.format import (
+    MANIFEST_NAME,
+    Manifest,
+    ShardInfo,
+    block_record_problem,
+    sha256_stream,
+)
 from tokentape._src.store.objects import ObjectStore, join
+from tokentape._src.store.remote import idx_check
 from tokentape._src.store.tokenizers import tokenizer_from_manifest
 from tokentape._src.util.faults import crashpoint
 from tokentape._src.util.progress import ProgressCallback, Tally, tally
@@ -93,14 +100,10 @@ class _BinFile:
         self.job, self.shard, self.size = job, shard, size
         self.name = shard.bin_file
         self.block = shard.block_bytes
-        n_blocks = -(-size // self.block) if size else 0
-        if (self.block <= 0 and size) or len(shard.block_sha256) != n_blocks:
-            raise StoreError(
-                f"{job.object_url(MANIFEST_NAME)}: shard {shard.name} records "
-                f"{len(shard.block_sha256)} block hashes of {self.block} bytes for a "
-                f"{size}-byte file; expected {n_blocks}"
-            )
-        self.n_blocks = n_blocks
+        problem = block_record_problem(shard, size)
+        if problem is not None:
+            raise StoreError(f"{job.object_url(MANIFEST_NAME)}: {problem}")
+        self.n_blocks = len(shard.block_sha256)
         self.part = job.work / f".{self.name}.part"
         self.ok = job.work / f".{self.name}.ok"
         self.done = self._recorded()
@@ -249,31 +252,12 @@ def _runs(blocks: list[int]) -> list[list[int]]:
 
 def _fetch_whole(job: Job, name: str, size: int, check: Callable[[bytes], str | None]) -> None:
     """Fetch the object ``name`` whole, ``check`` it (None: it matches, else what differs),
-    fetching it again up to the retry budget, and write it into the staging directory."""
-    url = job.object_url(name)
-    why = ""
-    for attempt in range(1, job.attempts + 1):
-        job.check()
-        data = job.store.read_whole(url, size)
-        job.counter.add(len(data), len(data))
-        problem = check(data)
-        if problem is None:
-            write_atomic(job.work / name, data)
-            return
-        job.counter.add(0, -len(data))
-        why = problem
-        if attempt < job.attempts:
-            _retry_wait(job, attempt)
-    raise StoreError(f"{url}: {why} after {job.attempts} downloads")
-
-
-def _idx_check(shard: ShardInfo) -> Callable[[bytes], str | None]:
-    def check(data: bytes) -> str | None:
-        if hashlib.sha256(data).hexdigest() == shard.idx_sha256:
-            return None
-        return "does not match the manifest's idx_sha256"
-
-    return check
+    fetching it again up to the retry budget (``ObjectStore.read_checked``), and write it into
+    the staging directory."""
+    job.check()
+    data = job.store.read_checked(job.object_url(name), 0, size, check)
+    job.counter.add(len(data), len(data))
+    write_atomic(job.work / name, data)
 
 
 def _tokenizer_check(manifest: Manifest, work: Path) -> Callable[[bytes], str | None]:
@@ -333,7 +317,7 @@ def download(
                 todo += size - f.kept_bytes()
                 tasks += [partial(f.fetch, g) for g in f.groups()]
                 continue
-            check = _idx_check(idx[name]) if name in idx else _tokenizer_check(manifest, job.work)
+            check = idx_check(idx[name]) if name in idx else _tokenizer_check(manifest, job.work)
             todo += size
             tasks.append(partial(_fetch_whole, job, name, size, check))
         with tally(todo, f"stage {label}", progress) as counting:

@@ -70,13 +70,12 @@ sys.path.insert(0, str(REPO / "benchmarks"))  # tokenize_bench's corpus
 import numpy as np  # noqa: E402
 import s3fs  # noqa: E402
 from faultproxy import FaultProxy  # noqa: E402
+from helpers import finish_store  # noqa: E402
 from objstore import ACCESS_KEY, SECRET_KEY, Bucket, S3Server, new_bucket, s3_environment  # noqa: E402
 from tokenize_bench import build_corpus  # noqa: E402
 
 import tokentape  # noqa: E402
-from tokentape._src.store.atomic import write_atomic  # noqa: E402
-from tokentape._src.store.format import MANIFEST_NAME, Manifest, content_hash  # noqa: E402
-from tokentape._src.store.tokenizers import load_tokenizer, tokenizer_manifest  # noqa: E402
+from tokentape._src.store.tokenizers import load_tokenizer  # noqa: E402
 from tokentape._src.store.writer import ShardWriter  # noqa: E402
 from tokentape._src.train.stage import stage_store  # noqa: E402
 from tokentape._src.util.progress import Progress  # noqa: E402
@@ -416,25 +415,14 @@ def write_random_store(directory: Path, n_tokens: int, seed: int = 0) -> int:
     directory.mkdir(parents=True)
     writer = ShardWriter(directory, "uint16", 8_000_000)
     writer.add(tokens, lengths)
-    shards = writer.finish()
-    stored = tok.stored_file()
-    if stored is not None:
-        write_atomic(directory / stored[0], stored[1])
-    manifest = Manifest(
-        dtype="uint16",
-        vocab_size=tok.vocab_size,
-        eod_id=tok.eod_id,
-        tokenizer=tokenizer_manifest(tok),
-        shards=tuple(shards),
-        n_tokens=sum(s.n_tokens for s in shards),
-        n_docs=sum(s.n_docs for s in shards),
-        content_hash=content_hash(shards, "uint16"),
-        filters={},
-        inputs={},
+    finish_store(
+        directory,
+        writer.finish(),
+        "uint16",
+        tok,
         job="object_bench random",
         created_by="benchmarks/object_bench.py",
     )
-    write_atomic(directory / MANIFEST_NAME, manifest.to_json().encode())
     return 2
 
 

@@ -49,7 +49,19 @@ def write_store(
         if chunk:
             flat = np.array([t for d in chunk for t in [*d, tok.eod_id]], dtype=np.int64)
             writer.add(flat, np.array([len(d) + 1 for d in chunk]))
-    shards = writer.finish()
+    return finish_store(directory, writer.finish(), dtype, tok)
+
+
+def finish_store(
+    directory: Path,
+    shards: list,
+    dtype: str,
+    tok: Tokenizer,
+    job: str = "test",
+    created_by: str = "test",
+) -> Manifest:
+    """Complete a store whose shards the shard writer wrote in ``directory``: the tokenizer's
+    copy, then the manifest (last)."""
     stored = tok.stored_file()
     if stored is not None:
         write_atomic(directory / stored[0], stored[1])
@@ -64,8 +76,8 @@ def write_store(
         content_hash=content_hash(shards, dtype),
         filters={},
         inputs={},
-        job="test",
-        created_by="test",
+        job=job,
+        created_by=created_by,
     )
     write_atomic(directory / MANIFEST_NAME, manifest.to_json().encode())
     return manifest

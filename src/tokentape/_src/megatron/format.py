@@ -17,6 +17,7 @@ import io
 import os
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -277,8 +278,52 @@ def read_index(
     if files is None:
         with PrefixFiles(prefix) as opened:
             return read_index(prefix, opened, n_tokens)
-    path, data = idx_path(prefix), bin_path(prefix)
-    size, code, n_seq, n_entries = files.header()
+    idx = files.idx
+
+    def view(dtype: str, offset: int, count: int) -> np.ndarray:
+        return _view(idx, dtype, offset, count)
+
+    code, arrays, n_tokens = parse_index(
+        str(idx_path(prefix)),
+        str(bin_path(prefix)),
+        files.header(),
+        view,
+        files.keys.bin.size,
+        n_tokens,
+    )
+    size = files.keys.idx.size
+    return MegatronIndex(Path(prefix), code, *arrays, n_tokens, size, files.keys, files.taken_ns)
+
+
+def index_from_bytes(
+    prefix: str, data: bytes, bin_size: int, n_tokens: int | None = None
+) -> MegatronIndex:
+    """``read_index`` for a ``.idx`` held in memory (fetched from object storage): ``prefix``
+    names it in messages; ``bin_size`` is the size of its ``.bin``."""
+    header = parse_header(Path(f"{prefix}.idx"), len(data), data[: HEADER.size])
+
+    def view(dtype: str, offset: int, count: int) -> np.ndarray:
+        return np.frombuffer(data, dtype=dtype, count=count, offset=offset)
+
+    code, arrays, n_tokens = parse_index(
+        f"{prefix}.idx", f"{prefix}.bin", header, view, bin_size, n_tokens
+    )
+    return MegatronIndex(Path(prefix), code, *arrays, n_tokens, len(data))
+
+
+def parse_index(
+    where_idx: str,
+    where_bin: str,
+    header: tuple[int, int, int, int],
+    view: Callable[[str, int, int], np.ndarray],
+    bin_size: int,
+    n_tokens: int | None,
+) -> tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray], int]:
+    """The dtype code, the three arrays (sequence lengths, pointers, document index: from
+    ``view(dtype, offset, count)``) and the token count of a ``.idx`` with ``header``, checked
+    against its ``.bin`` of ``bin_size`` bytes (``read_index`` says what is checked)."""
+    path, data = where_idx, where_bin
+    size, code, n_seq, n_entries = header
     expected = HEADER.size + 12 * n_seq + 8 * n_entries
     counts = f"{n_seq} sequences and {n_entries - 1} documents"
     if size < expected:
@@ -296,27 +341,24 @@ def read_index(
             f"{path}: {size} bytes, {counts} need {expected}; the counts in the header do not "
             "match the file"
         )
-    lengths = _view(files.idx, "<i4", HEADER.size, n_seq)
-    pointers = _view(files.idx, "<i8", HEADER.size + 4 * n_seq, n_seq)
-    docs = _view(files.idx, "<i8", HEADER.size + 12 * n_seq, n_entries)
+    lengths = view("<i4", HEADER.size, n_seq)
+    pointers = view("<i8", HEADER.size + 4 * n_seq, n_seq)
+    docs = view("<i8", HEADER.size + 12 * n_seq, n_entries)
     itemsize = DTYPES[code].itemsize
     _check_document_ends(path, docs, n_seq)
     if n_tokens is None:
         _check_documents(path, docs, n_seq)
         n_tokens = _check_sequences(path, lengths, pointers, itemsize)
-    found = files.keys.bin.size
-    if found != n_tokens * itemsize:
-        what = "truncated" if found < n_tokens * itemsize else "longer than its index says"
+    if bin_size != n_tokens * itemsize:
+        what = "truncated" if bin_size < n_tokens * itemsize else "longer than its index says"
         raise StoreError(
-            f"{data}: {what}: {found} bytes, the index says {n_tokens} tokens of "
+            f"{data}: {what}: {bin_size} bytes, the index says {n_tokens} tokens of "
             f"{DTYPE_NAMES[code]} = {n_tokens * itemsize} bytes"
         )
-    return MegatronIndex(
-        Path(prefix), code, lengths, pointers, docs, n_tokens, size, files.keys, files.taken_ns
-    )
+    return code, (lengths, pointers, docs), n_tokens
 
 
-def _check_document_ends(path: Path, docs: np.ndarray, n_seq: int) -> None:
+def _check_document_ends(path: str, docs: np.ndarray, n_seq: int) -> None:
     if int(docs[0]) != 0:
         raise StoreError(f"{path}: the document index starts at {int(docs[0])}, expected 0")
     if int(docs[-1]) != n_seq:
@@ -326,7 +368,7 @@ def _check_document_ends(path: Path, docs: np.ndarray, n_seq: int) -> None:
         )
 
 
-def _check_documents(path: Path, docs: np.ndarray, n_seq: int) -> None:
+def _check_documents(path: str, docs: np.ndarray, n_seq: int) -> None:
     """Every entry in ``[0, n_seq]`` (so no difference overflows), never decreasing."""
     for lo in range(0, len(docs) - 1, CHUNK):
         chunk = np.asarray(docs[lo : lo + CHUNK + 1])
@@ -346,7 +388,7 @@ def _check_documents(path: Path, docs: np.ndarray, n_seq: int) -> None:
             )
 
 
-def _check_sequences(path: Path, lengths: np.ndarray, pointers: np.ndarray, itemsize: int) -> int:
+def _check_sequences(path: str, lengths: np.ndarray, pointers: np.ndarray, itemsize: int) -> int:
     """Lengths non-negative and every sequence right after the previous one; the token total."""
     offset = 0  # bytes
     for lo in range(0, len(lengths), CHUNK):

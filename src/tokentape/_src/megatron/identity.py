@@ -43,7 +43,7 @@ import json
 import os
 import stat
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -375,26 +375,41 @@ def hash_files(
     """Read both files once: sha256 of each, ``.bin`` block hashes, the id range and the id
     every document ends with. Read through open files whose keys must be the index's (the
     files it was read from) before and after: bytes that changed meanwhile are refused."""
-    hasher, ids, ends = BlockHasher(block_bytes), IdRange(), _DocumentEnds(index)
-    buf = bytearray(CHUNK_BYTES - CHUNK_BYTES % index.dtype.itemsize)
-    view = memoryview(buf)
-    first = 0  # token offset of the chunk
-    idx = hashlib.sha256()
     with PrefixFiles(index.prefix) as files:
         if index.keys is not None and files.keys != index.keys:
             raise _changed(index.prefix, "since it was opened")
-        while n := files.bin.readinto(buf):
-            hasher.update(view[:n])
-            tokens = _as_tokens(view[:n], index)
-            ids.update(tokens)
-            ends.update(first, tokens)
-            first += len(tokens)
-            if progress is not None:
-                progress(n)
-        while chunk := files.idx.read(CHUNK_BYTES):
-            idx.update(chunk)
+        buf = bytearray(CHUNK_BYTES - CHUNK_BYTES % index.dtype.itemsize)
+        view = memoryview(buf)
+        bin_chunks = (view[:n] for n in iter(lambda: files.bin.readinto(buf), 0))
+        idx_chunks = iter(lambda: files.idx.read(CHUNK_BYTES), b"")
+        identity = hash_chunks(index, bin_chunks, idx_chunks, progress, block_bytes)
         if files.now() != files.keys:
             raise _changed(index.prefix, "while it was being hashed")
+    return identity
+
+
+def hash_chunks(
+    index: MegatronIndex,
+    bin_chunks: Iterable[memoryview | bytes],
+    idx_chunks: Iterable[bytes],
+    progress: Progress | None = None,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
+) -> MegatronIdentity:
+    """The identity of the ``.bin`` and ``.idx`` bytes given in chunks, in order (each ``.bin``
+    chunk a whole number of tokens), with ``index`` parsed from that ``.idx``."""
+    hasher, ids, ends = BlockHasher(block_bytes), IdRange(), _DocumentEnds(index)
+    first = 0  # token offset of the chunk
+    idx = hashlib.sha256()
+    for chunk in bin_chunks:
+        hasher.update(chunk)
+        tokens = np.frombuffer(chunk, dtype=index.dtype, count=len(chunk) // index.dtype.itemsize)
+        ids.update(tokens)
+        ends.update(first, tokens)
+        first += len(tokens)
+        if progress is not None:
+            progress(len(chunk))
+    for piece in idx_chunks:
+        idx.update(piece)
     bin_sha, blocks = hasher.finish()
     name = DTYPE_NAMES[index.code]
     return MegatronIdentity(
@@ -413,10 +428,6 @@ def hash_files(
         content_hash=content_hash(name, index.n_tokens, index.n_docs, bin_sha, idx.hexdigest()),
         end_id=ends.value,
     )
-
-
-def _as_tokens(data: memoryview, index: MegatronIndex) -> np.ndarray:
-    return np.frombuffer(data, dtype=index.dtype, count=len(data) // index.dtype.itemsize)
 
 
 def _last_tokens(index: MegatronIndex) -> Iterator[np.ndarray | None]:

@@ -161,6 +161,27 @@ def check_documents(tokens: np.ndarray, doc_starts: np.ndarray, eod_id: int, whe
         )
 
 
+def checked_tokenizer(spec: str, fingerprint: str | None, where: str) -> Tokenizer:
+    """Load the tokenizer ``spec``; it must have the recorded ``fingerprint`` (when known)."""
+    tok = load_tokenizer(spec)
+    if fingerprint is not None and tok.fingerprint != fingerprint:
+        raise PlanError(
+            f"{where}: tokenizer '{spec}' has fingerprint {tok.fingerprint}, the plan "
+            f"recorded {fingerprint}: the tokenizer changed since the plan was made"
+        )
+    return tok
+
+
+def id_range_problem(identity: MegatronIdentity, vocab_size: int) -> str | None:
+    """What is wrong with the identity's id range for ``vocab_size`` (a negative id, one at or
+    above it), or None."""
+    if identity.min_id is not None and identity.min_id < 0:
+        return f"holds the negative token id {identity.min_id}"
+    if identity.max_id is not None and identity.max_id >= vocab_size:
+        return f"holds token id {identity.max_id}, not below vocab_size {vocab_size}"
+    return None
+
+
 class MegatronSource(TokenStream):
     """A Megatron prefix opened for reading, with the interface of ``reader.Source``."""
 
@@ -256,14 +277,7 @@ class MegatronSource(TokenStream):
                 record_end_id(self.index, known, self._eod_id)
 
     def _load_tokenizer(self, spec: str) -> Tokenizer:
-        """Load the tokenizer ``spec``; it must have the recorded fingerprint (when known)."""
-        tok = load_tokenizer(spec)
-        if self._fingerprint is not None and tok.fingerprint != self._fingerprint:
-            raise PlanError(
-                f"{self._where}: tokenizer '{spec}' has fingerprint {tok.fingerprint}, the plan "
-                f"recorded {self._fingerprint}: the tokenizer changed since the plan was made"
-            )
-        return tok
+        return checked_tokenizer(spec, self._fingerprint, self._where)
 
     @property
     def directory(self) -> Path:
@@ -291,14 +305,9 @@ class MegatronSource(TokenStream):
         identity = self._known
         if identity is None:
             identity = self._known = megatron_identity(self.index, self._progress)
-        where = bin_path(self.directory)
-        if identity.min_id is not None and identity.min_id < 0:
-            raise StoreError(f"{where}: holds the negative token id {identity.min_id}")
-        if identity.max_id is not None and identity.max_id >= self._vocab_size:
-            raise StoreError(
-                f"{where}: holds token id {identity.max_id}, not below vocab_size "
-                f"{self._vocab_size}"
-            )
+        problem = id_range_problem(identity, self._vocab_size)
+        if problem is not None:
+            raise StoreError(f"{bin_path(self.directory)}: {problem}")
         return MegatronManifest(
             prefix=str(self.directory),
             dtype=identity.dtype,

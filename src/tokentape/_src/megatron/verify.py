@@ -122,7 +122,7 @@ def check_megatron(
         assert recorded is not None
         ids, content = _spot_check(index, recorded, chooser, progress, out), recorded.content_hash
         if current:  # the whole range, recorded for these very files, with what was read
-            ids = _union(ids, (recorded.min_id, recorded.max_id))
+            ids = union(ids, (recorded.min_id, recorded.max_id))
         end_id = recorded.end_id if current else None
     else:
         try:
@@ -134,7 +134,8 @@ def check_megatron(
         out.blocks_total = out.blocks_checked = len(found.block_sha256)
         bytes_differ = False
         if recorded is not None:
-            problems = _against_record(index, recorded, found)
+            data, meta = str(bin_path(index.prefix)), str(idx_path(index.prefix))
+            problems = against_record(data, meta, recorded, found)
             bytes_differ = any("sha256" in what for _, what, _, _ in problems)
             out.problems += problems
         if not bytes_differ:  # as recorded (derived fields corrected), or first recorded
@@ -143,26 +144,26 @@ def check_megatron(
     for plan, source, expected in plan_hashes:
         if expected != content:
             out.problems.append((plan, f"source '{source}' content_hash", expected, content))
-    out.problems += _id_problems(index, ids, vocab_size)
+    out.problems += id_problems(str(bin_path(index.prefix)), ids, vocab_size)
     if eod_id is not None:
         out.problems += _eod_problems(index, eod_id, end_id)
     return out
 
 
-def _union(a: tuple[int | None, int | None], b: tuple[int | None, int | None]) -> tuple:
+def union(a: tuple[int | None, int | None], b: tuple[int | None, int | None]) -> tuple:
     """The id range covering both (None: no ids)."""
     lows = [x for x in (a[0], b[0]) if x is not None]
     highs = [x for x in (a[1], b[1]) if x is not None]
     return (min(lows) if lows else None, max(highs) if highs else None)
 
 
-def _against_record(
-    index: MegatronIndex, recorded: MegatronIdentity, found: MegatronIdentity
+def against_record(
+    data: str, meta: str, recorded: MegatronIdentity, found: MegatronIdentity
 ) -> list[Finding]:
-    """The recorded identity against the one just computed: both sha256 (and, for ``.bin``, the
-    blocks that differ); with the bytes as recorded, the fields derived from them (id range,
-    end id), which an open trusts."""
-    data, meta = str(bin_path(index.prefix)), str(idx_path(index.prefix))
+    """The recorded identity against the one just computed (``data`` and ``meta`` name the
+    ``.bin`` and the ``.idx``): both sha256 (and, for ``.bin``, the blocks that differ); with
+    the bytes as recorded, the fields derived from them (id range, end id), which an open
+    trusts."""
     problems = []
     if found.idx_sha256 != recorded.idx_sha256:
         problems.append((meta, "sha256 mismatch (sidecar)", recorded.idx_sha256, found.idx_sha256))
@@ -218,11 +219,11 @@ def _spot_check(
     return ids.min, ids.max
 
 
-def _id_problems(
-    index: MegatronIndex, ids: tuple[int | None, int | None], vocab_size: int | None
+def id_problems(
+    where: str, ids: tuple[int | None, int | None], vocab_size: int | None
 ) -> list[Finding]:
+    """A negative id, or one at or above ``vocab_size``, in the range ``ids`` of ``where``."""
     lo, hi = ids
-    where = str(bin_path(index.prefix))
     problems = []
     if lo is not None and lo < 0:
         problems.append((where, "negative token id", "ids >= 0", str(lo)))

@@ -89,6 +89,16 @@ class FetchStats:
     blocks_checked: int = 0
 
 
+@dataclass(frozen=True)
+class Blocks:
+    """What a file read in ranges is checked against: the sha256 of each ``block_bytes`` block
+    of its ``size`` bytes (the last block may be shorter)."""
+
+    block_bytes: int
+    sha256: tuple[str, ...]
+    size: int
+
+
 class _Ranges:
     """Fetched (or in-flight) ranges of one object, sorted by start, for lookup by offset."""
 
@@ -129,12 +139,12 @@ class RangeCache:
     def __init__(
         self,
         objects: ObjectStore,
-        shards: dict[str, tuple[ShardInfo, int]],
+        shards: dict[str, Blocks],
         concurrency: int,
         cache_bytes: int,
     ) -> None:
         self.objects = objects
-        self.shards = shards  # .bin URL -> (its record, its size): whole blocks are checked
+        self.shards = shards  # URL -> its block hashes: whole blocks are checked
         self.cache_bytes = cache_bytes
         self.concurrency = concurrency
         self.stats = FetchStats()
@@ -218,10 +228,10 @@ class RangeCache:
         """The hash blocks of ``url`` wholly inside ``[start, start + length)``."""
         if url not in self.shards:
             return range(0)
-        shard, size = self.shards[url]
-        block, end = shard.block_bytes, start + length  # block > 0: checked at open
+        blocks = self.shards[url]
+        block, end, size = blocks.block_bytes, start + length, blocks.size  # block > 0: checked
         first = stop = -(-start // block)
-        while stop < len(shard.block_sha256) and min((stop + 1) * block, size) <= end:
+        while stop < len(blocks.sha256) and min((stop + 1) * block, size) <= end:
             stop += 1  # block ``stop`` (the last one may be short) lies inside
         return range(first, stop)
 
@@ -229,10 +239,10 @@ class RangeCache:
         """Which whole block inside ``data`` (which starts at ``start``) does not match its
         hash, or None."""
         for i in self._whole_blocks(url, start, len(data)):
-            shard, size = self.shards[url]
-            lo, hi = i * shard.block_bytes, min((i + 1) * shard.block_bytes, size)
-            if hashlib.sha256(data[lo - start : hi - start]).hexdigest() != shard.block_sha256[i]:
-                return f"block {i} (bytes {lo}-{hi}) does not match the manifest's hash"
+            blocks = self.shards[url]
+            lo, hi = i * blocks.block_bytes, min((i + 1) * blocks.block_bytes, blocks.size)
+            if hashlib.sha256(data[lo - start : hi - start]).hexdigest() != blocks.sha256[i]:
+                return f"block {i} (bytes {lo}-{hi}) does not match its recorded hash"
         return None
 
     def close(self) -> None:
@@ -257,18 +267,17 @@ def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 class _RemoteShard:
-    """A shard's tokens as a sliceable sequence: ``shard[a:b]`` reads ``[a, b)`` through the
+    """A file's tokens as a sliceable sequence: ``shard[a:b]`` reads ``[a, b)`` through the
     cache (what ``TokenStream`` reads its pieces with)."""
 
-    def __init__(self, source: RemoteSource, index: int, info: ShardInfo) -> None:
-        self.source, self.index, self.info = source, index, info
-        self.url = join(source.url, info.bin_file)
+    def __init__(self, source: RangedSource, index: int, url: str, n_tokens: int) -> None:
+        self.source, self.index, self.url, self.n_tokens = source, index, url, n_tokens
 
     def __len__(self) -> int:
-        return self.info.n_tokens
+        return self.n_tokens
 
     def __getitem__(self, key: slice) -> np.ndarray:
-        start, stop, _ = key.indices(self.info.n_tokens)
+        start, stop, _ = key.indices(self.n_tokens)
         if stop <= start:
             return np.zeros(0, dtype=self.source.dtype)
         item = self.source.dtype.itemsize
@@ -277,7 +286,92 @@ class _RemoteShard:
         return np.frombuffer(data, dtype=self.source.dtype)
 
 
-class RemoteSource(TokenStream):
+class RangedSource(TokenStream):
+    """A source whose token files are objects read in ranges through a ``RangeCache``: the
+    windows of samples about to be read are fetched ahead (``prefetch``), the rest on demand.
+
+    Args:
+        objects: The object store holding the files.
+        dtype: The token ids' dtype.
+        files: Each token file in stream order: its URL, token count and block hashes.
+        doc_starts: The document starts, or a function that loads them on first use.
+        n_docs: The document count.
+        fetch: Requests in flight and bytes cached.
+    """
+
+    def __init__(
+        self,
+        objects: ObjectStore,
+        dtype: np.dtype,
+        files: list[tuple[str, int, Blocks]],
+        doc_starts: np.ndarray | Callable[[], np.ndarray],
+        n_docs: int,
+        fetch: FetchConfig,
+    ) -> None:
+        self.objects = objects
+        blocks = {url: b for url, _, b in files}
+        self.cache = RangeCache(objects, blocks, fetch.concurrency, fetch.cache_bytes)
+        self._bin_urls = [url for url, _, _ in files]
+        self._by_url = {url: i for i, url in enumerate(self._bin_urls)}
+        pieces: list = [_RemoteShard(self, i, url, n) for i, (url, n, _) in enumerate(files)]
+        super().__init__(dtype, pieces, doc_starts, n_docs)
+
+    @property
+    def stats(self) -> FetchStats:
+        """Requests and bytes fetched so far."""
+        return self.cache.stats
+
+    def check_size(self, index: int) -> None:
+        """Refuse token file ``index`` unless it has the recorded size (the default: sizes
+        were checked when the source was opened)."""
+
+    def window_ranges(self, samples: np.ndarray, seq_len: int) -> dict[str, list[tuple[int, int]]]:
+        """The byte ranges of the windows of ``samples`` (at ``seq_len``), by file URL."""
+        k = self._check_samples(samples, seq_len)
+        item = self.dtype.itemsize
+        offsets = self._shard_offsets
+        ranges: dict[str, list[tuple[int, int]]] = {}
+        starts = k * seq_len
+        stops = starts + seq_len + 1
+        first = np.searchsorted(offsets, starts, side="right") - 1
+        last = np.searchsorted(offsets, stops - 1, side="right") - 1
+        for a, b, s0, s1 in zip(
+            starts.tolist(), stops.tolist(), first.tolist(), last.tolist(), strict=True
+        ):
+            for shard in range(s0, s1 + 1):
+                off = int(offsets[shard])
+                lo, hi = max(a, off) - off, min(b, int(offsets[shard + 1])) - off
+                url = self._bin_urls[shard]
+                ranges.setdefault(url, []).append((lo * item, hi * item))
+        return ranges
+
+    fetches_ahead = True
+
+    def prefetch(self, samples: np.ndarray, seq_len: int) -> None:
+        """Start fetching the windows of ``samples`` (returns at once, but for a first look at
+        the size of each file they touch)."""
+        for url, ranges in self.window_ranges(samples, seq_len).items():
+            self.check_size(self._by_url[url])
+            self.cache.prefetch(url, ranges)
+
+    def windows_into(
+        self, samples: np.ndarray, seq_len: int, out: np.ndarray, rows: np.ndarray | None = None
+    ) -> None:
+        """As ``TokenStream.windows_into``, every window fetched at once before the copy."""
+        self.prefetch(samples, seq_len)
+        super().windows_into(samples, seq_len, out, rows)
+
+    def close(self) -> None:
+        """Stop the fetch threads."""
+        self.cache.close()
+
+
+def shard_blocks(shard: ShardInfo, size: int) -> Blocks:
+    """A shard's ``.bin`` block hashes, as its manifest records them."""
+    return Blocks(shard.block_bytes, shard.block_sha256, size)
+
+
+class RemoteSource(RangedSource):
     """A tokentape store at an object URL, read in place (see the module docstring).
 
     Args:
@@ -293,24 +387,29 @@ class RemoteSource(TokenStream):
         storage_options: StorageOptions | None = None,
         fetch: FetchConfig | None = None,
     ) -> None:
-        fetch = fetch or FetchConfig()
         self.url = url.rstrip("/")
-        self.objects = object_store(self.url, storage_options)
-        self._manifest = read_remote_manifest(self.objects, self.url)
+        objects = object_store(self.url, storage_options)
+        self._manifest = read_remote_manifest(objects, self.url)
         dtype = numpy_dtype(self._manifest.dtype)
-        shards = self._manifest.shards
-        for shard in shards:  # its blocks could not be checked
-            problem = block_record_problem(shard, shard.n_tokens * dtype.itemsize)
+        files = []
+        for shard in self._manifest.shards:  # its blocks could not be checked
+            size = shard.n_tokens * dtype.itemsize
+            problem = block_record_problem(shard, size)
             if problem is not None:
                 raise StoreError(f"{join(self.url, MANIFEST_NAME)}: {problem}")
-        bins = {join(self.url, s.bin_file): (s, s.n_tokens * dtype.itemsize) for s in shards}
-        self.cache = RangeCache(self.objects, bins, fetch.concurrency, fetch.cache_bytes)
+            files.append(
+                (join(self.url, shard.bin_file), shard.n_tokens, shard_blocks(shard, size))
+            )
         self._sizes_checked: set[int] = set()
         self._size_lock = threading.Lock()
-        self._bin_urls = [join(self.url, s.bin_file) for s in shards]
-        self._by_url = {url: i for i, url in enumerate(self._bin_urls)}
-        pieces: list = [_RemoteShard(self, i, s) for i, s in enumerate(shards)]
-        super().__init__(dtype, pieces, self._load_doc_starts, self._manifest.n_docs)
+        super().__init__(
+            objects,
+            dtype,
+            files,
+            self._load_doc_starts,
+            self._manifest.n_docs,
+            fetch or FetchConfig(),
+        )
 
     @property
     def manifest(self) -> Manifest:
@@ -326,11 +425,6 @@ class RemoteSource(TokenStream):
     def eod_id(self) -> int:
         """The end-of-document id the manifest records."""
         return self._manifest.eod_id
-
-    @property
-    def stats(self) -> FetchStats:
-        """Requests and bytes fetched so far."""
-        return self.cache.stats
 
     @cached_property
     def tokenizer(self) -> Tokenizer:
@@ -369,42 +463,6 @@ class RemoteSource(TokenStream):
         with self._size_lock:
             self._sizes_checked.add(index)
 
-    def window_ranges(self, samples: np.ndarray, seq_len: int) -> dict[str, list[tuple[int, int]]]:
-        """The byte ranges of the windows of ``samples`` (at ``seq_len``), by shard URL."""
-        k = self._check_samples(samples, seq_len)
-        item = self.dtype.itemsize
-        offsets = self._shard_offsets
-        ranges: dict[str, list[tuple[int, int]]] = {}
-        starts = k * seq_len
-        stops = starts + seq_len + 1
-        first = np.searchsorted(offsets, starts, side="right") - 1
-        last = np.searchsorted(offsets, stops - 1, side="right") - 1
-        for a, b, s0, s1 in zip(
-            starts.tolist(), stops.tolist(), first.tolist(), last.tolist(), strict=True
-        ):
-            for shard in range(s0, s1 + 1):
-                off = int(offsets[shard])
-                lo, hi = max(a, off) - off, min(b, int(offsets[shard + 1])) - off
-                url = self._bin_urls[shard]
-                ranges.setdefault(url, []).append((lo * item, hi * item))
-        return ranges
-
-    fetches_ahead = True
-
-    def prefetch(self, samples: np.ndarray, seq_len: int) -> None:
-        """Start fetching the windows of ``samples`` (returns at once, but for a first look at
-        the size of each shard they touch)."""
-        for url, ranges in self.window_ranges(samples, seq_len).items():
-            self.check_size(self._by_url[url])
-            self.cache.prefetch(url, ranges)
-
-    def windows_into(
-        self, samples: np.ndarray, seq_len: int, out: np.ndarray, rows: np.ndarray | None = None
-    ) -> None:
-        """As ``TokenStream.windows_into``, every window fetched at once before the copy."""
-        self.prefetch(samples, seq_len)
-        super().windows_into(samples, seq_len, out, rows)
-
     def _load_doc_starts(self) -> np.ndarray:
         """Every shard's ``.idx.npy``, fetched in parallel, checked, offset and joined."""
         shards = self._manifest.shards
@@ -425,10 +483,6 @@ class RemoteSource(TokenStream):
         local = np.frombuffer(data, dtype=INDEX_DTYPE, count=shard.n_docs, offset=at)
         check_starts(local, shard, url)
         return local
-
-    def close(self) -> None:
-        """Stop the fetch threads."""
-        self.cache.close()
 
     def __repr__(self) -> str:
         return (
@@ -476,7 +530,7 @@ def remote_manifest_text(objects: ObjectStore, url: str) -> str:
 
 def total_stats(sources: list[TokenStream]) -> FetchStats:
     """What the sources in object storage among ``sources`` fetched, added up."""
-    found = [s.stats for s in sources if isinstance(s, RemoteSource)]
+    found = [s.stats for s in sources if isinstance(s, RangedSource)]
     return FetchStats(
         sum(f.requests for f in found),
         sum(f.bytes for f in found),

@@ -43,7 +43,7 @@ class BlockHasher:
         self.in_block = 0
         self.blocks: list[str] = []
 
-    def update(self, data: memoryview) -> None:
+    def update(self, data: memoryview | bytes) -> None:
         self.whole.update(data)
         while len(data):
             take = min(len(data), self.block_bytes - self.in_block)

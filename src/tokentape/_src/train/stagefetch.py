@@ -26,7 +26,6 @@ from pathlib import Path
 
 from tokentape._src.store.atomic import write_atomic
 from tokentape._src.store.format import (
-    MANIFEST_NAME,
     Manifest,
     ShardInfo,
     block_record_problem,
@@ -75,6 +74,8 @@ class Job:
     counter: Counter = field(default_factory=lambda: Counter(None))
     stop: threading.Event = field(default_factory=threading.Event)
     """Set when a task failed: the others end early."""
+    record: str = "the store's manifest"
+    """What the hashes come from, in messages (a Megatron prefix's: its sidecar)."""
 
     def object_url(self, name: str) -> str:
         return join(self.url, name)
@@ -96,13 +97,13 @@ class _BinFile:
     """A shard's ``.bin`` downloaded into ``.NAME.part`` block by block, each block verified
     and recorded in ``.NAME.ok`` before it counts."""
 
-    def __init__(self, job: Job, shard: ShardInfo, size: int) -> None:
+    def __init__(self, job: Job, shard: ShardInfo, size: int, name: str | None = None) -> None:
         self.job, self.shard, self.size = job, shard, size
-        self.name = shard.bin_file
+        self.name = shard.bin_file if name is None else name
         self.block = shard.block_bytes
         problem = block_record_problem(shard, size)
         if problem is not None:
-            raise StoreError(f"{job.object_url(MANIFEST_NAME)}: {problem}")
+            raise StoreError(f"{job.object_url(self.name)}: {job.record}: {problem}")
         self.n_blocks = len(shard.block_sha256)
         self.part = job.work / f".{self.name}.part"
         self.ok = job.work / f".{self.name}.ok"
@@ -164,8 +165,8 @@ class _BinFile:
         start, stop = self.span(first)
         raise StoreError(
             f"{self.job.object_url(self.name)}: block {first} (bytes {start}-{stop}) does not "
-            f"match the manifest's sha256 after {self.job.attempts} downloads; the object "
-            "differs from its store's manifest (changed or damaged after the store was written)"
+            f"match the sha256 {self.job.record} records after {self.job.attempts} downloads; "
+            "the object was changed or damaged after it was recorded"
         )
 
     def _fetch_run(self, first: int, end: int) -> list[int]:
@@ -231,9 +232,9 @@ class _BinFile:
             self.part.unlink(missing_ok=True)
             self.ok.unlink(missing_ok=True)
             raise StoreError(
-                f"{self.job.object_url(self.name)}: every block matches the manifest's block "
-                f"hashes but the file's sha256 is {digest}, the manifest says "
-                f"{self.shard.bin_sha256}; the store's manifest was altered (run `tokentape "
+                f"{self.job.object_url(self.name)}: every block matches the block hashes "
+                f"{self.job.record} records but the file's sha256 is {digest}, not "
+                f"{self.shard.bin_sha256}; {self.job.record} was altered (run `tokentape "
                 "verify` on it)"
             )
         os.replace(self.part, self.job.work / self.name)
@@ -300,24 +301,47 @@ def download(
     progress: ProgressCallback | None,
 ) -> tuple[int, int]:
     """Fetch every file of ``manifest`` not yet in ``job.work``; returns (fetched, reused)."""
+    shards = {s.bin_file: s for s in manifest.shards}
+    idx = {s.idx_file: s for s in manifest.shards}
+    blocked: list[tuple[str, ShardInfo, int]] = []
+    whole: list[tuple[str, int, Callable[[bytes], str | None]]] = []
+    for name, size in sizes.items():
+        if name in shards:
+            blocked.append((name, shards[name], size))
+        else:
+            check = idx_check(idx[name]) if name in idx else _tokenizer_check(manifest, job.work)
+            whole.append((name, size, check))
+    return fetch_files(job, blocked, whole, workers, label, progress)
+
+
+def fetch_files(
+    job: Job,
+    blocked: list[tuple[str, ShardInfo, int]],
+    whole: list[tuple[str, int, Callable[[bytes], str | None]]],
+    workers: int,
+    label: str,
+    progress: ProgressCallback | None,
+) -> tuple[int, int]:
+    """Fetch each file not yet in ``job.work`` (at its full size): ``blocked`` ones (name,
+    the record of their block hashes and sha256, size) block by block, ``whole`` ones (name,
+    size, their check) in one piece; returns (bytes fetched, bytes reused)."""
     bins: list[_BinFile] = []
     tasks: list[Callable[[], None]] = []
     reused = todo = 0
-    shards = {s.bin_file: s for s in manifest.shards}
-    idx = {s.idx_file: s for s in manifest.shards}
     try:
-        for name, size in sizes.items():
-            if (job.work / name).is_file() and (job.work / name).stat().st_size == size:
+        for name, shard, size in blocked:
+            if _complete(job, name, size):
                 reused += size
                 continue
-            if name in shards:
-                f = _BinFile(job, shards[name], size)
-                bins.append(f)
-                reused += f.kept_bytes()
-                todo += size - f.kept_bytes()
-                tasks += [partial(f.fetch, g) for g in f.groups()]
+            f = _BinFile(job, shard, size, name)
+            bins.append(f)
+            reused += f.kept_bytes()
+            todo += size - f.kept_bytes()
+            tasks += [partial(f.fetch, g) for g in f.groups()]
+        for name, size, check in whole:
+            if _complete(job, name, size):
+                reused += size
                 continue
-            check = idx_check(idx[name]) if name in idx else _tokenizer_check(manifest, job.work)
             todo += size
             tasks.append(partial(_fetch_whole, job, name, size, check))
         with tally(todo, f"stage {label}", progress) as counting:
@@ -327,3 +351,8 @@ def download(
         for f in bins:
             f.finish()
     return job.counter.fetched, reused
+
+
+def _complete(job: Job, name: str, size: int) -> bool:
+    path = job.work / name
+    return path.is_file() and path.stat().st_size == size

@@ -35,10 +35,11 @@ from typing import Any, BinaryIO, Literal
 import numpy as np
 
 from tokentape._src.megatron.format import is_prefix
+from tokentape._src.megatron.remoteverify import check_remote_megatron, planned_remote_bytes
 from tokentape._src.megatron.source import MEGATRON
 from tokentape._src.megatron.verify import check_megatron, planned_bytes
 from tokentape._src.plan.load import load_plan
-from tokentape._src.plan.open import MEGATRON_URL
+from tokentape._src.plan.open import detect_remote_format
 from tokentape._src.store.confine import inside_problem, open_directory, open_inside
 from tokentape._src.store.format import (
     MANIFEST_NAME,
@@ -53,7 +54,7 @@ from tokentape._src.store.format import (
     sha256_stream,
     shard_name,
 )
-from tokentape._src.store.objects import ObjectStore, is_url, join, object_store
+from tokentape._src.store.objects import ObjectStore, basename, is_url, join, object_store
 from tokentape._src.store.remote import remote_manifest_text
 from tokentape._src.store.tokenizers import STORED_NAMES
 from tokentape._src.util.checks import as_parameter, is_int
@@ -272,7 +273,8 @@ def find_targets(
 
 def _expand(raw: str, storage_options: dict[str, Any]) -> list[Target]:
     if is_url(raw):
-        return [Target(raw.rstrip("/"), raw, storage_options=storage_options)]
+        kind = detect_remote_format(raw, storage_options)
+        return [Target(raw.rstrip("/"), raw, kind=kind, storage_options=storage_options)]
     path = Path(raw)
     if not (path / MANIFEST_NAME).is_file() and is_prefix(path):
         return [Target(path, raw, kind=MEGATRON)]
@@ -440,14 +442,18 @@ def check_megatron_target(
 ) -> StoreReport:
     """Verify a Megatron prefix (see ``audit.verify_megatron``)."""
     started = time.monotonic()
-    if isinstance(target.path, str):
-        raise InputError(f"'{target.path}': {MEGATRON_URL}")
     chooser = _chooser(target.path, blocks)
     tell = None if progress is None else _megatron_progress(progress)
     plans = [(ref.plan, ref.source, ref.content_hash) for ref in target.plans]
-    found = check_megatron(
-        target.path, quick, chooser, tell, target.vocab_size, target.eod_id, plans
-    )
+    if isinstance(target.path, str):
+        objects = object_store(target.path, target.storage_options)
+        found = check_remote_megatron(
+            objects, target.path, quick, chooser, tell, target.vocab_size, target.eod_id, plans
+        )
+    else:
+        found = check_megatron(
+            target.path, quick, chooser, tell, target.vocab_size, target.eod_id, plans
+        )
     return StoreReport(
         path=target.label,
         quick=quick,
@@ -462,8 +468,9 @@ def check_megatron_target(
     )
 
 
-def _chooser(prefix: Path, blocks: int) -> Callable[[int], list[int]]:
-    return lambda n_blocks: quick_blocks(n_blocks, blocks, prefix.name)
+def _chooser(prefix: Path | str, blocks: int) -> Callable[[int], list[int]]:
+    name = basename(prefix) if isinstance(prefix, str) else prefix.name
+    return lambda n_blocks: quick_blocks(n_blocks, blocks, name)
 
 
 def _megatron_progress(progress: Progress) -> Callable[[int], None]:
@@ -541,7 +548,10 @@ def verify_paths(
     targets = [_with_vocabulary(t, vocab_size, eod_id) for t in found]
     total = 0
     for t in targets:  # an unreadable manifest fails here, before any hashing
-        if isinstance(t.path, str):
+        if isinstance(t.path, str) and t.kind == MEGATRON:
+            objects = object_store(t.path, t.storage_options)
+            total += planned_remote_bytes(objects, t.path, quick, _chooser(t.path, chosen))
+        elif isinstance(t.path, str):
             objects = object_store(t.path, t.storage_options)
             total += bytes_to_hash(load_manifest(t.path, objects=objects)[0], quick, chosen)
         elif t.kind == MEGATRON:

@@ -22,9 +22,11 @@ EPILOG = f"""\
 what it does:
   Every source of the plan whose path is an object URL (s3://...) is downloaded into
   CACHE/KEY-NAME/ (KEY: a hash of the URL) with parallel ranged GETs, each block checked
-  against the manifest's block hashes as it arrives. Local stores and Megatron prefixes are
-  left where they are. A store already staged with the plan's content hash is used as is
-  (nothing is read from the bucket); another version of it is replaced.
+  against the block hashes its manifest (a Megatron prefix: its sidecar object, written by
+  `tokentape verify URL`) records as it arrives; a Megatron prefix is staged as
+  CACHE/KEY-NAME/NAME.bin and .idx. Local sources are left where they are. A store already
+  staged with the plan's content hash is used as is (nothing is read from the bucket);
+  another version of it is replaced.
   A killed stage resumes: run the same command again, verified blocks are kept.
   One process per node stages a store; others (the node's other ranks) wait for it
   (--wait), then use its copy. The staged copy is a normal store read with memory maps.
@@ -51,7 +53,7 @@ plan's storage_options (from its plan file) apply.
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "stage",
-        help="download a plan's s3:// stores to local disk, verified block by block",
+        help="download a plan's s3:// sources to local disk, verified block by block",
         description=(
             "Stage the object-storage stores of a resolved plan to a node-local cache\n"
             "directory, verifying every block against the store's manifest, and print where\n"

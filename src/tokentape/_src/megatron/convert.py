@@ -508,6 +508,12 @@ class FromMegatron:
     def __post_init__(self) -> None:
         check_path("PREFIX", self.prefix)
         check_path("OUT_STORE", self.out)
+        if is_url(self.prefix):
+            raise InputError(
+                f"'{self.prefix}': convert --from megatron reads a prefix on local disk; one in "
+                "object storage is read in place by a plan once `tokentape verify URL` has "
+                "recorded its identity (see docs/object-storage.md)"
+            )
         if self.vocab_size is not None:
             check_count("--vocab-size", self.vocab_size, 1, 2**32)
         if self.eod_id is not None:

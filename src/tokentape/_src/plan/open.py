@@ -10,9 +10,10 @@ import os
 from pathlib import Path
 
 from tokentape._src.megatron.format import is_prefix
+from tokentape._src.megatron.remote import RemoteMegatronSource, is_remote_prefix
 from tokentape._src.megatron.source import MEGATRON, MegatronSource
 from tokentape._src.store.format import MANIFEST_NAME
-from tokentape._src.store.objects import StorageOptions, is_url
+from tokentape._src.store.objects import StorageOptions, is_url, join, object_store
 from tokentape._src.store.reader import Source, TokenStream
 from tokentape._src.store.remote import FetchConfig, RemoteSource
 from tokentape._src.util.progress import ProgressCallback
@@ -20,10 +21,6 @@ from tokentape.errors import ArgumentError, InputError, StoreError
 
 TOKENTAPE = "tokentape"
 FORMATS = (TOKENTAPE, MEGATRON)
-MEGATRON_URL = (
-    "a Megatron prefix at an object URL is not supported; convert it to a tokentape store "
-    "(tokentape convert) and upload that, or copy it to local disk"
-)
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:
@@ -46,6 +43,24 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     raise StoreError(
         f"store '{path}': no such directory, nor a Megatron prefix ({p.name}.bin and {p.name}.idx)"
     )
+
+
+def detect_remote_format(url: str, storage_options: StorageOptions | None = None) -> str:
+    """``detect_format`` for an object URL: ``tokentape`` when ``URL/manifest.json`` exists
+    (or nothing else fits: reading the manifest then says what is missing), ``megatron`` when
+    ``URL.bin`` and ``URL.idx`` do."""
+    objects = object_store(url, storage_options)
+    url = url.rstrip("/")
+    if objects.info(join(url, MANIFEST_NAME)) is not None:
+        return TOKENTAPE
+    if is_remote_prefix(objects, url):
+        return MEGATRON
+    for suffix in (".bin", ".idx"):
+        if url.endswith(suffix) and is_remote_prefix(objects, url[: -len(suffix)]):
+            raise InputError(
+                f"'{url}': give the Megatron prefix without {suffix} ('{url[: -len(suffix)]}')"
+            )
+    return TOKENTAPE
 
 
 def open_store(
@@ -82,7 +97,8 @@ def open_store(
         fetch: How such a store is read (requests in flight, bytes cached).
 
     Returns:
-        A ``Source`` for a store, a ``MegatronSource`` for a Megatron prefix.
+        A ``Source`` for a store, a ``MegatronSource`` for a Megatron prefix (at an object
+        URL: a ``RemoteSource``, a ``RemoteMegatronSource``).
 
     Raises:
         ArgumentError: An unknown ``format``, a ``tokenizer`` for a store, or a Megatron
@@ -95,11 +111,19 @@ def open_store(
             document does not end with the EOD id or holds an id outside the vocabulary.
     """
     if is_url(path):
-        if format == MEGATRON:
-            raise StoreError(f"'{path}': {MEGATRON_URL}")
+        url = str(path)
+        kind = detect_remote_format(url, storage_options) if format is None else format
+        if kind == MEGATRON:
+            return RemoteMegatronSource(
+                url, vocab_size, eod_id, tokenizer, storage_options=storage_options, fetch=fetch
+            )
+        if kind != TOKENTAPE:
+            raise ArgumentError(
+                f"'{path}': unknown format '{kind}'; expected one of {', '.join(FORMATS)}"
+            )
         if tokenizer is not None:
             raise ArgumentError(f"store '{path}': a tokenizer applies to a Megatron source only")
-        return _checked(RemoteSource(str(path), storage_options, fetch), path, vocab_size, eod_id)
+        return _checked(RemoteSource(url, storage_options, fetch), path, vocab_size, eod_id)
     kind = detect_format(path) if format is None else format
     if kind == TOKENTAPE:
         if tokenizer is not None:
@@ -129,4 +153,12 @@ def _checked(
     return store
 
 
-__all__ = ["FORMATS", "MEGATRON", "TOKENTAPE", "TokenStream", "detect_format", "open_store"]
+__all__ = [
+    "FORMATS",
+    "MEGATRON",
+    "TOKENTAPE",
+    "TokenStream",
+    "detect_format",
+    "detect_remote_format",
+    "open_store",
+]

@@ -23,8 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from tokentape._src.megatron.identity import MegatronRecord
+from tokentape._src.megatron.remote import RemoteMegatronSource
 from tokentape._src.megatron.source import MegatronSource
-from tokentape._src.plan.open import MEGATRON, MEGATRON_URL, TOKENTAPE, detect_format, open_store
+from tokentape._src.plan.open import (
+    MEGATRON,
+    TOKENTAPE,
+    detect_format,
+    detect_remote_format,
+    open_store,
+)
 from tokentape._src.plan.spec import PlanSpec, SourceSpec, plan_spec, resolve_tokenizer_spec
 from tokentape._src.store.atomic import write_atomic
 from tokentape._src.store.format import Manifest
@@ -281,10 +288,18 @@ def _open_source(
     hashed if no identity is current) and, for a Megatron prefix, what the plan records of it.
     A store at an object URL: its manifest is read, nothing else."""
     if isinstance(path, str):
-        if s.format == MEGATRON:
-            raise PlanError(MEGATRON_URL)
+        kind = s.format or detect_remote_format(path, storage_options)
+        if kind == MEGATRON:  # its sidecar and both objects' sizes: no token data
+            remote = RemoteMegatronSource(
+                path, s.vocab_size, s.eod_id, s.tokenizer, storage_options=storage_options
+            )
+            return kind, remote.manifest, None
+        if s.tokenizer is not None:
+            raise PlanError(
+                "'tokenizer' applies to a Megatron source; a tokentape store records its own"
+            )
         return (
-            TOKENTAPE,
+            kind,
             _checked(s, read_remote_manifest(object_store(path, storage_options), path)),
             None,
         )
@@ -408,7 +423,19 @@ def open_plan_store(
 
     A Megatron prefix is never hashed here (every rank of a training run opens it): its
     identity comes from the plan's record while the files' keys match it, else from a current
-    sidecar, else the open is refused with the command that records one."""
+    sidecar, else the open is refused with the command that records one (at an object URL:
+    its sidecar object, else refused)."""
+    fingerprint = source.tokenizer_fingerprint if source.tokenizer is not None else None
+    if source.format == MEGATRON and is_url(source.path):
+        return RemoteMegatronSource(
+            source.path,
+            source.vocab_size,
+            source.eod_id,
+            source.tokenizer,
+            storage_options=storage_options,
+            fetch=fetch,
+            fingerprint=fingerprint,
+        )
     if source.format != MEGATRON:
         return open_store(
             source.path,
@@ -430,7 +457,7 @@ def open_plan_store(
         source.tokenizer,
         planned=planned,
         hash_missing=False,
-        fingerprint=source.tokenizer_fingerprint if source.tokenizer is not None else None,
+        fingerprint=fingerprint,
     )
 
 

@@ -1,9 +1,16 @@
 """Stage stores from object storage to node-local disk, verified block by block as they arrive.
 
-``stage_plan(plan, cache_dir)`` downloads every tokentape store of a plan whose path is an
-object URL (``s3://...``) and returns the same plan with those paths replaced by the staged
-directories (the index hash does not cover paths: it is unchanged). Local stores and Megatron
-prefixes are left as they are. ``stage_store(url, cache_dir)`` stages one store.
+``stage_plan(plan, cache_dir)`` downloads every source of a plan whose path is an object URL
+(``s3://...``) and returns the same plan with those paths replaced by the staged copies (the
+index hash does not cover paths: it is unchanged). Local sources are left as they are.
+``stage_store(url, cache_dir)`` stages one store.
+
+A Megatron prefix (``format = "megatron"``) is staged the same way, against the identity its
+sidecar object records (``megatron.remote``; no sidecar current for the objects: refused,
+naming ``tokentape verify URL``): ``DIR/KEY-NAME/NAME.bin`` block by block against the recorded
+block hashes, ``NAME.idx`` as one block against its sha256, both files then checked whole, and
+last a local sidecar beside them (``NAME.tokentape.json``, for the files as staged) that the
+loader's ``MegatronSource`` finds current, so it never hashes them.
 
 The staged copy is a normal tokentape store directory (the manifest and every file it names,
 byte for byte), read with the usual memory maps. Cache layout (``KEY`` is the first 16 hex
@@ -45,6 +52,7 @@ stager, then find its result):
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -52,13 +60,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from tokentape._src.megatron.format import MegatronIdentity
+from tokentape._src.megatron.identity import SIDECAR_SUFFIX, file_keys
+from tokentape._src.megatron.identity import read_sidecar as read_local_sidecar
+from tokentape._src.megatron.identity import write_sidecar as write_local_sidecar
+from tokentape._src.megatron.remote import current_identity as remote_identity
 from tokentape._src.plan.load import load_plan
-from tokentape._src.plan.open import TOKENTAPE
+from tokentape._src.plan.open import MEGATRON, TOKENTAPE
 from tokentape._src.plan.plan import Plan, plan_index_hash
 from tokentape._src.store.atomic import fsync_dir, replace_directory, write_atomic
 from tokentape._src.store.format import (
     MANIFEST_NAME,
     Manifest,
+    ShardInfo,
     numpy_dtype,
     parse_manifest,
     read_manifest,
@@ -77,7 +91,7 @@ from tokentape._src.store.objects import (
 )
 from tokentape._src.store.remote import remote_manifest_text
 from tokentape._src.train.cachelock import cache_lock
-from tokentape._src.train.stagefetch import Job, download
+from tokentape._src.train.stagefetch import Job, download, fetch_files
 from tokentape._src.util.checks import check_count, check_path
 from tokentape._src.util.progress import ProgressCallback, check_callback
 from tokentape.errors import ArgumentError, PlanError, StoreChanged, StoreError
@@ -244,6 +258,89 @@ def _stage_locked(
     return StagedStore(url, entry, manifest.content_hash, total, fetched, reused, False)
 
 
+def _staged_prefix(prefix: Path, content_hash: str) -> MegatronIdentity | None:
+    """The identity of the staged Megatron prefix when its sidecar is current for its files
+    and has ``content_hash`` (cheap checks: no hashing), else None."""
+    try:
+        keys = file_keys(prefix)
+    except OSError:
+        return None
+    identity = read_local_sidecar(prefix, keys)
+    if identity is None or identity.content_hash != content_hash:
+        return None
+    if (identity.bin_bytes, identity.idx_bytes) != (keys.bin.size, keys.idx.size):
+        return None
+    return identity
+
+
+def _stage_prefix_locked(
+    url: str,
+    entry: Path,
+    expected: str | None,
+    options: StorageOptions | None,
+    progress: ProgressCallback | None,
+    workers: int,
+    label: str,
+    range_bytes: int,
+) -> StagedStore:
+    """``_stage_locked`` for a Megatron prefix: its two objects, checked against the identity
+    its sidecar object records, staged as ``entry/NAME.bin`` and ``entry/NAME.idx`` with a
+    local sidecar beside them (written last, for the files as staged)."""
+    name = basename(url)
+    prefix = entry / name
+    if expected is not None and (known := _staged_prefix(prefix, expected)) is not None:
+        total = known.bin_bytes + known.idx_bytes
+        return StagedStore(url, prefix, expected, total, 0, total, True)
+    store = object_store(url, options)
+    identity, keys = remote_identity(store, url)
+    if expected is not None and identity.content_hash != expected:
+        raise StoreChanged(
+            f"{url}: the Megatron prefix's content hash is {identity.content_hash}, the plan "
+            f"recorded {expected}; it changed since the plan was made (re-run `tokentape plan`)",
+            path=url,
+            planned=expected,
+            found=identity.content_hash,
+        )
+    total = identity.bin_bytes + identity.idx_bytes
+    if expected is None and _staged_prefix(prefix, identity.content_hash) is not None:
+        return StagedStore(url, prefix, identity.content_hash, total, 0, total, True)
+    work = entry.with_name(f".{entry.name}.staging")
+    marker = {"url": url, "bin": keys.bin.version, "idx": keys.idx.version}
+    _prepare_work(work, (json.dumps(marker | {"content_hash": identity.content_hash})).encode())
+    retry = Retry.from_env()
+    job = Job(
+        store, parent(url), work, retry.attempts, retry.backoff, range_bytes, record="its sidecar"
+    )
+    bin_record = ShardInfo(
+        name=name,
+        n_tokens=identity.n_tokens,
+        n_docs=identity.n_docs,
+        bin_sha256=identity.bin_sha256,
+        idx_sha256=identity.idx_sha256,
+        idx_bytes=identity.idx_bytes,
+        block_bytes=identity.block_bytes,
+        block_sha256=identity.block_sha256,
+    )
+    idx_record = replace(  # one block: the whole .idx, checked against its sha256
+        bin_record,
+        bin_sha256=identity.idx_sha256,
+        block_bytes=max(1, identity.idx_bytes),
+        block_sha256=(identity.idx_sha256,),
+    )
+    blocked = [(f"{name}.bin", bin_record, identity.bin_bytes)]
+    blocked.append((f"{name}.idx", idx_record, identity.idx_bytes))
+    fetched, reused = fetch_files(job, blocked, [], workers, label, progress)
+    staged = work / name
+    if write_local_sidecar(staged, identity, file_keys(staged), writer=True) != Path(
+        f"{staged}{SIDECAR_SUFFIX}"
+    ):
+        raise StoreError(f"{work}: cannot write the staged prefix's sidecar there")
+    (work / STAGING_MANIFEST).unlink()
+    fsync_dir(work)
+    replace_directory(work, entry)
+    return StagedStore(url, prefix, identity.content_hash, total, fetched, reused, False)
+
+
 def stage(
     url: str,
     cache_dir: str | os.PathLike[str],
@@ -255,10 +352,13 @@ def stage(
     wait_s: float = DEFAULT_WAIT_S,
     label: str | None = None,
     range_bytes: int = RANGE_BYTES,
+    format: str = TOKENTAPE,
 ) -> StagedStore:
     """Stage the store at ``url`` into ``cache_dir`` and say what that took (see the module
     docstring). ``expected_hash``: the content hash the store must have (a plan's record);
-    ``label`` names the store in progress reports (default: the URL's last component)."""
+    ``label`` names the store in progress reports (default: the URL's last component);
+    ``format``: ``megatron`` for a Megatron prefix (staged as ``KEY-NAME/NAME.bin`` and
+    ``.idx``)."""
     if not is_url(url):
         raise ArgumentError(f"url must be an object URL (s3://bucket/prefix), got {url!r}")
     check_path("cache_dir", cache_dir)
@@ -273,7 +373,8 @@ def stage(
     with cache_lock(cache / f".{entry.name}.lock", f"stage {url}", wait_s) as waited:
         for old in cache.glob(f".{entry.name}.old-*"):  # left by a stager killed mid-swap
             shutil.rmtree(old, ignore_errors=True)
-        result = _stage_locked(
+        staging = _stage_prefix_locked if format == MEGATRON else _stage_locked
+        result = staging(
             url.rstrip("/"),
             entry,
             expected_hash,
@@ -333,7 +434,7 @@ def stage_sources(
     staged: dict[str, StagedStore] = {}
     sources = []
     for s in plan.sources:
-        if s.format != TOKENTAPE or not is_url(s.path):
+        if not is_url(s.path):
             sources.append(s)
             continue
         result = stage(
@@ -345,6 +446,7 @@ def stage_sources(
             workers=workers,
             wait_s=wait_s,
             label=s.name,
+            format=s.format,
         )
         staged[s.name] = result
         sources.append(replace(s, path=str(result.path)))

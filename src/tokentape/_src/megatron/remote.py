@@ -1,0 +1,384 @@
+"""A Megatron prefix in object storage (``s3://bucket/data/web_text_document`` for the objects
+``…/web_text_document.bin`` and ``…/web_text_document.idx``), identified once and read in place.
+
+Its identity (``MegatronIdentity``: both sha256, the ``.bin`` block hashes, the id range, the id
+every document ends with, the content hash) is recorded beside the data in the object
+``PREFIX.tokentape.json``, with each object's size and version (its ETag): the same JSON as a
+local sidecar, but ``objects`` where a local one has ``files``, so neither is ever taken for
+the other. ``tokentape verify URL`` computes it (``identify``: both objects read once, ranged
+GETs in order, a few ahead) and writes it; nothing else reads the token data to identify a
+prefix. ``tokentape plan``, the loader and ``stage`` read the sidecar and look at both objects'
+size and version (``current_identity``); a prefix without a current sidecar (never verified,
+or changed since) is refused in one line naming the command to run.
+
+``RemoteMegatronSource`` reads the prefix as a source: token windows as byte ranges of the
+``.bin`` object through the range cache (``store.remote.RangedSource``), whole blocks checked
+against the recorded block hashes; the document starts from the ``.idx`` fetched whole and
+checked against its recorded sha256, on first use (segments, replay, locate).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from tokentape._src.megatron.format import (
+    MegatronIdentity,
+    MegatronIndex,
+    index_from_bytes,
+)
+from tokentape._src.megatron.identity import (
+    CHUNK_BYTES,
+    SIDECAR_FORMAT,
+    SIDECAR_MAX_BYTES,
+    SIDECAR_SUFFIX,
+    SIDECAR_VERSION,
+    Progress,
+    hash_chunks,
+    identity_from_json,
+    identity_to_json,
+)
+from tokentape._src.megatron.source import (
+    APPEND_EOD_HINT,
+    MegatronManifest,
+    checked_tokenizer,
+    id_range_problem,
+    resolve_vocabulary,
+)
+from tokentape._src.store.objects import ObjectInfo, ObjectStore, StorageOptions, object_store
+from tokentape._src.store.remote import Blocks, FetchConfig, RangedSource
+from tokentape._src.store.tokenizers import NoTokenizer, Tokenizer
+from tokentape._src.util.checks import is_int
+from tokentape.errors import StoreError
+
+READ_AHEAD = 4
+"""Ranged GETs of ``.bin`` in flight while a prefix is identified (each ``CHUNK_BYTES``)."""
+
+
+@dataclass(frozen=True)
+class ObjectKey:
+    """What stands for an object's bytes without reading them: its size and version (ETag)."""
+
+    size: int
+    version: str
+
+
+@dataclass(frozen=True)
+class ObjectKeys:
+    """The keys of a prefix's two objects."""
+
+    bin: ObjectKey
+    idx: ObjectKey
+
+
+def bin_url(url: str) -> str:
+    return f"{url}.bin"
+
+
+def idx_url(url: str) -> str:
+    return f"{url}.idx"
+
+
+def sidecar_url(url: str) -> str:
+    return f"{url}{SIDECAR_SUFFIX}"
+
+
+def is_remote_prefix(objects: ObjectStore, url: str) -> bool:
+    """Whether both ``URL.bin`` and ``URL.idx`` exist."""
+    return objects.info(bin_url(url)) is not None and objects.info(idx_url(url)) is not None
+
+
+def object_keys(objects: ObjectStore, url: str) -> ObjectKeys:
+    """Both objects' keys, as they are now; a missing one is one clear line."""
+    keys = []
+    for where in (bin_url(url), idx_url(url)):
+        try:
+            info: ObjectInfo | None = objects.info(where)
+        except PermissionError as exc:
+            raise StoreError(f"{where}: access denied ({exc})") from None
+        if info is None:
+            raise StoreError(f"{where}: no such object (a Megatron prefix needs .bin and .idx)")
+        keys.append(ObjectKey(info.size, info.version))
+    return ObjectKeys(*keys)
+
+
+def _keys_from_json(data: Any) -> ObjectKeys | None:
+    if not isinstance(data, dict) or set(data) != {"bin", "idx"}:
+        return None
+    keys = []
+    for part in (data["bin"], data["idx"]):
+        if not isinstance(part, dict) or set(part) != {"size", "version"}:
+            return None
+        size, version = part["size"], part["version"]
+        if not (is_int(size) and size >= 0 and isinstance(version, str) and version):
+            return None
+        keys.append(ObjectKey(size, version))
+    return ObjectKeys(*keys)
+
+
+def read_sidecar(objects: ObjectStore, url: str) -> tuple[ObjectKeys, MegatronIdentity] | None:
+    """The keys and identity the sidecar object beside ``url`` records; None when there is
+    none, or it is not a well-formed one of ours (too large, not JSON, fields missing or
+    inconsistent: counted as absent)."""
+    where = sidecar_url(url)
+    try:
+        info = objects.info(where)
+        if info is None or info.size > SIDECAR_MAX_BYTES:
+            return None
+        data = json.loads(objects.read_whole(where, info.size).decode("utf-8"))
+    except (FileNotFoundError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    except PermissionError as exc:
+        raise StoreError(f"{where}: access denied ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != SIDECAR_FORMAT:
+        return None
+    if data.get("version") != SIDECAR_VERSION:
+        return None
+    keys, identity = _keys_from_json(data.get("objects")), identity_from_json(data.get("identity"))
+    if keys is None or identity is None:
+        return None
+    if identity.n_tokens and identity.block_bytes <= 0:
+        return None  # whole blocks could not be checked
+    return keys, identity
+
+
+def write_sidecar(
+    objects: ObjectStore, url: str, identity: MegatronIdentity, keys: ObjectKeys
+) -> bool:
+    """Record ``identity`` for objects with ``keys`` beside ``url``; False when the bucket
+    refuses the write (read-only access: the next verify identifies the prefix again)."""
+    data = {
+        "format": SIDECAR_FORMAT,
+        "version": SIDECAR_VERSION,
+        "prefix": url,
+        "objects": {
+            "bin": {"size": keys.bin.size, "version": keys.bin.version},
+            "idx": {"size": keys.idx.size, "version": keys.idx.version},
+        },
+        "identity": identity_to_json(identity),
+    }
+    try:
+        objects.put_bytes(sidecar_url(url), (json.dumps(data, indent=2) + "\n").encode())
+    except PermissionError:
+        return False
+    return True
+
+
+def no_identity(url: str, why: str) -> StoreError:
+    return StoreError(
+        f"Megatron prefix '{url}' has no current identity: {why}; identifying it reads all of "
+        f"it: run `tokentape verify {url} --vocab-size V --eod-id E` once (it records "
+        f"{url.rsplit('/', 1)[-1]}{SIDECAR_SUFFIX} beside it)"
+    )
+
+
+def current_identity(objects: ObjectStore, url: str) -> tuple[MegatronIdentity, ObjectKeys]:
+    """The identity the sidecar records for the objects as they are now (their sizes and
+    versions), read without touching the token data; refused when there is none."""
+    keys = object_keys(objects, url)
+    found = read_sidecar(objects, url)
+    if found is None:
+        raise no_identity(url, "no sidecar records one")
+    recorded, identity = found
+    if recorded != keys:
+        raise no_identity(url, "its .bin or .idx changed since the sidecar recorded them")
+    if (identity.bin_bytes, identity.idx_bytes) != (keys.bin.size, keys.idx.size):
+        raise no_identity(url, "its sidecar records other sizes than the objects have")
+    return identity, keys
+
+
+def read_index(objects: ObjectStore, url: str, keys: ObjectKeys) -> tuple[bytes, MegatronIndex]:
+    """The ``.idx`` object's bytes, parsed and checked in full against the ``.bin`` size."""
+    data = objects.read_whole(idx_url(url), keys.idx.size)
+    return data, index_from_bytes(url, data, keys.bin.size)
+
+
+def _bin_chunks(objects: ObjectStore, url: str, size: int, itemsize: int) -> Iterator[bytes]:
+    """The ``.bin`` object in order, ``CHUNK_BYTES`` per ranged GET, ``READ_AHEAD`` ahead."""
+    step = CHUNK_BYTES - CHUNK_BYTES % itemsize
+    with ThreadPoolExecutor(READ_AHEAD, thread_name_prefix="tokentape-identify") as pool:
+        pending: deque[Future[bytes]] = deque()
+        starts = iter(range(0, size, step))
+        try:
+            for start in starts:
+                pending.append(
+                    pool.submit(objects.read, bin_url(url), start, min(size, start + step))
+                )
+                if len(pending) < READ_AHEAD:
+                    continue
+                yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            for fut in pending:
+                fut.cancel()
+
+
+def identify(
+    objects: ObjectStore, url: str, progress: Progress | None = None
+) -> tuple[MegatronIdentity, ObjectKeys, MegatronIndex]:
+    """Read both objects once and compute their identity (``megatron.identity.hash_chunks``),
+    with the keys they had throughout: objects replaced while being read are refused."""
+    keys = object_keys(objects, url)
+    data, index = read_index(objects, url, keys)
+    chunks = _bin_chunks(objects, url, keys.bin.size, index.dtype.itemsize)
+    identity = hash_chunks(index, chunks, [data], progress)
+    if object_keys(objects, url) != keys:
+        raise StoreError(
+            f"Megatron prefix '{url}': .bin or .idx changed while it was being read; try again "
+            "once the objects are complete"
+        )
+    return identity, keys, index
+
+
+def _idx_check(identity: MegatronIdentity) -> Callable[[bytes], str | None]:
+    def check(data: bytes) -> str | None:
+        if hashlib.sha256(data).hexdigest() == identity.idx_sha256:
+            return None
+        return "does not match the sha256 its sidecar records"
+
+    return check
+
+
+class RemoteMegatronSource(RangedSource):
+    """A Megatron prefix at an object URL, read in place (see the module docstring).
+
+    Args:
+        url: The prefix's URL (``PREFIX`` of ``PREFIX.bin`` and ``PREFIX.idx``).
+        vocab_size: The vocabulary size (the ``.idx`` records none); None: the tokenizer's.
+        eod_id: The end-of-document id every document ends with; None: the tokenizer's.
+        tokenizer: A tokenizer spec (loaded only when needed if both values are given).
+        storage_options: fsspec options (endpoint, region ...).
+        fetch: Requests in flight and bytes cached.
+        fingerprint: The tokenizer fingerprint a plan recorded (a spec loaded must have it).
+
+    Raises:
+        ArgumentError: The vocabulary is missing or inconsistent.
+        StoreError: An object is missing; there is no current identity; the data holds an id
+            outside the vocabulary, or its documents do not all end with ``eod_id``.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        vocab_size: int | None = None,
+        eod_id: int | None = None,
+        tokenizer: str | None = None,
+        *,
+        storage_options: StorageOptions | None = None,
+        fetch: FetchConfig | None = None,
+        fingerprint: str | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self._where = f"Megatron prefix '{self.url}'"
+        self._spec, self._fingerprint = tokenizer, fingerprint
+        self._tokenizer: Tokenizer | None = None
+        if tokenizer is not None and (vocab_size is None or eod_id is None):
+            self._tokenizer = checked_tokenizer(tokenizer, fingerprint, self._where)
+        self._vocab_size, self._eod_id = resolve_vocabulary(
+            vocab_size, eod_id, self._tokenizer, self._where
+        )
+        objects = object_store(self.url, storage_options)
+        identity, _ = current_identity(objects, self.url)
+        problem = id_range_problem(identity, self._vocab_size)
+        if problem is not None:
+            raise StoreError(f"{bin_url(self.url)}: {problem}")
+        if identity.n_docs and identity.end_id != self._eod_id:
+            ends = (
+                "not every document ends with one id (an empty document, or different last tokens)"
+                if identity.end_id is None
+                else f"its documents end with id {identity.end_id}"
+            )
+            raise StoreError(
+                f"{self._where}: {ends}, not the end-of-document id {self._eod_id}; "
+                f"{APPEND_EOD_HINT}"
+            )
+        self.identity = identity
+        blocks = Blocks(identity.block_bytes, identity.block_sha256, identity.bin_bytes)
+        files = [(bin_url(self.url), identity.n_tokens, blocks)]
+        dtype = np.dtype(identity.dtype)
+        super().__init__(
+            objects, dtype, files, self._load_doc_starts, identity.n_docs, fetch or FetchConfig()
+        )
+
+    def _load_doc_starts(self) -> np.ndarray:
+        """The ``.idx`` object, checked against its recorded sha256, parsed."""
+        identity = self.identity
+        data = self.objects.read_checked(
+            idx_url(self.url), 0, identity.idx_bytes, _idx_check(identity)
+        )
+        index = index_from_bytes(self.url, data, identity.bin_bytes, identity.n_tokens)
+        return index.doc_starts()
+
+    @property
+    def directory(self) -> str:
+        """The prefix's URL."""
+        return self.url
+
+    @property
+    def eod_id(self) -> int:
+        return self._eod_id
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab_size
+
+    @property
+    def n_sequences(self) -> int:
+        return self.identity.n_sequences
+
+    @cached_property
+    def manifest(self) -> MegatronManifest:
+        identity = self.identity
+        return MegatronManifest(
+            prefix=self.url,
+            dtype=identity.dtype,
+            vocab_size=self._vocab_size,
+            eod_id=self._eod_id,
+            n_tokens=identity.n_tokens,
+            n_docs=identity.n_docs,
+            n_sequences=identity.n_sequences,
+            content_hash=identity.content_hash,
+            identity=identity,
+            tokenizer_of=lambda: self.tokenizer,
+        )
+
+    @cached_property
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer given (a spec is loaded now, and checked), or a stand-in that shows
+        ids."""
+        if self._tokenizer is None and self._spec is not None:
+            tok = checked_tokenizer(self._spec, self._fingerprint, self._where)
+            resolve_vocabulary(self._vocab_size, self._eod_id, tok, self._where)
+            self._tokenizer = tok
+        if self._tokenizer is not None:
+            return self._tokenizer
+        return NoTokenizer(self._vocab_size, self._eod_id)
+
+    def __repr__(self) -> str:
+        return (
+            f"RemoteMegatronSource({self.url!r}, n_tokens={self.n_tokens}, "
+            f"n_docs={self.n_docs}, dtype={self.identity.dtype})"
+        )
+
+
+__all__ = [
+    "ObjectKey",
+    "ObjectKeys",
+    "RemoteMegatronSource",
+    "current_identity",
+    "identify",
+    "is_remote_prefix",
+    "object_keys",
+    "read_sidecar",
+    "sidecar_url",
+    "write_sidecar",
+]

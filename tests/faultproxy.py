@@ -16,7 +16,9 @@ one draw per request, so a given request order gives the same faults):
   of the body, then the connection closed;
 - ``corrupt``: the fraction of responses whose body has one byte flipped (same length);
 - ``stall``: the fraction of requests held ``stall_seconds`` (default 2 s) before they are
-  forwarded (beyond a client's read timeout: a timeout).
+  forwarded (beyond a client's read timeout: a timeout);
+- ``deny``: the fraction of requests answered ``403 AccessDenied`` (with ``methods={"PUT"}``: a
+  bucket one may read but not write).
 
 ``methods`` limits the faults (not the delay) to some methods (e.g. ``{"GET"}``); ``ranged``
 limits them to requests with a ``Range`` header. Counters (``stats()``): requests seen, faults
@@ -41,7 +43,7 @@ from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-FAULTS = ("slowdown", "drop", "truncate", "corrupt", "stall")
+FAULTS = ("slowdown", "drop", "truncate", "corrupt", "stall", "deny")
 HOP_BY_HOP = {
     "connection",
     "keep-alive",
@@ -58,6 +60,11 @@ SLOWDOWN_BODY = (
     b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message>"
     b"<RequestId>FAULTPROXY</RequestId><HostId>faultproxy</HostId></Error>"
 )
+DENIED_BODY = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n'
+    b"<Error><Code>AccessDenied</Code><Message>Access Denied</Message>"
+    b"<RequestId>FAULTPROXY</RequestId><HostId>faultproxy</HostId></Error>"
+)
 COPY_CHUNK = 64 * 1024
 
 
@@ -71,6 +78,7 @@ class Faults:
     truncate: float = 0.0
     corrupt: float = 0.0
     stall: float = 0.0
+    deny: float = 0.0
     stall_seconds: float = 2.0
     methods: frozenset[str] | None = None
     ranged: bool = False
@@ -287,10 +295,11 @@ class _Handler(BaseHTTPRequestHandler):
             proxy._record(ticket, None, 0, len(body))
             self._drop()
             return
-        if fault == "slowdown":
+        if fault in ("slowdown", "deny"):
+            status, answer = (503, SLOWDOWN_BODY) if fault == "slowdown" else (403, DENIED_BODY)
             headers = [("Content-Type", "application/xml"), ("x-amz-request-id", "FAULTPROXY")]
-            proxy._record(ticket, 503, len(SLOWDOWN_BODY), len(body))
-            self._respond(503, headers, SLOWDOWN_BODY)
+            proxy._record(ticket, status, len(answer), len(body))
+            self._respond(status, headers, answer)
             return
         try:
             status, headers, payload = self._upstream(body)

@@ -322,3 +322,21 @@ def test_the_command_line_stages_a_plan_with_a_prefix_and_refuses_converting_one
                        "--vocab-size", "257", "--eod-id", "256")  # fmt: skip
     assert code == 2 and "reads a prefix on local disk" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_verify_on_a_bucket_one_may_only_read_says_the_identity_is_not_recorded(
+    data, s3_server, capsys
+):
+    _, _, _, urls = data
+    with FaultProxy(s3_server.endpoint) as proxy:
+        proxy.set(deny=1.0, methods=frozenset({"PUT"}))
+        options = json.dumps({"endpoint_url": proxy.endpoint})
+        code, out, err = cli(capsys, "verify", urls["mega"], "--vocab-size", "257",
+                             "--storage-options", options, "--json")  # fmt: skip
+        assert proxy.stats().faults["deny"] >= 1
+    assert code == 1, err
+    problems = json.loads(out)["stores"][0]["problems"]
+    assert [p["what"] for p in problems] == ["identity not recorded"]
+    assert problems[0]["file"] == urls["mega"] + ".tokentape.json"
+    with pytest.raises(StoreError, match="no sidecar records one"):
+        RemoteMegatronSource(urls["mega"], 257, 256)

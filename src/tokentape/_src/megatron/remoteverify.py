@@ -30,6 +30,7 @@ from tokentape._src.megatron.remote import (
     idx_url,
     object_keys,
     read_sidecar,
+    sidecar_url,
     write_sidecar,
 )
 from tokentape._src.megatron.verify import (
@@ -101,8 +102,16 @@ def check_remote_megatron(
                 problems = against_record(data, meta, recorded, found)
                 bytes_differ = any("sha256" in what for _, what, _, _ in problems)
                 out.problems += problems
-            if not bytes_differ:  # as recorded (derived fields corrected), or first recorded
-                write_sidecar(objects, url, found, keys)
+            if not bytes_differ and not write_sidecar(objects, url, found, keys):
+                out.problems.append(
+                    (
+                        sidecar_url(url),
+                        "identity not recorded",
+                        "write access beside the prefix",
+                        "access denied: plan, stage and the loader refuse the prefix until "
+                        "someone who may write there runs verify",
+                    )
+                )
             ids, content, end_id = _ids(found), found.content_hash, found.end_id
     except TokentapeError as exc:
         out.problems.append((meta, "unreadable", "a Megatron dataset tokentape can read", str(exc)))

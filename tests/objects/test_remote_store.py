@@ -221,3 +221,37 @@ def test_ranges_are_merged_where_they_touch():
         (10, 30),
         (40, 41),
     ]
+
+
+class _CountingTape:
+    """The plan's tape, counting the positions it resolves."""
+
+    def __init__(self, tape) -> None:
+        self.tape, self.resolved = tape, 0
+
+    def resolve(self, positions):
+        self.resolved += np.asarray(positions).size
+        return self.tape.resolve(positions)
+
+
+def test_a_streamed_step_is_resolved_once_for_its_fetches_and_its_build(stores, s3):
+    remote = plan_of(stores, remote_plan_text(s3.url))
+    local = plan_of(stores)
+    config = BatchConfig(2, 4, 2)  # 8 positions per rank and step
+    with Loader(remote, 1, config, prefetch=2) as rl, Loader(local, 1, config) as ll:
+        counting = rl.batcher.tape = _CountingTape(rl.batcher.tape)
+        for _ in range(6):
+            got, want = rl.step(), ll.step()
+            for g, w in zip(got.micro_batches, want.micro_batches, strict=True):
+                np.testing.assert_array_equal(g.tokens, w.tokens)
+            rl.commit()
+            ll.commit()
+        # Steps 0..7 scheduled (6 trained + prefetch 2): 8 positions each, resolved once.
+        assert counting.resolved == 8 * 8
+        positions = np.arange(5, 13)
+        resolved = counting.tape.resolve(positions)
+        np.testing.assert_array_equal(
+            rl.batcher.batch(positions, resolved).tokens, ll.batcher.batch(positions).tokens
+        )
+        with pytest.raises(tokentape.ArgumentError, match="resolved holds 8 positions, not 3"):
+            rl.batcher.batch(positions[:3], resolved)

@@ -9,7 +9,7 @@ import numpy as np
 from tokentape._src.plan.plan import Plan, open_plan_store
 from tokentape._src.store.reader import TokenStream
 from tokentape._src.store.remote import FetchConfig
-from tokentape._src.tape.resolve import Tape, as_positions
+from tokentape._src.tape.resolve import Resolved, Tape, as_positions
 from tokentape.errors import (
     ArgumentError,
     OutOfRangeError,
@@ -150,17 +150,23 @@ class Batcher:
         """Whether a source reads from object storage (``prefetch`` then starts its reads)."""
         return any(source.fetches_ahead for source in self.sources)
 
-    def prefetch(self, positions: np.ndarray) -> None:
+    def prefetch(self, positions: np.ndarray) -> Resolved:
         """Start reading the windows of ``positions`` in the background (sources in object
-        storage fetch their byte ranges; memory-mapped ones do nothing)."""
+        storage fetch their byte ranges; memory-mapped ones do nothing); returns their
+        resolution, for ``batch`` to reuse."""
         r = self.tape.resolve(as_positions(positions).reshape(-1))
         for d in np.unique(r.source).tolist():
             if self.sources[d].fetches_ahead:
                 self.sources[d].prefetch(r.sample[r.source == d], self.plan.seq_len)
+        return r
 
-    def batch(self, positions: np.ndarray) -> Batch:
+    def batch(self, positions: np.ndarray, resolved: Resolved | None = None) -> Batch:
+        """The batch of ``positions``; ``resolved``: their resolution when already known (what
+        ``prefetch`` returned for the same positions), else they are resolved here."""
         p = as_positions(positions).reshape(-1)
-        r = self.tape.resolve(p)
+        r = self.tape.resolve(p) if resolved is None else resolved
+        if r.source.shape != p.shape:
+            raise ArgumentError(f"resolved holds {r.source.size} positions, not {p.size}")
         seq_len = self.plan.seq_len
         shape = (p.size, seq_len + 1)
         tokens = np.empty(shape, dtype=self.dtype)

@@ -28,6 +28,7 @@ import numpy as np
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan
 from tokentape._src.store.remote import FetchConfig, FetchStats, total_stats
+from tokentape._src.tape.resolve import Resolved
 from tokentape._src.train.batch import Batch, Batcher
 from tokentape._src.train.logwriter import StepLogWriter
 from tokentape._src.train.partition import BatchConfig, positions_for
@@ -351,17 +352,21 @@ class Loader:
         for i in range(self.prefetch + 1):
             key = (consumed + i * b, self.config)
             if key not in self._ahead:
+                resolved = None
                 if self.batcher.fetches_ahead:  # object storage: start this step's reads now
-                    self.batcher.prefetch(positions_for(key[0], self.dp_rank, key[1]).ravel())
-                batches = self._pool.submit(self._build, *key)
+                    rows = positions_for(key[0], self.dp_rank, key[1]).ravel()
+                    resolved = self.batcher.prefetch(rows)  # resolved once: the build reuses it
+                batches = self._pool.submit(self._build, *key, resolved)
                 hashed = self._pool.submit(self._step_hash, *key) if self._writer else None
                 self._ahead[key] = _Ahead(batches, hashed)
         for key in [k for k in self._ahead if k[0] < consumed]:
             self._ahead.pop(key).cancel()
 
-    def _build(self, consumed: int, config: BatchConfig) -> tuple[Batch, ...]:
+    def _build(
+        self, consumed: int, config: BatchConfig, resolved: Resolved | None = None
+    ) -> tuple[Batch, ...]:
         rows = positions_for(consumed, self.dp_rank, config)
-        whole = self.batcher.batch(rows.ravel())
+        whole = self.batcher.batch(rows.ravel(), resolved)
         m = config.micro
         return tuple(_slice(whole, i * m, (i + 1) * m) for i in range(config.accum))
 

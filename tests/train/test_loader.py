@@ -137,10 +137,10 @@ def test_a_failed_build_is_retried(plan, monkeypatch):
         real = loader.batcher.batch
         failures = [OSError("EIO: transient read error")]
 
-        def flaky(positions):
+        def flaky(positions, resolved=None):
             if failures:
                 raise failures.pop()
-            return real(positions)
+            return real(positions, resolved)
 
         monkeypatch.setattr(loader.batcher, "batch", flaky)
         with pytest.raises(OSError, match="EIO") as info:

@@ -1,0 +1,193 @@
+"""Review of Megatron prefixes in object storage (7e873c1, 911e7a6): each test here shows a bug
+found in review, against a real S3 server (moto) and, where the bucket must misbehave, the
+fault proxy in front of it. Each is marked ``xfail(strict=True)`` until it is fixed: the fix
+removes the marker.
+
+Expected values come from local copies of the same files (``helpers.build``), never from the
+code under test.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from faultproxy import FaultProxy
+from helpers import build, cli, random_docs
+
+from tokentape._src.megatron.remote import RemoteMegatronSource, object_keys, read_sidecar
+from tokentape._src.megatron.remoteverify import check_remote_megatron
+from tokentape._src.store.objects import object_store
+from tokentape.errors import StoreError
+
+pytestmark = pytest.mark.s3
+
+SIDECAR = ".tokentape.json"
+
+
+def _upload(s3, local: Path, url: str) -> None:
+    for suffix in (".bin", ".idx"):
+        s3.put(url + suffix, Path(f"{local}{suffix}").read_bytes())
+
+
+def _verify(capsys, url: str, *extra: object) -> tuple[int, str, str]:
+    return cli(capsys, "verify", url, "--vocab-size", "257", "--eod-id", "256", *extra)
+
+
+@pytest.fixture
+def prefixes(s3, tmp_path):
+    """Two Megatron prefixes (257 ids, EOD 256) of different sizes, on disk and in the bucket
+    (.bin and .idx only: no sidecar)."""
+    found = []
+    for name, seed, n_docs in (("a", 1, 40), ("b", 2, 30)):
+        local = tmp_path / name
+        build(local, random_docs(seed, n_docs, 257, 256), np.uint16)
+        url = f"{s3.url}/megatron/{name}"
+        _upload(s3, local, url)
+        found.append((local, url))
+    return found
+
+
+def _tokens(local: Path) -> int:
+    return Path(f"{local}.bin").stat().st_size // 2
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: remoteverify.check_remote_megatron rewrites the sidecar on every full verify "
+    "and reports 'identity not recorded' (exit 1) when the PUT is denied, even when the "
+    "sidecar already records exactly this identity for these objects",
+)
+def test_a_full_verify_by_a_reader_of_a_recorded_prefix_passes(prefixes, s3, s3_server, capsys):
+    """The documented workflow: someone with write access runs verify once; readers then plan,
+    stream, stage and verify. A reader's full verify of intact, recorded data must pass."""
+    (local, url), _ = prefixes
+    assert _verify(capsys, url)[0] == 0  # the writer records the sidecar
+    recorded = s3.get(url + SIDECAR)
+    with FaultProxy(s3_server.endpoint) as proxy:
+        proxy.set(deny=1.0, methods=frozenset({"PUT"}))
+        options = {"endpoint_url": proxy.endpoint}
+        src = RemoteMegatronSource(url, 257, 256, storage_options=options)  # usable
+        assert src.n_tokens == _tokens(local)
+        src.close()
+        code, out, err = _verify(capsys, url, "--storage-options", json.dumps(options), "--json")
+    assert s3.get(url + SIDECAR) == recorded
+    problems = json.loads(out)["stores"][0]["problems"]
+    assert (code, problems) == (0, []), err
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: remote.read_sidecar accepts a sidecar whose identity's sizes contradict the "
+    "object sizes it records (its docstring: inconsistent = absent); current_identity refuses "
+    "it naming `tokentape verify`, but verify compares with it (keys 'current'), reports "
+    "sha256 mismatches and never rewrites it: the prefix stays unusable",
+)
+def test_verify_replaces_a_sidecar_whose_identity_contradicts_its_object_sizes(
+    prefixes, s3, capsys
+):
+    (local, url), (_, other) = prefixes
+    assert _verify(capsys, url)[0] == 0 and _verify(capsys, other)[0] == 0
+    damaged = json.loads(s3.get(url + SIDECAR))
+    damaged["identity"] = json.loads(s3.get(other + SIDECAR))["identity"]  # a's objects, b's id
+    s3.put(url + SIDECAR, json.dumps(damaged).encode())
+    with pytest.raises(StoreError, match=r"records other sizes .* run `tokentape verify"):
+        RemoteMegatronSource(url, 257, 256)
+    code, out, err = _verify(capsys, url)  # what the refusal says to run
+    assert code == 0, out + err
+    src = RemoteMegatronSource(url, 257, 256)
+    assert src.n_tokens == _tokens(local)
+    src.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: remoteverify.check_remote_megatron compares the sidecar read for the old "
+    "objects (current) with the bytes identify() read from objects replaced meanwhile: a "
+    "false 'sha256 mismatch (sidecar)' and no sidecar recorded for the new objects",
+)
+def test_verify_does_not_compare_objects_replaced_after_the_sidecar_was_read(
+    prefixes, s3, s3_server, capsys, tmp_path
+):
+    (local, url), _ = prefixes
+    assert _verify(capsys, url)[0] == 0
+    new = bytearray(Path(f"{local}.bin").read_bytes())
+    new[0] = (new[0] + 1) % 200  # same size, another id in range: a legitimate new upload
+    with FaultProxy(s3_server.endpoint) as proxy:
+        proxy.set(delay=0.5)  # every request waits: the upload lands between two of them
+        stop = threading.Event()
+
+        def upload_after_the_sidecar_is_read() -> None:
+            while not stop.is_set():
+                for method, path, status, _ in proxy.stats().log:
+                    if method == "GET" and path.split("?")[0].endswith(SIDECAR) and status:
+                        s3.put(url + ".bin", bytes(new))
+                        return
+                time.sleep(0.005)
+
+        thread = threading.Thread(target=upload_after_the_sidecar_is_read)
+        thread.start()
+        try:
+            objects = object_store(url, {"endpoint_url": proxy.endpoint})
+            found = check_remote_megatron(objects, url, False, lambda n: list(range(n)), None)
+        finally:
+            stop.set()
+            thread.join()
+    assert s3.get(url + ".bin") == bytes(new)  # the upload did land during the check
+    assert found.problems == []
+    objects = object_store(url)
+    recorded = read_sidecar(objects, url)
+    assert recorded is not None and recorded[0] == object_keys(objects, url)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: megatron.format.index_from_bytes names the .idx with Path(f'{prefix}.idx'), "
+    "which turns s3://bucket/... into s3:/bucket/... in every header error",
+)
+def test_an_unreadable_idx_object_is_named_by_its_url(prefixes, s3, capsys):
+    (_, url), _ = prefixes
+    s3.put(url + ".idx", b"NOTANIDX" * 8)
+    code, out, _ = _verify(capsys, url, "--json")
+    assert code == 1
+    (problem,) = json.loads(out)["stores"][0]["problems"]
+    assert problem["found"].startswith(f"{url}.idx: not a Megatron index"), problem
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: plan.spec.resolve_tokenizer_spec joins a tokenizer URL (s3://...) to the plan "
+    "directory ('DIR/s3:/bucket/...'): the error names a path nobody wrote, not the URL",
+)
+def test_a_tokenizer_url_beside_a_prefix_url_is_refused_by_its_name(prefixes, s3, capsys, tmp_path):
+    (_, url), _ = prefixes
+    assert _verify(capsys, url)[0] == 0
+    tokenizer = f"{s3.url}/tokenizers/tokenizer.json"
+    s3.put(tokenizer, b"{}")
+    spec = tmp_path / "mix.toml"
+    spec.write_text(
+        f'seq_len = 8\nseed = 1\ntotal_samples = 10\n[[source]]\nname = "a"\npath = "{url}"\n'
+        f'tokenizer = "{tokenizer}"\nweight = 1\n'
+    )
+    code, _, err = cli(capsys, "plan", spec)
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert f"'{tokenizer}'" in err, err
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: plan.open.detect_remote_format falls back to 'tokentape' for PREFIX.bin "
+    "without PREFIX.idx: the error is 'no manifest.json', never that the .idx is missing "
+    "(the local detect_format names PREFIX.bin and PREFIX.idx)",
+)
+def test_a_prefix_without_its_idx_object_is_named_as_such(prefixes, s3, capsys):
+    (local, _), _ = prefixes
+    url = f"{s3.url}/megatron/only_bin"
+    s3.put(url + ".bin", Path(f"{local}.bin").read_bytes())
+    code, _, err = _verify(capsys, url)
+    assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert ".idx" in err, err

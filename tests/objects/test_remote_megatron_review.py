@@ -119,7 +119,7 @@ def test_verify_does_not_compare_objects_replaced_after_the_sidecar_was_read(
     new = bytearray(Path(f"{local}.bin").read_bytes())
     new[0] = (new[0] + 1) % 200  # same size, another id in range: a legitimate new upload
     with FaultProxy(s3_server.endpoint) as proxy:
-        proxy.set(delay=0.5)  # every request waits: the upload lands between two of them
+        proxy.set(delay=1.0)  # every request waits: the upload lands between two of them
         stop = threading.Event()
 
         def upload_after_the_sidecar_is_read() -> None:

@@ -38,7 +38,7 @@ def through(proxy, s3):
 
 def presigned(s3, key, method="GET"):
     """The path and query of a presigned request for the object ``key``."""
-    operation = {"GET": "get_object", "HEAD": "head_object"}[method]
+    operation = {"GET": "get_object", "HEAD": "head_object", "PUT": "put_object"}[method]
     url = s3.client.generate_presigned_url(operation, {"Bucket": s3.name, "Key": key})
     return url.removeprefix(s3.endpoint)
 
@@ -146,9 +146,16 @@ def test_proxy_faults_do_what_they_say(s3, proxy):
     proxy.set(methods=None, ranged=True)
     assert raw(proxy, s3, "x")[0] == 200
     assert raw(proxy, s3, "x", headers={"Range": "bytes=0-9"})[0] == 503
+    proxy.set(slowdown=0.0, ranged=False, deny=1.0, methods={"PUT"})
+    assert raw(proxy, s3, "x")[0] == 200
+    status, _, body = raw(proxy, s3, "x", "PUT")
+    assert status == 403 and b"<Code>AccessDenied</Code>" in body
+    assert s3.get(f"{s3.url}/x") == DATA[:1000]  # the PUT never reached the server
     stats = proxy.stats()
-    assert stats.requests == 9
-    assert stats.faults == {"slowdown": 3, "drop": 1, "truncate": 1, "corrupt": 1, "stall": 0}
+    assert stats.requests == 11
+    assert stats.faults == {
+        "slowdown": 3, "drop": 1, "truncate": 1, "corrupt": 1, "stall": 0, "deny": 1
+    }  # fmt: skip
     assert [(method, fault) for method, _, _, fault in stats.log] == [
         ("GET", "slowdown"),
         ("GET", "drop"),
@@ -159,6 +166,8 @@ def test_proxy_faults_do_what_they_say(s3, proxy):
         ("HEAD", "slowdown"),
         ("GET", None),
         ("GET", "slowdown"),
+        ("GET", None),
+        ("PUT", "deny"),
     ]
     with pytest.raises(ValueError, match="fraction"):
         Faults(slowdown=1.5)
@@ -369,3 +378,12 @@ def test_reading_to_the_end_is_not_one_request_per_8_kib(s3, proxy):
     with through(proxy, s3).open_reader(url, 2**20) as f:
         assert f.read() == DATA[: 2**20]
     assert proxy.stats().requests <= 4, proxy.stats().requests
+
+
+def test_a_whole_object_is_read_in_one_request(s3, proxy):
+    """A manifest, a sidecar or a tokenizer copy read whole costs one GET (s3fs would first
+    HEAD it for its size: a round trip more on every open)."""
+    url = f"{s3.url}/x"
+    s3.put(url, DATA[:3000])
+    assert through(proxy, s3).read(url) == DATA[:3000]
+    assert [method for method, _, _, _ in proxy.stats().log] == ["GET"]

@@ -342,8 +342,13 @@ class ObjectStore:
         """Bytes ``[start, stop)`` of the object (the whole object without a range); a body of
         another length than asked for is retried."""
 
+        whole = start is None and stop is None
+        # s3fs reads a whole object after a HEAD for its size (to split a large one into
+        # parallel parts): one round trip more for every manifest, sidecar and tokenizer copy.
+        kwargs = {"max_concurrency": 1} if whole and self.protocol == "s3" else {}
+
         def get() -> bytes:
-            data = self.fs.cat_file(self._key(url), start=start, end=stop)
+            data = self.fs.cat_file(self._key(url), start=start, end=stop, **kwargs)
             if start is not None and stop is not None and len(data) != stop - start:
                 raise _Short(f"got {len(data)} bytes of a {stop - start}-byte range")
             return data

@@ -109,6 +109,7 @@ class _BinFile:
         self.ok = job.work / f".{self.name}.ok"
         self.done = self._recorded()
         self.lock = threading.Lock()
+        self.finished = False
         fd = os.open(self.part, os.O_WRONLY | os.O_CREAT | _CLOEXEC, 0o644)
         try:
             os.ftruncate(fd, size)
@@ -150,13 +151,15 @@ class _BinFile:
 
     def fetch(self, blocks: list[int]) -> None:
         """Fetch, verify and record ``blocks``, fetching mismatched ones again up to the retry
-        budget."""
+        budget; the task that records the file's last block finishes it (while the other
+        files are still downloading)."""
         pending = blocks
         for attempt in range(1, self.job.attempts + 1):
             bad: list[int] = []
             for run in _runs(pending):
                 bad += self._fetch_run(run[0], run[-1] + 1)
             if not bad:
+                self.finish()
                 return
             if attempt < self.job.attempts:
                 _retry_wait(self.job, attempt)
@@ -221,9 +224,12 @@ class _BinFile:
 
     def finish(self) -> None:
         """Put the file at its name once every block is verified, and drop the record; a
-        file still incomplete (a failure, a stop) is kept for the next run."""
-        if len(self.done) != self.n_blocks:
-            return
+        file still incomplete (a failure, a stop) is kept for the next run. Once only: the
+        first call after the last block is recorded does it."""
+        with self.lock:
+            if self.finished or len(self.done) != self.n_blocks:
+                return
+            self.finished = True
         # The block hashes are not part of the store's content hash (its bin_sha256 is): a
         # manifest whose block hashes were rewritten with the bytes must not pass for verified.
         with open(self.part, "rb") as f:

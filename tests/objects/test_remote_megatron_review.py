@@ -1,7 +1,6 @@
-"""Review of Megatron prefixes in object storage (7e873c1, 911e7a6): each test here shows a bug
-found in review, against a real S3 server (moto) and, where the bucket must misbehave, the
-fault proxy in front of it. Each is marked ``xfail(strict=True)`` until it is fixed: the fix
-removes the marker.
+"""Megatron prefixes in object storage, the cases a review found wrong (each failed before its
+fix): against a real S3 server (moto) and, where the bucket must misbehave, the fault proxy in
+front of it.
 
 Expected values come from local copies of the same files (``helpers.build``), never from the
 code under test.
@@ -57,12 +56,6 @@ def _tokens(local: Path) -> int:
     return Path(f"{local}.bin").stat().st_size // 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: remoteverify.check_remote_megatron rewrites the sidecar on every full verify "
-    "and reports 'identity not recorded' (exit 1) when the PUT is denied, even when the "
-    "sidecar already records exactly this identity for these objects",
-)
 def test_a_full_verify_by_a_reader_of_a_recorded_prefix_passes(prefixes, s3, s3_server, capsys):
     """The documented workflow: someone with write access runs verify once; readers then plan,
     stream, stage and verify. A reader's full verify of intact, recorded data must pass."""
@@ -81,13 +74,6 @@ def test_a_full_verify_by_a_reader_of_a_recorded_prefix_passes(prefixes, s3, s3_
     assert (code, problems) == (0, []), err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: remote.read_sidecar accepts a sidecar whose identity's sizes contradict the "
-    "object sizes it records (its docstring: inconsistent = absent); current_identity refuses "
-    "it naming `tokentape verify`, but verify compares with it (keys 'current'), reports "
-    "sha256 mismatches and never rewrites it: the prefix stays unusable",
-)
 def test_verify_replaces_a_sidecar_whose_identity_contradicts_its_object_sizes(
     prefixes, s3, capsys
 ):
@@ -96,7 +82,9 @@ def test_verify_replaces_a_sidecar_whose_identity_contradicts_its_object_sizes(
     damaged = json.loads(s3.get(url + SIDECAR))
     damaged["identity"] = json.loads(s3.get(other + SIDECAR))["identity"]  # a's objects, b's id
     s3.put(url + SIDECAR, json.dumps(damaged).encode())
-    with pytest.raises(StoreError, match=r"records other sizes .* run `tokentape verify"):
+    with pytest.raises(
+        StoreError, match=r"not a well-formed one of ours\); .* run `tokentape verify"
+    ):
         RemoteMegatronSource(url, 257, 256)
     code, out, err = _verify(capsys, url)  # what the refusal says to run
     assert code == 0, out + err
@@ -105,12 +93,6 @@ def test_verify_replaces_a_sidecar_whose_identity_contradicts_its_object_sizes(
     src.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: remoteverify.check_remote_megatron compares the sidecar read for the old "
-    "objects (current) with the bytes identify() read from objects replaced meanwhile: a "
-    "false 'sha256 mismatch (sidecar)' and no sidecar recorded for the new objects",
-)
 def test_verify_does_not_compare_objects_replaced_after_the_sidecar_was_read(
     prefixes, s3, s3_server, capsys, tmp_path
 ):
@@ -145,11 +127,6 @@ def test_verify_does_not_compare_objects_replaced_after_the_sidecar_was_read(
     assert recorded is not None and recorded[0] == object_keys(objects, url)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: megatron.format.index_from_bytes names the .idx with Path(f'{prefix}.idx'), "
-    "which turns s3://bucket/... into s3:/bucket/... in every header error",
-)
 def test_an_unreadable_idx_object_is_named_by_its_url(prefixes, s3, capsys):
     (_, url), _ = prefixes
     s3.put(url + ".idx", b"NOTANIDX" * 8)
@@ -159,11 +136,6 @@ def test_an_unreadable_idx_object_is_named_by_its_url(prefixes, s3, capsys):
     assert problem["found"].startswith(f"{url}.idx: not a Megatron index"), problem
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: plan.spec.resolve_tokenizer_spec joins a tokenizer URL (s3://...) to the plan "
-    "directory ('DIR/s3:/bucket/...'): the error names a path nobody wrote, not the URL",
-)
 def test_a_tokenizer_url_beside_a_prefix_url_is_refused_by_its_name(prefixes, s3, capsys, tmp_path):
     (_, url), _ = prefixes
     assert _verify(capsys, url)[0] == 0
@@ -179,12 +151,6 @@ def test_a_tokenizer_url_beside_a_prefix_url_is_refused_by_its_name(prefixes, s3
     assert f"'{tokenizer}'" in err, err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: plan.open.detect_remote_format falls back to 'tokentape' for PREFIX.bin "
-    "without PREFIX.idx: the error is 'no manifest.json', never that the .idx is missing "
-    "(the local detect_format names PREFIX.bin and PREFIX.idx)",
-)
 def test_a_prefix_without_its_idx_object_is_named_as_such(prefixes, s3, capsys):
     (local, _), _ = prefixes
     url = f"{s3.url}/megatron/only_bin"
@@ -194,14 +160,6 @@ def test_a_prefix_without_its_idx_object_is_named_as_such(prefixes, s3, capsys):
     assert ".idx" in err, err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: plan.open.detect_remote_format (now run first by open_store, plan and verify "
-    "for every URL, stores too) lets ObjectStore.info's PermissionError escape: the CLI "
-    "prints a bare 'tokentape: error: Forbidden' naming no object (before 911e7a6 a store "
-    "said 'URL/manifest.json: access denied (...)'), and open_store raises PermissionError, "
-    "not a TokentapeError",
-)
 def test_a_bucket_that_denies_access_is_named_in_one_line(
     s3, s3_server, capsys, tmp_path, monkeypatch
 ):

@@ -55,9 +55,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "stage",
         help="download a plan's s3:// sources to local disk, verified block by block",
         description=(
-            "Stage the object-storage stores of a resolved plan to a node-local cache\n"
-            "directory, verifying every block against the store's manifest, and print where\n"
-            "each store is staged and how many bytes were downloaded or reused."
+            "Stage the object-storage sources of a resolved plan (stores and Megatron\n"
+            "prefixes) to a node-local cache directory, verifying every block against the\n"
+            "hashes recorded with it, and print where each is staged and how many bytes\n"
+            "were downloaded or reused."
         ),
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -28,12 +28,17 @@ Megatron prefixes (PREFIX.bin + PREFIX.idx, given directly or named by a plan):
   PREFIX.tokentape.json (--quick: the .idx and N blocks of .bin); the plan's content hash;
   ids in [0, vocab) and the EOD id at every document end, with the plan's vocabulary or
   --vocab-size/--eod-id.
+  A prefix in object storage (s3://bucket/data/web_text_document) is read once with ranged
+  GETs and its identity is written beside it as the object PREFIX.tokentape.json, with both
+  objects' sizes and ETags: run this once so that plan, stage and the loader can use it
+  without reading its tokens (a bucket you may only read: "identity not recorded").
 
 examples:
   tokentape verify stores/web stores/code
   tokentape verify mix.json --quick --blocks 8
   tokentape verify stores/web --json
   tokentape verify data/web_text_document --vocab-size 50257 --eod-id 50256
+  tokentape verify s3://corpora/megatron/web_text_document --vocab-size 50257 --eod-id 50256
 
 Exit status: 0 when every store is intact, 1 when a problem was found (one line each),
 2 when a path is not a store or plan, or a manifest cannot be read.
@@ -53,7 +58,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
-        "paths", nargs="+", metavar="STORE_OR_PLAN", help="store dir, s3:// store or PLAN.json"
+        "paths",
+        nargs="+",
+        metavar="STORE_OR_PLAN",
+        help="a store directory or Megatron prefix (local or s3://), or a PLAN.json",
     )
     p.add_argument("--quick", action="store_true", help="spot-check blocks, no full rehash")
     add_storage_options(p)

@@ -234,7 +234,7 @@ def open_for_reading(path: Path) -> io.BufferedReader:
         raise StoreError(f"{path}: cannot read ({exc.strerror})") from None
 
 
-def parse_header(path: Path, size: int, head: bytes) -> tuple[int, int, int, int]:
+def parse_header(path: str | Path, size: int, head: bytes) -> tuple[int, int, int, int]:
     """The checked header of the ``.idx`` at ``path`` (``size`` bytes, starting with ``head``)."""
     if len(head) >= len(MAGIC) and head[: len(MAGIC)] != MAGIC:
         raise StoreError(
@@ -300,7 +300,7 @@ def index_from_bytes(
 ) -> MegatronIndex:
     """``read_index`` for a ``.idx`` held in memory (fetched from object storage): ``prefix``
     names it in messages; ``bin_size`` is the size of its ``.bin``."""
-    header = parse_header(Path(f"{prefix}.idx"), len(data), data[: HEADER.size])
+    header = parse_header(f"{prefix}.idx", len(data), data[: HEADER.size])
 
     def view(dtype: str, offset: int, count: int) -> np.ndarray:
         return np.frombuffer(data, dtype=dtype, count=count, offset=offset)

@@ -53,12 +53,21 @@ from tokentape._src.megatron.source import (
     id_range_problem,
     resolve_vocabulary,
 )
-from tokentape._src.store.objects import ObjectInfo, ObjectStore, StorageOptions, object_store
+from tokentape._src.store.objects import (
+    ObjectInfo,
+    ObjectStore,
+    StorageOptions,
+    object_store,
+    redact,
+)
 from tokentape._src.store.remote import Blocks, FetchConfig, RangedSource
 from tokentape._src.store.tokenizers import NoTokenizer, Tokenizer
 from tokentape._src.util.checks import is_int
 from tokentape.errors import StoreError
 
+MAX_BLOCK_BYTES = 2**30
+"""A recorded ``.bin`` block larger than this is not one of ours (``verify --quick`` holds a
+block in memory): the sidecar counts as absent."""
 READ_AHEAD = 4
 """Ranged GETs of ``.bin`` in flight while a prefix is identified (each ``CHUNK_BYTES``)."""
 
@@ -91,11 +100,6 @@ def sidecar_url(url: str) -> str:
     return f"{url}{SIDECAR_SUFFIX}"
 
 
-def is_remote_prefix(objects: ObjectStore, url: str) -> bool:
-    """Whether both ``URL.bin`` and ``URL.idx`` exist."""
-    return objects.info(bin_url(url)) is not None and objects.info(idx_url(url)) is not None
-
-
 def object_keys(objects: ObjectStore, url: str) -> ObjectKeys:
     """Both objects' keys, as they are now; a missing one is one clear line."""
     keys = []
@@ -103,7 +107,7 @@ def object_keys(objects: ObjectStore, url: str) -> ObjectKeys:
         try:
             info: ObjectInfo | None = objects.info(where)
         except PermissionError as exc:
-            raise StoreError(f"{where}: access denied ({exc})") from None
+            raise StoreError(f"{where}: access denied ({redact(str(exc))})") from None
         if info is None:
             raise StoreError(f"{where}: no such object (a Megatron prefix needs .bin and .idx)")
         keys.append(ObjectKey(info.size, info.version))
@@ -127,7 +131,7 @@ def _keys_from_json(data: Any) -> ObjectKeys | None:
 def read_sidecar(objects: ObjectStore, url: str) -> tuple[ObjectKeys, MegatronIdentity] | None:
     """The keys and identity the sidecar object beside ``url`` records; None when there is
     none, or it is not a well-formed one of ours (too large, not JSON, fields missing or
-    inconsistent: counted as absent)."""
+    inconsistent with each other or with the object sizes it records: counted as absent)."""
     where = sidecar_url(url)
     try:
         info = objects.info(where)
@@ -137,7 +141,7 @@ def read_sidecar(objects: ObjectStore, url: str) -> tuple[ObjectKeys, MegatronId
     except (FileNotFoundError, UnicodeDecodeError, ValueError, RecursionError):
         return None
     except PermissionError as exc:
-        raise StoreError(f"{where}: access denied ({exc})") from None
+        raise StoreError(f"{where}: access denied ({redact(str(exc))})") from None
     if not isinstance(data, dict) or data.get("format") != SIDECAR_FORMAT:
         return None
     if data.get("version") != SIDECAR_VERSION:
@@ -145,8 +149,10 @@ def read_sidecar(objects: ObjectStore, url: str) -> tuple[ObjectKeys, MegatronId
     keys, identity = _keys_from_json(data.get("objects")), identity_from_json(data.get("identity"))
     if keys is None or identity is None:
         return None
-    if identity.n_tokens and identity.block_bytes <= 0:
-        return None  # whole blocks could not be checked
+    if identity.n_tokens and not 0 < identity.block_bytes <= MAX_BLOCK_BYTES:
+        return None  # whole blocks could not be checked (or one would not fit in memory)
+    if (identity.bin_bytes, identity.idx_bytes) != (keys.bin.size, keys.idx.size):
+        return None  # describes other objects than those it names
     return keys, identity
 
 
@@ -186,12 +192,10 @@ def current_identity(objects: ObjectStore, url: str) -> tuple[MegatronIdentity, 
     keys = object_keys(objects, url)
     found = read_sidecar(objects, url)
     if found is None:
-        raise no_identity(url, "no sidecar records one")
+        raise no_identity(url, "no sidecar records one (none, or not a well-formed one of ours)")
     recorded, identity = found
     if recorded != keys:
         raise no_identity(url, "its .bin or .idx changed since the sidecar recorded them")
-    if (identity.bin_bytes, identity.idx_bytes) != (keys.bin.size, keys.idx.size):
-        raise no_identity(url, "its sidecar records other sizes than the objects have")
     return identity, keys
 
 
@@ -376,7 +380,6 @@ __all__ = [
     "RemoteMegatronSource",
     "current_identity",
     "identify",
-    "is_remote_prefix",
     "object_keys",
     "read_sidecar",
     "sidecar_url",

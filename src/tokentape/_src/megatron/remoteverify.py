@@ -93,16 +93,18 @@ def check_remote_megatron(
             ids = union(_spot_check(objects, url, recorded, chooser, progress, out), _ids(recorded))
             content, end_id = recorded.content_hash, recorded.end_id
         else:
-            found, keys, index = identify(objects, url, progress)
+            found, read, index = identify(objects, url, progress)
             out.n_tokens, out.n_docs = index.n_tokens, index.n_docs
             out.bytes_hashed += found.bin_bytes
             out.blocks_total = out.blocks_checked = len(found.block_sha256)
             bytes_differ = False
+            current = current and read == keys  # not replaced since the sidecar was read
             if current and recorded is not None:
                 problems = against_record(data, meta, recorded, found)
                 bytes_differ = any("sha256" in what for _, what, _, _ in problems)
                 out.problems += problems
-            if not bytes_differ and not write_sidecar(objects, url, found, keys):
+            as_recorded = current and recorded == found  # nothing to write
+            if not (bytes_differ or as_recorded) and not write_sidecar(objects, url, found, read):
                 out.problems.append(
                     (
                         sidecar_url(url),

@@ -10,10 +10,10 @@ import os
 from pathlib import Path
 
 from tokentape._src.megatron.format import is_prefix
-from tokentape._src.megatron.remote import RemoteMegatronSource, is_remote_prefix
+from tokentape._src.megatron.remote import RemoteMegatronSource
 from tokentape._src.megatron.source import MEGATRON, MegatronSource
 from tokentape._src.store.format import MANIFEST_NAME
-from tokentape._src.store.objects import StorageOptions, is_url, join, object_store
+from tokentape._src.store.objects import StorageOptions, is_url, join, object_store, redact
 from tokentape._src.store.reader import Source, TokenStream
 from tokentape._src.store.remote import FetchConfig, RemoteSource
 from tokentape._src.util.progress import ProgressCallback
@@ -51,15 +51,25 @@ def detect_remote_format(url: str, storage_options: StorageOptions | None = None
     ``URL.bin`` and ``URL.idx`` do."""
     objects = object_store(url, storage_options)
     url = url.rstrip("/")
-    if objects.info(join(url, MANIFEST_NAME)) is not None:
+
+    def exists(where: str) -> bool:
+        try:
+            return objects.info(where) is not None
+        except PermissionError as exc:
+            raise StoreError(f"{where}: access denied ({redact(str(exc))})") from None
+
+    if exists(join(url, MANIFEST_NAME)):
         return TOKENTAPE
-    if is_remote_prefix(objects, url):
+    has_bin, has_idx = exists(f"{url}.bin"), exists(f"{url}.idx")
+    if has_bin and has_idx:
         return MEGATRON
+    if has_bin or has_idx:
+        missing = f"{url}.idx" if has_bin else f"{url}.bin"
+        raise StoreError(f"{missing}: no such object (a Megatron prefix needs .bin and .idx)")
     for suffix in (".bin", ".idx"):
-        if url.endswith(suffix) and is_remote_prefix(objects, url[: -len(suffix)]):
-            raise InputError(
-                f"'{url}': give the Megatron prefix without {suffix} ('{url[: -len(suffix)]}')"
-            )
+        stem = url[: -len(suffix)]
+        if url.endswith(suffix) and exists(f"{stem}.bin") and exists(f"{stem}.idx"):
+            raise InputError(f"'{url}': give the Megatron prefix without {suffix} ('{stem}')")
     return TOKENTAPE
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tokentape._src.plan.open import FORMATS, TOKENTAPE
-from tokentape._src.store.objects import check_storage_options, secret_keys
+from tokentape._src.store.objects import check_storage_options, is_url, secret_keys
 from tokentape._src.tape.blend import (
     DEFAULT_DENOMINATOR,
     MAX_DENOMINATOR,
@@ -259,4 +259,9 @@ def resolve_tokenizer_spec(spec: str, base_dir: str) -> str:
     if spec == "bytes":
         return spec
     prefix = next((p for p in ("tiktoken:", "hf:") if spec.startswith(p)), "")
+    if is_url(spec.removeprefix(prefix)):
+        raise PlanError(
+            f"tokenizer '{spec}': a tokenizer is read from a local file; copy it beside the plan "
+            "(tokenizers are small) and name that file"
+        )
     return prefix + str(Path(base_dir, spec.removeprefix(prefix)).resolve())

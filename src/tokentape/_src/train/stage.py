@@ -12,8 +12,9 @@ block hashes, ``NAME.idx`` as one block against its sha256, both files then chec
 last a local sidecar beside them (``NAME.tokentape.json``, for the files as staged) that the
 loader's ``MegatronSource`` finds current, so it never hashes them.
 
-The staged copy is a normal tokentape store directory (the manifest and every file it names,
-byte for byte), read with the usual memory maps. Cache layout (``KEY`` is the first 16 hex
+A staged store is a normal tokentape store directory (the manifest and every file it names,
+byte for byte), read with the usual memory maps; a staged Megatron prefix is its two files and
+a local sidecar (see the end of this docstring). Cache layout (``KEY`` is the first 16 hex
 digits of the sha256 of the store's URL without a trailing ``/``, ``NAME`` the URL's last
 component with every character outside ``[A-Za-z0-9._-]`` replaced by ``_``)::
 

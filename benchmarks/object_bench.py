@@ -4,7 +4,7 @@ Starts a real S3-compatible server on loopback (moto, ``tests/objstore.py``) and
 fault-injecting proxy in front of it (``tests/faultproxy.py``, used here only for its
 per-request delay: the latency of a real object store). One corpus of jsonl files (the
 tokenize benchmark's, ``--mb`` MB of text) is uploaded to ``s3://BUCKET/raw/``, and a token
-store built from it locally (``bytes`` tokenizer, ``--shard-mb`` shards) to
+store of ``--store-mb`` MB of random ids (``bytes`` tokenizer, ``--shard-mb`` shards) to
 ``s3://BUCKET/stores/web/``. At each latency, every measurement runs ``--rounds`` times and
 reports its best round:
 
@@ -19,8 +19,9 @@ reports its best round:
   concurrency (``--workers``: stage's ``workers``, s3fs's ``batch_size``), rounds interleaved;
   ratio = stage MB/s / s3fs MB/s (1.0 = staging costs nothing over a bare parallel get); the
   download-phase ratio leaves out what comes before stage's parallel download (the manifest's
-  GET and the listing: two round trips, which weigh on a store this small at 50 ms) and after
-  it (the rename): it times the download from stage's final progress report (``elapsed``).
+  GET and the listing, in parallel: one round trip, which weighs on a small store at 50 ms)
+  and after it (the rename): it times the download from stage's final progress report
+  (``elapsed``).
 - **stream**: the streamed ``Loader`` (no ``cache_dir``) on one rank, ``--batch`` windows of
   ``--seq-len`` per step, over a store of random token ids (``--stream-windows`` windows'
   worth, uploaded to ``s3://BUCKET/stores/random/``). First its production time per step with
@@ -42,7 +43,8 @@ machine's cores (moto itself serves about 100-150 MB/s here, and each small requ
 several ms of CPU in this process: that, not the latency, sets the stream row's production
 time; the proxy costs little beside it), and nothing here asserts a time.
 
-    python benchmarks/object_bench.py [--mb 8] [--shard-mb 4] [--latency-ms 0,10,50]
+    python benchmarks/object_bench.py [--mb 8] [--store-mb 128] [--shard-mb 4]
+                                      [--latency-ms 0,10,50]
                                       [--rounds 3] [--workers 8] [--batch 256] [--seq-len 2048]
                                       [--steps 20] [--headroom 1.5] [--concurrency 64]
                                       [--stream-windows 8192] [--prefetch K]
@@ -403,9 +405,11 @@ def run_measure(name: str, fn: Measurement, bench: Bench, proxy: FaultProxy) -> 
 # --- set-up --------------------------------------------------------------------------------
 
 
-def write_random_store(directory: Path, n_tokens: int, seed: int = 0) -> int:
+def write_random_store(
+    directory: Path, n_tokens: int, seed: int = 0, shard_tokens: int = 8_000_000
+) -> int:
     """A store of about ``n_tokens`` random byte-tokenizer ids in documents of 200-5,000
-    tokens (one shard per 8M tokens); returns its token dtype's item size."""
+    tokens (one shard per ``shard_tokens``); returns its token dtype's item size."""
     tok = load_tokenizer("bytes")
     rng = np.random.default_rng(seed)
     lengths = rng.integers(200, 5000, size=n_tokens // 2600 + 1)
@@ -413,7 +417,7 @@ def write_random_store(directory: Path, n_tokens: int, seed: int = 0) -> int:
     tokens[np.cumsum(lengths) - 1] = tok.eod_id  # each document ends with EOD
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
-    writer = ShardWriter(directory, "uint16", 8_000_000)
+    writer = ShardWriter(directory, "uint16", shard_tokens)
     writer.add(tokens, lengths)
     finish_store(
         directory,
@@ -433,8 +437,7 @@ def build(args: argparse.Namespace, bucket: Bucket, chosen: list[str]) -> Bench:
     corpus = build_corpus(work / "corpus-work", args.mb, args.n_files)
     corpus_dir = Path(corpus.files[0]).parent
     store_dir = work / "store"
-    shutil.rmtree(store_dir, ignore_errors=True)
-    tokentape.tokenize(str(corpus_dir), store_dir, tokenizer="bytes", shard_mb=args.shard_mb)
+    write_random_store(store_dir, int(args.store_mb * MB) // 2, 1, int(args.shard_mb * MB) // 2)
     corpus_url = bucket.upload_tree(corpus_dir, f"{bucket.url}/raw")
     store_url = bucket.upload_tree(store_dir, f"{bucket.url}/stores/web")
     stream = None
@@ -492,6 +495,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--mb", type=float, default=8.0, help="MB of jsonl text (the corpus)")
     ap.add_argument("--n-files", type=int, default=8, help="jsonl files in the corpus")
+    ap.add_argument("--store-mb", type=float, default=128.0, help="size of the staged store")
     ap.add_argument("--shard-mb", type=float, default=4.0, help="shard size of the store")
     ap.add_argument("--latency-ms", default="0,10,50", help="per-request delays, comma-separated")
     ap.add_argument("--rounds", type=int, default=3)

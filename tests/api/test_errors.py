@@ -94,19 +94,22 @@ def test_resume_refused_by_load_state_dict_names_every_difference(root):
     e = info.value
     fields = {field: (old, new) for field, old, new in e.differences}
     assert fields["seed"] == (1234, 99)
-    old_units, new_units = fields["sources.web.weight_units"]
-    assert new_units > old_units
-    assert fields["sources.code.weight_units"][1] < fields["sources.code.weight_units"][0]
+    # Exact weights: 60/40 is 3/2 over 5, 70/40 is 7/4 over 11.
+    assert fields["denominator"] == (5, 11)
+    assert fields["sources.web.weight_units"] == (3, 7)
+    assert fields["sources.code.weight_units"] == (2, 4)
     # the message is built from the same data: every difference, in the same order
     message = str(e)
-    assert f"source 'web': weight_units {old_units} → {new_units}" in message
+    assert "source 'web': weight_units 3 → 7" in message
     assert "seed: 1234 → 99" in message
     assert [field for field, _, _ in e.differences] == [
+        "denominator",
         "seed",
         "sources.code.weight_units",
         "sources.web.weight_units",
     ]
     positions = [message.index(p) for p in ("seed:", "source 'code'", "source 'web'")]
+    assert message.index("denominator") < positions[0]
     assert positions == sorted(positions)
     assert _roundtrip(e).differences == e.differences
 

@@ -606,7 +606,7 @@ CASES: list[Case] = [
     cli("planjson-huge-int", *LOCATE, edit=replace_text("plan.json", '"seed": 1234',
                                                         '"seed": ' + "9" * 5000)),
     cli("planjson-format", *LOCATE, edit=edit_plan(top(format="tokentape.plan2"))),
-    cli("planjson-algorithm", *LOCATE, edit=edit_plan(top(algorithm_version=2))),
+    cli("planjson-algorithm", *LOCATE, edit=edit_plan(top(algorithm_version=3))),
     cli("planjson-algorithm-text", *LOCATE, edit=edit_plan(top(algorithm_version="1"))),
     cli("planjson-horizon-float", *LOCATE, edit=edit_plan(top(horizon_samples=2000.5)),
         names="horizon_samples"),

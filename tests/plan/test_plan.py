@@ -7,16 +7,18 @@ import shutil
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import PLAN, SIZES, make_store, plan_of, write_docs
 
 from tokentape._src.plan.load import load_plan
-from tokentape._src.plan.plan import Plan
+from tokentape._src.plan.plan import Plan, index_hash
 from tokentape._src.plan.spec import load_plan_spec
 from tokentape._src.program import main
 from tokentape._src.tokenize.driver import tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
-from tokentape.errors import TokentapeError
+from tokentape._src.train.state import DataState
+from tokentape.errors import PlanError, ResumeRefused, TokentapeError
 
 
 @pytest.fixture(scope="module")
@@ -28,15 +30,23 @@ def stores(tmp_path_factory) -> Path:
 
 
 def test_repeat_table(stores):
-    plan = plan_of(stores)
+    plan = plan_of(stores)  # weights 60 / 30 / 10, no weight_denominator: exactly as stated
     assert [s.name for s in plan.sources] == ["web", "code", "math"]
-    assert sum(s.weight_units for s in plan.sources) == plan.denominator == 2**16
-    assert sum(s.draws for s in plan.sources) == plan.horizon_samples == 2000
-    for s, w in zip(plan.sources, (0.6, 0.3, 0.1), strict=True):
-        assert abs(s.draws - 2000 * s.weight_units / 2**16) < 1
-        assert abs(s.weight_units / 2**16 - w) < 1 / 2**16
+    assert [s.weight_units for s in plan.sources] == [6, 3, 1] and plan.denominator == 10
+    assert [s.draws for s in plan.sources] == [1200, 600, 200]  # 2000 x 6/10, 3/10, 1/10
+    for s in plan.sources:
         assert s.n_samples == (s.n_tokens - 1) // 64
         assert s.passes == pytest.approx(s.draws / s.n_samples)
+    # An explicit weight_denominator rounds over it, as before exact weights were the default.
+    rounded = plan_of(
+        stores, PLAN.replace("seed = 1234", "seed = 1234\nweight_denominator = 65536")
+    )
+    assert sum(s.weight_units for s in rounded.sources) == rounded.denominator == 2**16
+    assert sum(s.draws for s in rounded.sources) == rounded.horizon_samples == 2000
+    for s, w in zip(rounded.sources, (0.6, 0.3, 0.1), strict=True):
+        assert abs(s.draws - 2000 * s.weight_units / 2**16) < 1
+        assert abs(s.weight_units / 2**16 - w) < 1 / 2**16
+    assert rounded.index_hash != plan.index_hash
 
 
 def test_total_tokens_horizon_and_suffixes(stores):
@@ -324,3 +334,47 @@ def test_plan_save_failure_names_the_file_and_writes_nothing(stores, tmp_path):
     with pytest.raises(TokentapeError, match="No such file or directory"):
         plan.save(tmp_path / "missing" / "plan.json")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_version_1_plan_and_its_data_state_still_load_with_the_same_tape(stores, tmp_path):
+    """Version 2 changed how a plan file's weights are resolved, not the tape of a resolved
+    plan: a PLAN.json written by version 1 (weights rounded over 2^16, its index hash over
+    version 1) loads, keeps its index hash, and maps every position as the same weights do
+    under version 2; its data state resumes. Another version is refused."""
+    explicit = plan_of(
+        stores, PLAN.replace("seed = 1234", "seed = 1234\nweight_denominator = 65536")
+    )
+    rows = [(s.name, s.weight_units, s.n_tokens, s.dtype, s.content_hash) for s in explicit.sources]
+    old_hash = index_hash(explicit.seq_len, explicit.seed, explicit.denominator, rows, version=1)
+    data = json.loads(explicit.to_json())
+    data |= {"algorithm_version": 1, "index_hash": old_hash}
+    (tmp_path / "v1.json").write_text(json.dumps(data))
+    v1 = load_plan(tmp_path / "v1.json")
+    assert (v1.algorithm_version, v1.index_hash) == (1, old_hash) != (2, explicit.index_hash)
+    positions = np.arange(0, 50_000, 7)
+    a, b = v1.tape().resolve(positions), explicit.tape().resolve(positions)
+    assert np.array_equal(a.source, b.source) and np.array_equal(a.sample, b.sample)
+    state = DataState.from_dict(json.loads(json.dumps(DataState.start(v1).to_dict())))
+    assert state.index_hash == old_hash
+    state.check_plan(load_plan(tmp_path / "v1.json"))  # resumes
+    with pytest.raises(ResumeRefused, match="algorithm_version"):
+        state.check_plan(explicit)  # re-resolved under version 2: another index hash
+    data["algorithm_version"] = 3
+    (tmp_path / "v3.json").write_text(json.dumps(data))
+    with pytest.raises(PlanError, match="algorithm_version 3 is not one of 1, 2"):
+        load_plan(tmp_path / "v3.json")
+
+
+def test_the_plan_table_says_whether_the_weights_are_exact(stores, tmp_path, capsys):
+    shutil.copytree(stores / "stores", tmp_path / "stores")
+    cases = [
+        (PLAN, "exact rationals over 10: the stated weights exactly"),
+        (
+            PLAN.replace("weight = 10\n", "weight = 10.00001\n"),
+            "over 65,536: the stated weights rounded",
+        ),
+    ]
+    for text, expected in cases:
+        (tmp_path / "mix.toml").write_text(text)
+        assert main(["plan", str(tmp_path / "mix.toml")]) == 0
+        assert expected in capsys.readouterr().out

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokentape._src.tape.blend import MAX_POSITION, Blend, rational_weights
+from tokentape._src.tape.blend import MAX_POSITION, Blend, exact_weights, rational_weights
 from tokentape.errors import TokentapeError
 
 
@@ -324,3 +324,68 @@ def test_maps_refuse_out_of_range():
         blend.count(0, -3)
     with pytest.raises(TokentapeError, match="source index -1"):
         blend.count(-1, 3)
+
+
+# --- exact stated weights (algorithm version 2) ---------------------------------------------
+
+
+def test_exact_weights_examples():
+    names3 = ("a", "b", "c")
+    assert exact_weights((60, 30, 10), names3) == ((6, 3, 1), 10)
+    assert exact_weights((0.55, 0.3, 0.15), names3) == ((11, 6, 3), 20)
+    assert exact_weights((0.6, 0.3, 0.1), names3) == ((6, 3, 1), 10)  # not the floats' binary
+    assert exact_weights((1, 1, 1), names3) == ((1, 1, 1), 3)
+    assert exact_weights((7,), ("a",)) == ((1,), 1)
+    assert exact_weights((2.5, 5), ("a", "b")) == ((1, 2), 3)
+    assert exact_weights((1e-3, 2e-3), ("a", "b")) == ((1, 2), 3)
+    # 65,536 + 1 = 65,537 positions would be exact: more than the cap, so rounded over it.
+    assert exact_weights((65_536, 1), ("a", "b")) == (
+        rational_weights((65_536, 1), ("a", "b")),
+        2**16,
+    )
+    assert exact_weights((1, 0.123457), ("a", "b")) == (
+        rational_weights((1, 0.123457), ("a", "b")),
+        2**16,
+    )
+    assert exact_weights((3, 1), ("a", "b"), cap=3) == (rational_weights((3, 1), ("a", "b"), 3), 3)
+    with pytest.raises(TokentapeError, match="source 'b': weight must be positive"):
+        exact_weights((1, 0), ("a", "b"))
+
+
+decimals = st.integers(1, 10_000).map(lambda n: float(Fraction(n, 10_000)))  # 4 places at most
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.one_of(
+        st.lists(st.integers(1, 5000), min_size=1, max_size=12),
+        st.lists(decimals, min_size=1, max_size=8),
+    )
+)
+def test_exact_weights_are_the_stated_shares_over_the_smallest_period(weights):
+    names = [f"s{i}" for i in range(len(weights))]
+    units, period = exact_weights(weights, names)
+    stated = [Fraction(repr(w)) if isinstance(w, float) else Fraction(w) for w in weights]
+    total = sum(stated)
+    smallest = math.lcm(*((s / total).denominator for s in stated))
+    if smallest <= 2**16:
+        assert period == smallest == sum(units)
+        assert [Fraction(u, period) for u in units] == [s / total for s in stated]
+        assert math.gcd(*units) == 1
+    else:  # rounded over the cap, as an explicit denominator of 2^16 would be
+        assert (units, period) == (rational_weights(weights, names, 2**16), 2**16)
+
+
+def test_sixty_thirty_ten_stays_within_one_sample_of_the_stated_weights():
+    """No knob: every prefix of the blend of 60/30/10 is within one sample of 0.6 n, 0.3 n and
+    0.1 n (the period is 10, so the prefixes of two periods cover all)."""
+    units, period = exact_weights((60, 30, 10), ("web", "code", "math"))
+    blend = Blend.build(units)
+    n = np.arange(0, 10 * period + 1)
+    for d, share in enumerate((Fraction(6, 10), Fraction(3, 10), Fraction(1, 10))):
+        counts = blend.count(d, n)
+        gap = counts * share.denominator - n * share.numerator  # exact, in tenths of a sample
+        assert np.abs(gap).max() < share.denominator
+    rounded = Blend.build(rational_weights((60, 30, 10), ("web", "code", "math")))
+    far = 10**8  # over 2^16 the shares are 39,322/65,536 ...: they drift from 60 %
+    assert abs(rounded.count(0, far) - 0.6 * far) > 1 and blend.count(0, far) == 6 * far // 10

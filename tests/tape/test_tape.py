@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokentape._src.tape.blend import rational_weights
+from tokentape._src.tape.blend import exact_weights, rational_weights
 from tokentape._src.tape.resolve import Tape
 from tokentape.errors import ArgumentError, OutOfRangeError
 
@@ -35,6 +35,22 @@ def digest(tape: Tape, positions: np.ndarray) -> str:
 # tokentape._src.plan.plan.ALGORITHM_VERSION and recomputing these.
 GOLDEN_FIRST_100K = "39fe358bc0ac4593f596b0230c94b965d1f978a358244f4bc1f37fb731945eaf"
 GOLDEN_NEAR_2_40 = "01c30a926010aae86caa9aec8ad6aedec536b1bf0d9e47e059a7982c64a63344"
+
+
+# Algorithm version 2: a plan without weight_denominator takes its stated weights exactly
+# (blend.exact_weights: 60/20/15/5 is 12/4/3/1 over a period of 20), where version 1 rounded
+# them over 2^16 (the vectors above, which a plan with weight_denominator = 65536 still gives:
+# the blend's rule and the permutation did not change). Computed once, checked forever.
+GOLDEN_V2_FIRST_100K = "983fff9ac83106cb813cb5b20d779be6ddeb9c3c3aafa1ce475756388fb2d4f2"
+GOLDEN_V2_NEAR_2_40 = "afa90a90dd31cce7a683493cd1460f31637534cb63145ef53214fbe18ddb6784"
+
+
+def test_golden_v2_exact_weights():
+    units, period = exact_weights(WEIGHTS, NAMES)
+    assert (units, period) == ((12, 4, 3, 1), 20)
+    tape = Tape.build(NAMES, N_SAMPLES, units, SEED)
+    assert digest(tape, np.arange(100_000)) == GOLDEN_V2_FIRST_100K
+    assert digest(tape, np.arange(2**40 - 50_000, 2**40 + 50_000)) == GOLDEN_V2_NEAR_2_40
 
 
 def test_golden_first_100k_positions():

@@ -117,7 +117,8 @@ def test_an_inconsistent_state_is_refused(edit: dict, message: str):
     [
         (("seed = 1234", "seed = 1235"), "seed: 1234 → 1235"),
         (("seq_len = 64", "seq_len = 32"), "seq_len: 64 → 32"),
-        (("weight = 60", "weight = 70"), "source 'web': weight_units 39322 →"),
+        # 60/30/10 is 6/3/1 over 10, 70/30/10 is 7/3/1 over 11
+        (("weight = 60", "weight = 70"), "denominator: 10 → 11; source 'web': weight_units 6 → 7"),
         (('name = "math"', 'name = "maths"'), "source 'math' removed"),
     ],
 )

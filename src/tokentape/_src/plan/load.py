@@ -14,6 +14,7 @@ from tokentape._src.plan.open import FORMATS, TOKENTAPE
 from tokentape._src.plan.plan import (
     ALGORITHM_VERSION,
     PLAN_FORMAT,
+    READABLE_VERSIONS,
     Plan,
     PlanSource,
     plan_index_hash,
@@ -133,7 +134,7 @@ _PLAN_KEYS = {
 }  # fmt: skip
 
 
-def _plan_fields(data: dict[str, Any], where: str) -> Plan:
+def _plan_fields(data: dict[str, Any], where: str, version: int = ALGORITHM_VERSION) -> Plan:
     _exact_keys(data, _PLAN_KEYS, {"storage_options"}, where)
     options = plan_storage_options(data.get("storage_options", {}), where)
     seq_len = _field_value(data, "seq_len", _INT, where, 1)
@@ -160,7 +161,7 @@ def _plan_fields(data: dict[str, Any], where: str) -> Plan:
             f"{where}: the sources' weight_units sum to {sum(s.weight_units for s in sources)}, "
             f"not the denominator {denominator} (edited by hand?); re-run `tokentape plan`"
         )
-    return Plan(ALGORITHM_VERSION, seq_len, seed, denominator, horizon, sources, index, options)
+    return Plan(version, seq_len, seed, denominator, horizon, sources, index, options)
 
 
 def load_plan(path: str | os.PathLike[str]) -> Plan:
@@ -189,14 +190,14 @@ def load_plan(path: str | os.PathLike[str]) -> Plan:
         raise PlanError(f"plan '{path}': not a readable JSON plan ({why})") from None
     if not isinstance(data, dict) or data.pop("format", None) != PLAN_FORMAT:
         raise PlanError(f"plan '{path}': not a resolved tokentape plan (field 'format')")
-    if data.get("algorithm_version") != ALGORITHM_VERSION:
-        shown = data.get("algorithm_version")
-        shown = shown if type(shown) is int else json.dumps(shown)[:40]
+    version = data.get("algorithm_version")
+    if type(version) is not int or version not in READABLE_VERSIONS:
+        shown = version if type(version) is int else json.dumps(version)[:40]
         raise PlanError(
-            f"plan '{path}': algorithm_version {shown} is not {ALGORITHM_VERSION}; "
-            "re-run `tokentape plan`"
+            f"plan '{path}': algorithm_version {shown} is not one of "
+            f"{', '.join(map(str, READABLE_VERSIONS))}; re-run `tokentape plan`"
         )
-    plan = _plan_fields(data, f"plan '{path}'")
+    plan = _plan_fields(data, f"plan '{path}'", version)
     for s in plan.sources:  # the tape reads n_samples; the hash covers n_tokens and seq_len
         if s.n_samples != max(0, (s.n_tokens - 1) // plan.seq_len):
             raise PlanError(
@@ -204,7 +205,9 @@ def load_plan(path: str | os.PathLike[str]) -> Plan:
                 f"n_tokens {s.n_tokens} at seq_len {plan.seq_len} (edited by hand?); re-run "
                 "`tokentape plan`"
             )
-    expected = plan_index_hash(plan.sources, plan.seq_len, plan.seed, plan.denominator)
+    expected = plan_index_hash(
+        plan.sources, plan.seq_len, plan.seed, plan.denominator, plan.algorithm_version
+    )
     if plan.index_hash != expected:
         raise PlanError(
             f"plan '{path}': index_hash does not match its contents (edited by hand?); "

@@ -38,15 +38,21 @@ from tokentape._src.store.format import Manifest
 from tokentape._src.store.objects import is_url, object_store
 from tokentape._src.store.reader import Source, SourceManifest, TokenStream
 from tokentape._src.store.remote import FetchConfig, read_remote_manifest
-from tokentape._src.tape.blend import (
-    rational_weights,
-)
+from tokentape._src.tape.blend import exact_weights, rational_weights
 from tokentape._src.tape.resolve import Tape
 from tokentape._src.util.checks import check_path
 from tokentape._src.util.progress import ProgressCallback
 from tokentape.errors import ArgumentError, PlanError, TokentapeError, _reworded
 
-ALGORITHM_VERSION = 1
+ALGORITHM_VERSION = 2
+"""The version plans are resolved with. 2: a plan file without ``weight_denominator`` takes
+its stated weights exactly (the smallest period that makes them exact, up to 2**16); 1 rounded
+them over 2**16. A resolved plan records its weights (``weight_units`` over ``denominator``),
+and from those the tape is the same function in both: see ``READABLE_VERSIONS``."""
+READABLE_VERSIONS = (1, 2)
+"""Resolved plans (and data states) of these versions are read: their tape is this code's.
+The version stays in the index hash, so a plan re-resolved under another version is another
+plan to a resume."""
 PLAN_FORMAT = "tokentape.plan"
 
 _NO_FINGERPRINT = "none"
@@ -136,7 +142,9 @@ class Plan:
             seed: Seed of the blend and the shuffles, in ``[0, 2**63)``.
             total_tokens: The horizon in tokens (an integer or a count such as ``"2T"``).
             total_samples: The horizon in samples (instead of ``total_tokens``).
-            weight_denominator: The denominator of the exact weights (default 2**16).
+            weight_denominator: The period of the exact weights; default: the smallest that
+                makes the stated weights exact (60/30/10: 10), up to 2**16, else rounded over
+                2**16.
             base_dir: Relative source paths (and tokenizer paths) start here, as they start
                 at a plan file's directory.
             storage_options: fsspec options for sources at object URLs (``s3://...``), e.g.
@@ -247,15 +255,19 @@ class Plan:
 
 
 def index_hash(
-    seq_len: int, seed: int, denominator: int, sources: list[tuple[str, int, int, str, str]]
+    seq_len: int,
+    seed: int,
+    denominator: int,
+    sources: list[tuple[str, int, int, str, str]],
+    version: int = ALGORITHM_VERSION,
 ) -> str:
     """Hash of the canonical inputs that change the tape (never the horizon or budgets).
 
     ``sources``: per source, in plan order, (name, weight units W_d, n_tokens, dtype,
-    content hash of its store).
+    content hash of its store); ``version``: the algorithm version the plan was resolved with.
     """
     inputs = {
-        "algorithm_version": ALGORITHM_VERSION,
+        "algorithm_version": version,
         "seq_len": seq_len,
         "seed": seed,
         "sources": [
@@ -273,9 +285,15 @@ def index_hash(
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
-def plan_index_hash(plan_sources: tuple[PlanSource, ...], seq_len: int, seed: int, den: int) -> str:
+def plan_index_hash(
+    plan_sources: tuple[PlanSource, ...],
+    seq_len: int,
+    seed: int,
+    den: int,
+    version: int = ALGORITHM_VERSION,
+) -> str:
     rows = [(s.name, s.weight_units, s.n_tokens, s.dtype, s.content_hash) for s in plan_sources]
-    return index_hash(seq_len, seed, den, rows)
+    return index_hash(seq_len, seed, den, rows, version)
 
 
 def _open_source(
@@ -370,10 +388,15 @@ def resolve_plan(
                 f"seq_len + 1 = {spec.seq_len + 1}: not one sample"
             )
     names = [s.name for s in spec.sources]
+    stated = [s.weight for s in spec.sources]
     try:
-        weights = list(rational_weights([s.weight for s in spec.sources], names, spec.denominator))
+        if spec.denominator is None:  # the weights as stated, exactly (or rounded over the cap)
+            units, den = exact_weights(stated, names)
+        else:
+            units, den = rational_weights(stated, names, spec.denominator), spec.denominator
     except TokentapeError as exc:
         raise _reworded(exc, f"{where}: {exc}") from None
+    weights = list(units)
     n_samples = [(m.n_tokens - 1) // spec.seq_len for _, m in manifests]
     tape = Tape.build(names, n_samples, weights, spec.seed)
     sources = []
@@ -404,10 +427,10 @@ def resolve_plan(
         algorithm_version=ALGORITHM_VERSION,
         seq_len=spec.seq_len,
         seed=spec.seed,
-        denominator=spec.denominator,
+        denominator=den,
         horizon_samples=spec.horizon_samples,
         sources=tuple(sources),
-        index_hash=plan_index_hash(tuple(sources), spec.seq_len, spec.seed, spec.denominator),
+        index_hash=plan_index_hash(tuple(sources), spec.seq_len, spec.seed, den),
         storage_options=dict(spec.storage_options),
     )
 

@@ -13,7 +13,6 @@ from typing import Any
 from tokentape._src.plan.open import FORMATS, TOKENTAPE
 from tokentape._src.store.objects import check_storage_options, is_url, secret_keys
 from tokentape._src.tape.blend import (
-    DEFAULT_DENOMINATOR,
     MAX_DENOMINATOR,
     MAX_POSITION,
 )
@@ -79,7 +78,9 @@ class PlanSpec:
     seed: int
     horizon_samples: int
     sources: tuple[SourceSpec, ...]
-    denominator: int = DEFAULT_DENOMINATOR
+    denominator: int | None = None
+    """The period of the weights (``weight_denominator``); None: the smallest that makes the
+    stated weights exact, up to ``blend.EXACT_CAP`` (else rounded over it)."""
     base_dir: str = "."
     storage_options: dict[str, Any] = field(default_factory=dict)
     """fsspec options for the sources at object URLs (no credentials: they would be copied
@@ -206,10 +207,12 @@ def plan_spec(data: Any, where: str, base_dir: str = ".") -> PlanSpec:
         horizon = parse_count(data["total_samples"], f"{where}: 'total_samples'")
     if horizon >= MAX_POSITION:
         raise PlanError(f"{where}: the horizon of {horizon} samples exceeds 2**62")
-    denominator = data.get("weight_denominator", DEFAULT_DENOMINATOR)
-    if isinstance(denominator, bool) or not isinstance(denominator, int):
+    denominator = data.get("weight_denominator")
+    if denominator is not None and (
+        isinstance(denominator, bool) or not isinstance(denominator, int)
+    ):
         raise PlanError(f"{where}: 'weight_denominator' must be an integer")
-    if not 1 <= denominator <= MAX_DENOMINATOR:
+    if denominator is not None and not 1 <= denominator <= MAX_DENOMINATOR:
         raise PlanError(
             f"{where}: 'weight_denominator' must be in [1, {MAX_DENOMINATOR}], got {denominator}"
         )

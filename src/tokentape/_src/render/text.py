@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 from tokentape._src.plan.plan import Plan
 from tokentape._src.store.format import Manifest, numpy_dtype
+from tokentape._src.tape.blend import stated_value
 from tokentape._src.util.text import fmt_bytes, fmt_int, key_values, table
 
 
@@ -63,7 +66,7 @@ def plan_text(plan: Plan) -> str:
                 f"{fmt_int(plan.horizon_samples)} samples = "
                 f"{fmt_int(plan.horizon_samples * plan.seq_len)} tokens",
             ),
-            ("weights", f"exact rationals over {fmt_int(plan.denominator)}"),
+            ("weights", _weights_line(plan)),
             ("index hash", plan.index_hash),
         ]
     )
@@ -86,3 +89,15 @@ def plan_text(plan: Plan) -> str:
         "budget", "tokens trained",
     ]  # fmt: skip
     return f"{head}\n\n{table(header, rows)}"
+
+
+def _weights_line(plan: Plan) -> str:
+    """How the stated weights became the plan's: exactly, or rounded over the period."""
+    stated = [stated_value(s.weight) for s in plan.sources]
+    total = sum(stated)
+    exact = all(
+        Fraction(s.weight_units, plan.denominator) == w / total
+        for s, w in zip(plan.sources, stated, strict=True)
+    )
+    how = "the stated weights exactly" if exact else "the stated weights rounded (see target)"
+    return f"exact rationals over {fmt_int(plan.denominator)}: {how}"

@@ -52,6 +52,38 @@ MAX_DENOMINATOR = 2**24
 """The largest period D: the table holds D entries."""
 
 DEFAULT_DENOMINATOR = 2**16
+"""The period weights are rounded to when they are not exact (``exact_weights``) or a plan
+asks for no other (``weight_denominator``)."""
+
+EXACT_CAP = DEFAULT_DENOMINATOR
+"""The largest period ``exact_weights`` uses to make the stated weights exact: 65,536 positions
+(a table built in a few tens of ms). Integer weights summing to it, and decimals of up to four
+places, always fit."""
+
+
+def stated_value(w: float | int) -> Fraction:
+    """The number a weight states: an integer as it is, a float as the shortest decimal that
+    reads back as it (``0.55`` is 11/20, not the binary fraction nearest to it)."""
+    if isinstance(w, int):
+        return Fraction(w)
+    return Fraction(repr(w))
+
+
+def exact_weights(
+    weights: Sequence[float | int], names: Sequence[str], cap: int = EXACT_CAP
+) -> tuple[tuple[int, ...], int]:
+    """Integer weights ``W_d`` and their period ``D = sum(W)`` with ``W_d / D`` exactly the
+    stated share ``w_d / sum(w)`` (``stated_value``), ``D`` the smallest that does it (60/30/10
+    → 6/3/1 over 10; 0.55/0.3/0.15 → 11/6/3 over 20). When that period exceeds ``cap``, the
+    weights are rounded over ``cap`` instead (``rational_weights``)."""
+    _checked(weights, names)
+    stated = [stated_value(w) for w in weights]
+    total = sum(stated)
+    shares = [w / total for w in stated]
+    period = math.lcm(*(s.denominator for s in shares))
+    if period > cap:
+        return rational_weights(weights, names, cap), cap
+    return tuple(int(s * period) for s in shares), period
 
 
 def rational_weights(
@@ -62,10 +94,7 @@ def rational_weights(
     Largest-remainder rounding of w_d / sum(w) · D in exact rational arithmetic (the floats'
     exact values), ties to the larger remainder, then the lower index.
     """
-    if len(weights) != len(names):
-        raise PlanError(f"blend: {len(weights)} weights for {len(names)} source names")
-    if not weights:
-        raise PlanError("blend: no sources; expected at least one source with a weight")
+    exact = _checked(weights, names)
     if (
         isinstance(denominator, bool)
         or not isinstance(denominator, int)
@@ -74,17 +103,6 @@ def rational_weights(
         raise PlanError(
             f"blend: denominator {denominator!r}: expected an integer in [1, {MAX_DENOMINATOR}]"
         )
-    exact = []
-    for w, name in zip(weights, names, strict=True):
-        if isinstance(w, bool) or not isinstance(w, int | float):
-            raise PlanError(f"source '{name}': weight {w!r}: expected a number")
-        if not math.isfinite(w):
-            raise PlanError(f"source '{name}': weight {w}: expected a finite number")
-        if w < 0:
-            raise PlanError(f"source '{name}': weight {w} is negative; expected > 0")
-        if w == 0:
-            raise PlanError(f"source '{name}': weight must be positive; drop the source instead")
-        exact.append(Fraction(w))
     total = sum(exact)
     quotas = [w * denominator / total for w in exact]
     units = [math.floor(q) for q in quotas]
@@ -99,6 +117,26 @@ def rational_weights(
                 "raise it or raise the denominator"
             )
     return tuple(units)
+
+
+def _checked(weights: Sequence[float | int], names: Sequence[str]) -> list[Fraction]:
+    """The weights' exact values, each a positive finite number, one per name."""
+    if len(weights) != len(names):
+        raise PlanError(f"blend: {len(weights)} weights for {len(names)} source names")
+    if not weights:
+        raise PlanError("blend: no sources; expected at least one source with a weight")
+    exact = []
+    for w, name in zip(weights, names, strict=True):
+        if isinstance(w, bool) or not isinstance(w, int | float):
+            raise PlanError(f"source '{name}': weight {w!r}: expected a number")
+        if not math.isfinite(w):
+            raise PlanError(f"source '{name}': weight {w}: expected a finite number")
+        if w < 0:
+            raise PlanError(f"source '{name}': weight {w} is negative; expected > 0")
+        if w == 0:
+            raise PlanError(f"source '{name}': weight must be positive; drop the source instead")
+        exact.append(Fraction(w))
+    return exact
 
 
 def _schedule(weights: Sequence[int]) -> np.ndarray:

@@ -452,7 +452,10 @@ def stage_sources(
         staged[s.name] = result
         sources.append(replace(s, path=str(result.path)))
     new = replace(plan, sources=tuple(sources))
-    if plan_index_hash(new.sources, new.seq_len, new.seed, new.denominator) != plan.index_hash:
+    again = plan_index_hash(
+        new.sources, new.seq_len, new.seed, new.denominator, new.algorithm_version
+    )
+    if again != plan.index_hash:
         raise PlanError("the plan's index hash does not follow from its sources; re-run plan")
     return new, staged
 

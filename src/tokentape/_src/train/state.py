@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tokentape._src.plan.plan import ALGORITHM_VERSION, Plan, index_hash
+from tokentape._src.plan.plan import READABLE_VERSIONS, Plan, index_hash
 from tokentape._src.tape.blend import MAX_POSITION
 from tokentape._src.train.partition import BatchConfig
 from tokentape.errors import (
@@ -113,7 +113,7 @@ def identity_hash(identity: Any) -> str | None:
         return None
     if not isinstance(sources, list):
         return None
-    if identity["algorithm_version"] != ALGORITHM_VERSION:
+    if identity["algorithm_version"] not in READABLE_VERSIONS:
         return None
     rows = []
     for s in sources:
@@ -125,7 +125,13 @@ def identity_hash(identity: Any) -> str | None:
         if row[1].bit_length() > 64 or row[2].bit_length() > 64:
             return None
         rows.append(row)
-    return index_hash(identity["seq_len"], identity["seed"], identity["denominator"], rows)
+    return index_hash(
+        identity["seq_len"],
+        identity["seed"],
+        identity["denominator"],
+        rows,
+        identity["algorithm_version"],
+    )
 
 
 def _change(data: Any, where: str) -> BatchChange:

@@ -17,6 +17,7 @@ import numpy as np
 
 from tokentape._src.tape.blend import MAX_POSITION, Blend
 from tokentape._src.tape.permutation import Permutation, permute_epochs
+from tokentape._src.tape.phases import PhasedBlend
 from tokentape.errors import ArgumentError, OutOfRangeError
 
 
@@ -47,25 +48,40 @@ class Resolved:
 
 @dataclass(frozen=True)
 class Tape:
-    """The pure map of a plan: names, sample counts, seed and the blend."""
+    """The pure map of a plan: names, sample counts, seed and the blend (one, or blends in
+    phases whose draws continue: ``tape.phases``)."""
 
     names: tuple[str, ...]
     n_samples: tuple[int, ...]
     seed: int
-    blend: Blend
+    blend: Blend | PhasedBlend
 
     @classmethod
     def build(
         cls, names: Sequence[str], n_samples: Sequence[int], weights: Sequence[int], seed: int
     ) -> Tape:
         """``weights`` are the exact integers W_d of the blend (summing to its denominator)."""
-        if len(names) != len(n_samples) or len(names) != len(weights):
-            raise ArgumentError("tape: names, n_samples and weights must have the same length")
-        if any(
-            isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1 for n in n_samples
-        ):
-            raise ArgumentError(f"tape: n_samples {list(n_samples)}: expected integers >= 1")
+        _check_sizes(names, n_samples, weights)
         return cls(tuple(names), tuple(int(n) for n in n_samples), int(seed), Blend.build(weights))
+
+    @classmethod
+    def build_phased(
+        cls,
+        names: Sequence[str],
+        n_samples: Sequence[int],
+        starts: Sequence[int],
+        weights: Sequence[Sequence[int]],
+        seed: int,
+    ) -> Tape:
+        """A tape whose mixture changes at the positions ``starts`` (the first 0): phase i
+        has the integer weights ``weights[i]`` (0 allowed); every source's draws continue
+        across phases (``tape.phases``)."""
+        for w in weights:
+            if len(w) != len(names):
+                raise ArgumentError("tape: every phase needs one weight per source")
+        _check_sizes(names, n_samples, weights[0] if weights else [])
+        blend = PhasedBlend.build(starts, weights)
+        return cls(tuple(names), tuple(int(n) for n in n_samples), int(seed), blend)
 
     def resolve(self, positions: np.ndarray | Sequence[int]) -> Resolved:
         """Vectorised: the (source, epoch, sample) of each position."""
@@ -75,7 +91,10 @@ class Tape:
         consecutive = p.size > 1 and int(p[-1]) - int(p[0]) == p.size - 1
         if consecutive and np.all(np.diff(p) == 1):  # a run of positions: the fast path
             return self.resolve_range(int(p[0]), p.size)
-        source, draw = self.blend.source_and_draw(p)
+        return self._samples(*self.blend.source_and_draw(p))
+
+    def _samples(self, source: np.ndarray, draw: np.ndarray) -> Resolved:
+        """The (source, epoch, sample) of each (source, draw over the run)."""
         epoch = np.empty_like(draw)
         sample = np.empty_like(draw)
         # Group positions by source (a stable radix sort of a small-integer array), then
@@ -107,6 +126,8 @@ class Tape:
             raise OutOfRangeError(
                 f"tape: positions [{start}, {start + count}): expected positions in [0, 2**62)"
             )
+        if isinstance(blend, PhasedBlend):  # the general path: positions of several blends
+            return self._samples(*blend.source_and_draw(np.arange(start, start + count)))
         period = blend.denominator
         first, last = start // period, (start + count - 1) // period
         base = (np.arange(first, last + 1, dtype=np.int64) * period - start)[:, None]
@@ -158,3 +179,10 @@ class Tape:
         offsets = permute_epochs(n, self.seed, name, epochs, samples, forward=False)
         draws = epochs * self.n_samples[source] + offsets
         return np.asarray(self.blend.position(source, draws), dtype=np.int64)
+
+
+def _check_sizes(names: Sequence[str], n_samples: Sequence[int], weights: Sequence[int]) -> None:
+    if len(names) != len(n_samples) or len(names) != len(weights):
+        raise ArgumentError("tape: names, n_samples and weights must have the same length")
+    if any(isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1 for n in n_samples):
+        raise ArgumentError(f"tape: n_samples {list(n_samples)}: expected integers >= 1")

@@ -1,8 +1,5 @@
-"""Review of exact stated weights by default (issue 13, item 1; commit 3ac96bb).
-
-What holds is tested plainly; each bug found is a strict xfail that names it, so the suite stays
-green until it is fixed (then the marker goes).
-"""
+"""Exact stated weights by default (issue 13, item 1), as a review probed them: what holds,
+and the cases it found wrong (each failed before its fix)."""
 
 from __future__ import annotations
 
@@ -135,13 +132,6 @@ def test_a_plan_file_claiming_the_other_version_is_refused_or_has_the_same_tape(
 # --- bugs --------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: spec._number turns an integer weight into a float (float(value)), so integers "
-    "above 2**53 are not read as written: 9007199254740995 : 27021597764222985 (exactly 1:3, sum "
-    "over gcd 4, which docs/plan.md says always fits) is rounded over 65,536 and called "
-    "'rounded'; 9007199254740993 : 9007199254740992 becomes 1/1 over 2, called 'exactly'",
-)
 def test_integer_weights_beyond_two_to_the_53_are_read_as_written(stores):
     plan = plan_of(stores, _two(9_007_199_254_740_995, 27_021_597_764_222_985))
     assert ([s.weight_units for s in plan.sources], plan.denominator) == ([1, 3], 4)
@@ -149,35 +139,18 @@ def test_integer_weights_beyond_two_to_the_53_are_read_as_written(stores):
     assert "the stated weights exactly" not in _weights_line(plan_text(unequal))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: blend.stated_value reads a float by repr(), which for numpy >= 2 floats (a float "
-    "subclass _checked accepts) is 'np.float64(0.55)': exact_weights raises a bare ValueError",
-)
 def test_exact_weights_take_numpy_floats():
     weights = [np.float64(0.55), np.float64(0.45)]
     assert rational_weights(weights, ("a", "b"), 20) == (11, 9)  # the rounding path takes them
     assert exact_weights(weights, ("a", "b")) == ((11, 9), 20)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a plan without weight_denominator whose weight rounds to 0 over the 2**16 "
-    "fallback is told to 'raise the denominator' it never set; the message should name "
-    "weight_denominator (1 : 1e-7 is exact over 10,000,001 <= 2**24)",
-)
 def test_a_weight_lost_to_the_fallback_rounding_names_weight_denominator(stores):
     with pytest.raises(PlanError) as info:
         plan_of(stores, _two(1, "1e-7"))
     assert "weight_denominator" in str(info.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG (pre-existing, render/text.py plan_text): the target column divides by the float "
-    "sum of the weights, which overflows to inf for weights near 1e308: target 0.0000% next to "
-    "'the stated weights exactly' and effective 1/2 = 50%",
-)
 def test_the_target_share_of_huge_weights(stores):
     plan = plan_of(stores, _two("1e308", "1e308"))
     assert plan.denominator == 2

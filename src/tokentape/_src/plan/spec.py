@@ -106,7 +106,14 @@ def parse_count(value: Any, where: str) -> int:
     return count
 
 
-def _number(table: dict[str, Any], key: str, where: str, default: float | None = None) -> float:
+def _number(
+    table: dict[str, Any],
+    key: str,
+    where: str,
+    default: float | None = None,
+    exact: bool = False,
+) -> float:
+    """A positive finite number (``exact``: an integer is kept as it is, not made a float)."""
     if key not in table:
         if default is None:
             raise PlanError(f"{where}: missing key '{key}'")
@@ -123,7 +130,7 @@ def _number(table: dict[str, Any], key: str, where: str, default: float | None =
         ) from None
     if not math.isfinite(number) or number <= 0:
         raise PlanError(f"{where}: '{key}' must be a positive finite number, got {value}")
-    return number
+    return value if exact and isinstance(value, int) else number
 
 
 def _integer(table: dict[str, Any], key: str, where: str) -> int:
@@ -167,7 +174,7 @@ def _source(table: Any, i: int, where: str) -> SourceSpec:
     return SourceSpec(
         name=name,
         path=path,
-        weight=_number(table, "weight", here),
+        weight=_number(table, "weight", here, exact=True),  # stated: read exactly
         max_repeats=_number(table, "max_repeats", here, default=1.0),
         format=kind,
         vocab_size=_integer(table, "vocab_size", here) if "vocab_size" in table else None,

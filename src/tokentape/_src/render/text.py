@@ -56,7 +56,8 @@ def manifest_text(directory: str, m: Manifest) -> str:
 
 def plan_text(plan: Plan) -> str:
     """``tokentape plan``: the plan's identity and its repeat table."""
-    total_weight = sum(s.weight for s in plan.sources)
+    stated = [stated_value(s.weight) for s in plan.sources]
+    total_weight = sum(stated)
     head = key_values(
         [
             ("seq_len", fmt_int(plan.seq_len)),
@@ -75,14 +76,14 @@ def plan_text(plan: Plan) -> str:
             s.name,
             s.n_tokens,
             s.n_samples,
-            f"{s.weight / total_weight:.4%}",
+            f"{float(w / total_weight):.4%}",
             f"{s.weight_units}/{plan.denominator} = {s.weight_units / plan.denominator:.4%}",
             s.draws,
             f"{s.passes:.3f}",
             f"{s.max_repeats:g}",
             s.draws * plan.seq_len,
         ]
-        for s in plan.sources
+        for s, w in zip(plan.sources, stated, strict=True)
     ]
     header = [
         "source", "tokens", "samples", "target", "effective share", "draws", "passes",

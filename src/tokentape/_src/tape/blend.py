@@ -57,8 +57,9 @@ asks for no other (``weight_denominator``)."""
 
 EXACT_CAP = DEFAULT_DENOMINATOR
 """The largest period ``exact_weights`` uses to make the stated weights exact: 65,536 positions
-(a table built in a few tens of ms). Integer weights summing to it, and decimals of up to four
-places, always fit."""
+(a table built in a few tens of ms). Integer weights whose sum over their greatest common
+divisor is at most that fit, and so do decimals whose shares need no longer period (weights in
+hundredths summing to 1, or whole percentages: a period of at most 100)."""
 
 
 def stated_value(w: float | int) -> Fraction:
@@ -66,7 +67,7 @@ def stated_value(w: float | int) -> Fraction:
     reads back as it (``0.55`` is 11/20, not the binary fraction nearest to it)."""
     if isinstance(w, int):
         return Fraction(w)
-    return Fraction(repr(w))
+    return Fraction(repr(float(w)))  # float(): a numpy float's repr names its type
 
 
 def exact_weights(
@@ -81,9 +82,18 @@ def exact_weights(
     total = sum(stated)
     shares = [w / total for w in stated]
     period = math.lcm(*(s.denominator for s in shares))
-    if period > cap:
+    if period <= cap:
+        return tuple(int(s * period) for s in shares), period
+    try:
         return rational_weights(weights, names, cap), cap
-    return tuple(int(s * period) for s in shares), period
+    except PlanError as exc:  # a weight too small for the cap: say what the plan can set
+        if "rounds to 0" not in str(exc):
+            raise
+        raise PlanError(
+            f"{str(exc).split('; ')[0]} (exactly, the weights need a period of {period:,}, "
+            f"more than {cap:,}); raise it, or set weight_denominator (at most "
+            f"{MAX_DENOMINATOR:,}) to round over a longer period"
+        ) from None
 
 
 def rational_weights(

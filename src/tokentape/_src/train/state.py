@@ -350,8 +350,15 @@ class DataState:
             return
         differences = tuple(identity_differences(self.identity, plan_identity(plan)))
         diffs = [describe_difference(*d) for d in differences] or ["(identity unchanged)"]
+        hint = ""
+        if self.identity.get("algorithm_version") != plan.algorithm_version:
+            hint = (
+                f" (a run started under algorithm version {self.identity['algorithm_version']} "
+                "resumes on the PLAN.json it started with, which keeps its tape; a plan file "
+                "resolved again is another plan)"
+            )
         raise ResumeRefused(
             f"refusing to resume: the checkpoint's index hash {self.index_hash[:19]}… differs "
-            f"from the plan's {plan.index_hash[:19]}…: " + "; ".join(diffs),
+            f"from the plan's {plan.index_hash[:19]}…: " + "; ".join(diffs) + hint,
             differences=differences,
         )

@@ -19,10 +19,9 @@ checked against its recorded sha256, on first use (segments, replay, locate).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
@@ -49,9 +48,8 @@ from tokentape._src.megatron.identity import (
 from tokentape._src.megatron.source import (
     APPEND_EOD_HINT,
     MegatronManifest,
-    checked_tokenizer,
+    Vocabulary,
     id_range_problem,
-    resolve_vocabulary,
 )
 from tokentape._src.store.objects import (
     ObjectInfo,
@@ -60,8 +58,8 @@ from tokentape._src.store.objects import (
     object_store,
     redact,
 )
-from tokentape._src.store.remote import Blocks, FetchConfig, RangedSource
-from tokentape._src.store.tokenizers import NoTokenizer, Tokenizer
+from tokentape._src.store.remote import Blocks, FetchConfig, RangedSource, sha256_check
+from tokentape._src.store.tokenizers import Tokenizer
 from tokentape._src.util.checks import is_int
 from tokentape.errors import StoreError
 
@@ -243,15 +241,6 @@ def identify(
     return identity, keys, index
 
 
-def _idx_check(identity: MegatronIdentity) -> Callable[[bytes], str | None]:
-    def check(data: bytes) -> str | None:
-        if hashlib.sha256(data).hexdigest() == identity.idx_sha256:
-            return None
-        return "does not match the sha256 its sidecar records"
-
-    return check
-
-
 class RemoteMegatronSource(RangedSource):
     """A Megatron prefix at an object URL, read in place (see the module docstring).
 
@@ -282,27 +271,21 @@ class RemoteMegatronSource(RangedSource):
         fingerprint: str | None = None,
     ) -> None:
         self.url = url.rstrip("/")
-        self._where = f"Megatron prefix '{self.url}'"
-        self._spec, self._fingerprint = tokenizer, fingerprint
-        self._tokenizer: Tokenizer | None = None
-        if tokenizer is not None and (vocab_size is None or eod_id is None):
-            self._tokenizer = checked_tokenizer(tokenizer, fingerprint, self._where)
-        self._vocab_size, self._eod_id = resolve_vocabulary(
-            vocab_size, eod_id, self._tokenizer, self._where
-        )
+        where = f"Megatron prefix '{self.url}'"
+        self.vocab = Vocabulary(vocab_size, eod_id, tokenizer, fingerprint, where)
         objects = object_store(self.url, storage_options)
         identity, _ = current_identity(objects, self.url)
-        problem = id_range_problem(identity, self._vocab_size)
+        problem = id_range_problem(identity, self.vocab.vocab_size)
         if problem is not None:
             raise StoreError(f"{bin_url(self.url)}: {problem}")
-        if identity.n_docs and identity.end_id != self._eod_id:
+        if identity.n_docs and identity.end_id != self.vocab.eod_id:
             ends = (
                 "not every document ends with one id (an empty document, or different last tokens)"
                 if identity.end_id is None
                 else f"its documents end with id {identity.end_id}"
             )
             raise StoreError(
-                f"{self._where}: {ends}, not the end-of-document id {self._eod_id}; "
+                f"{where}: {ends}, not the end-of-document id {self.vocab.eod_id}; "
                 f"{APPEND_EOD_HINT}"
             )
         self.identity = identity
@@ -316,9 +299,8 @@ class RemoteMegatronSource(RangedSource):
     def _load_doc_starts(self) -> np.ndarray:
         """The ``.idx`` object, checked against its recorded sha256, parsed."""
         identity = self.identity
-        data = self.objects.read_checked(
-            idx_url(self.url), 0, identity.idx_bytes, _idx_check(identity)
-        )
+        check = sha256_check(identity.idx_sha256, "the sha256 its sidecar records")
+        data = self.objects.read_checked(idx_url(self.url), 0, identity.idx_bytes, check)
         index = index_from_bytes(self.url, data, identity.bin_bytes, identity.n_tokens)
         return index.doc_starts()
 
@@ -329,11 +311,11 @@ class RemoteMegatronSource(RangedSource):
 
     @property
     def eod_id(self) -> int:
-        return self._eod_id
+        return self.vocab.eod_id
 
     @property
     def vocab_size(self) -> int:
-        return self._vocab_size
+        return self.vocab.vocab_size
 
     @property
     def n_sequences(self) -> int:
@@ -341,31 +323,13 @@ class RemoteMegatronSource(RangedSource):
 
     @cached_property
     def manifest(self) -> MegatronManifest:
-        identity = self.identity
-        return MegatronManifest(
-            prefix=self.url,
-            dtype=identity.dtype,
-            vocab_size=self._vocab_size,
-            eod_id=self._eod_id,
-            n_tokens=identity.n_tokens,
-            n_docs=identity.n_docs,
-            n_sequences=identity.n_sequences,
-            content_hash=identity.content_hash,
-            identity=identity,
-            tokenizer_of=lambda: self.tokenizer,
-        )
+        return self.vocab.manifest(self.url, self.identity, lambda: self.tokenizer)
 
     @cached_property
     def tokenizer(self) -> Tokenizer:
         """The tokenizer given (a spec is loaded now, and checked), or a stand-in that shows
         ids."""
-        if self._tokenizer is None and self._spec is not None:
-            tok = checked_tokenizer(self._spec, self._fingerprint, self._where)
-            resolve_vocabulary(self._vocab_size, self._eod_id, tok, self._where)
-            self._tokenizer = tok
-        if self._tokenizer is not None:
-            return self._tokenizer
-        return NoTokenizer(self._vocab_size, self._eod_id)
+        return self.vocab.tokenizer()
 
     def __repr__(self) -> str:
         return (

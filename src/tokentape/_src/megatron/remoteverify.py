@@ -38,6 +38,7 @@ from tokentape._src.megatron.verify import (
     MegatronCheck,
     against_record,
     id_problems,
+    plan_problems,
     union,
 )
 from tokentape._src.store.objects import ObjectStore
@@ -118,9 +119,7 @@ def check_remote_megatron(
     except TokentapeError as exc:
         out.problems.append((meta, "unreadable", "a Megatron dataset tokentape can read", str(exc)))
         return out
-    for plan, source, expected in plan_hashes:
-        if expected != content:
-            out.problems.append((plan, f"source '{source}' content_hash", expected, content))
+    out.problems += plan_problems(plan_hashes, content)
     out.problems += id_problems(data, ids, vocab_size)
     if eod_id is not None and out.n_docs and end_id != eod_id:
         ends = "not one id" if end_id is None else f"id {end_id}"

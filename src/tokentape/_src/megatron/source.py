@@ -182,6 +182,56 @@ def id_range_problem(identity: MegatronIdentity, vocab_size: int) -> str | None:
     return None
 
 
+class Vocabulary:
+    """A Megatron source's vocabulary size and EOD id, as given or from its tokenizer, and the
+    tokenizer itself: a spec is loaded only when the two values are not given or something
+    needs it (decoding), and must then agree with them and with a recorded fingerprint."""
+
+    def __init__(
+        self,
+        vocab_size: int | None,
+        eod_id: int | None,
+        tokenizer: str | Tokenizer | None,
+        fingerprint: str | None,
+        where: str,
+    ) -> None:
+        self.where, self._fingerprint = where, fingerprint
+        self._spec = tokenizer if isinstance(tokenizer, str) else None
+        self._loaded = None if isinstance(tokenizer, str) else tokenizer
+        if self._spec is not None and (vocab_size is None or eod_id is None):
+            self._loaded = checked_tokenizer(self._spec, fingerprint, where)
+        self.vocab_size, self.eod_id = resolve_vocabulary(vocab_size, eod_id, self._loaded, where)
+
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer given (a spec is loaded now, and checked), or a stand-in that shows ids
+        (no tokenizer known)."""
+        if self._loaded is None and self._spec is not None:
+            tok = checked_tokenizer(self._spec, self._fingerprint, self.where)
+            resolve_vocabulary(self.vocab_size, self.eod_id, tok, self.where)
+            self._loaded = tok
+        if self._loaded is not None:
+            return self._loaded
+        return NoTokenizer(self.vocab_size, self.eod_id)
+
+    def manifest(
+        self, prefix: str, identity: MegatronIdentity, tokenizer_of: Callable[[], Tokenizer]
+    ) -> MegatronManifest:
+        """The manifest of the source at ``prefix`` with ``identity``, read with this
+        vocabulary."""
+        return MegatronManifest(
+            prefix=prefix,
+            dtype=identity.dtype,
+            vocab_size=self.vocab_size,
+            eod_id=self.eod_id,
+            n_tokens=identity.n_tokens,
+            n_docs=identity.n_docs,
+            n_sequences=identity.n_sequences,
+            content_hash=identity.content_hash,
+            identity=identity,
+            tokenizer_of=tokenizer_of,
+        )
+
+
 class MegatronSource(TokenStream):
     """A Megatron prefix opened for reading, with the interface of ``reader.Source``."""
 
@@ -233,14 +283,7 @@ class MegatronSource(TokenStream):
         """
         self._directory = Path(prefix)
         where = f"Megatron prefix '{prefix}'"
-        self._where, self._fingerprint = where, fingerprint
-        self._spec = tokenizer if isinstance(tokenizer, str) else None
-        self._tokenizer = None if isinstance(tokenizer, str) else tokenizer
-        if self._spec is not None and (vocab_size is None or eod_id is None):
-            self._tokenizer = self._load_tokenizer(self._spec)  # it gives the vocabulary
-        self._vocab_size, self._eod_id = resolve_vocabulary(
-            vocab_size, eod_id, self._tokenizer, where
-        )
+        self.vocab = Vocabulary(vocab_size, eod_id, tokenizer, fingerprint, where)
         self._progress = progress
         with PrefixFiles(prefix) as files:
             known, origin = current_identity(files, planned)
@@ -268,16 +311,13 @@ class MegatronSource(TokenStream):
         is refused at once) and, for a sidecar that lacks the end id, recorded (when
         ``update_sidecar``)."""
         known = self._known
-        if known is not None and known.end_id == self._eod_id:
+        if known is not None and known.end_id == self.eod_id:
             return
-        check_documents(data, self.doc_starts, self._eod_id, where)
+        check_documents(data, self.doc_starts, self.eod_id, where)
         if known is not None and self.n_docs:
-            self._known = replace(known, end_id=self._eod_id)
+            self._known = replace(known, end_id=self.eod_id)
             if update_sidecar and self._origin == SIDECAR:
-                record_end_id(self.index, known, self._eod_id)
-
-    def _load_tokenizer(self, spec: str) -> Tokenizer:
-        return checked_tokenizer(spec, self._fingerprint, self._where)
+                record_end_id(self.index, known, self.eod_id)
 
     @property
     def directory(self) -> Path:
@@ -288,11 +328,11 @@ class MegatronSource(TokenStream):
     @property
     def eod_id(self) -> int:
         """The end-of-document id given (or the tokenizer's)."""
-        return self._eod_id
+        return self.vocab.eod_id
 
     @property
     def vocab_size(self) -> int:
-        return self._vocab_size
+        return self.vocab.vocab_size
 
     @property
     def n_sequences(self) -> int:
@@ -305,21 +345,10 @@ class MegatronSource(TokenStream):
         identity = self._known
         if identity is None:
             identity = self._known = megatron_identity(self.index, self._progress)
-        problem = id_range_problem(identity, self._vocab_size)
+        problem = id_range_problem(identity, self.vocab_size)
         if problem is not None:
             raise StoreError(f"{bin_path(self.directory)}: {problem}")
-        return MegatronManifest(
-            prefix=str(self.directory),
-            dtype=identity.dtype,
-            vocab_size=self._vocab_size,
-            eod_id=self._eod_id,
-            n_tokens=identity.n_tokens,
-            n_docs=identity.n_docs,
-            n_sequences=identity.n_sequences,
-            content_hash=identity.content_hash,
-            identity=identity,
-            tokenizer_of=lambda: self.tokenizer,
-        )
+        return self.vocab.manifest(str(self.directory), identity, lambda: self.tokenizer)
 
     def plan_record(self) -> MegatronRecord | None:
         """What a plan records of this source (its identity, hashed now if need be, and the
@@ -334,13 +363,7 @@ class MegatronSource(TokenStream):
     def tokenizer(self) -> Tokenizer:
         """The tokenizer given (a spec is loaded now, and checked), or a stand-in that shows ids
         (no tokenizer known)."""
-        if self._tokenizer is None and self._spec is not None:
-            tok = self._load_tokenizer(self._spec)
-            resolve_vocabulary(self._vocab_size, self._eod_id, tok, self._where)
-            self._tokenizer = tok
-        if self._tokenizer is not None:
-            return self._tokenizer
-        return NoTokenizer(self._vocab_size, self._eod_id)
+        return self.vocab.tokenizer()
 
     def __repr__(self) -> str:
         return (

@@ -141,13 +141,20 @@ def check_megatron(
         if not bytes_differ:  # as recorded (derived fields corrected), or first recorded
             write_sidecar(prefix, found, index.keys, taken_ns=index.taken_ns)
         ids, content, end_id = (found.min_id, found.max_id), found.content_hash, found.end_id
-    for plan, source, expected in plan_hashes:
-        if expected != content:
-            out.problems.append((plan, f"source '{source}' content_hash", expected, content))
+    out.problems += plan_problems(plan_hashes, content)
     out.problems += id_problems(str(bin_path(index.prefix)), ids, vocab_size)
     if eod_id is not None:
         out.problems += _eod_problems(index, eod_id, end_id)
     return out
+
+
+def plan_problems(plan_hashes: Sequence[tuple[str, str, str]], content: str) -> list[Finding]:
+    """Each plan (plan, source name, recorded content hash) that recorded another hash."""
+    return [
+        (plan, f"source '{source}' content_hash", expected, content)
+        for plan, source, expected in plan_hashes
+        if expected != content
+    ]
 
 
 def union(a: tuple[int | None, int | None], b: tuple[int | None, int | None]) -> tuple:

@@ -494,11 +494,17 @@ class RemoteSource(RangedSource):
 def idx_check(shard: ShardInfo) -> Callable[[bytes], str | None]:
     """A check (for ``ObjectStore.read_checked``) of a shard's ``.idx.npy`` bytes against the
     manifest's ``idx_sha256``."""
+    return sha256_check(shard.idx_sha256, "the manifest's idx_sha256")
+
+
+def sha256_check(expected: str, recorded: str) -> Callable[[bytes], str | None]:
+    """A check (for ``ObjectStore.read_checked``) that bytes have the sha256 ``expected``;
+    ``recorded`` names where it is recorded, in what the check says otherwise."""
 
     def check(data: bytes) -> str | None:
-        if hashlib.sha256(data).hexdigest() == shard.idx_sha256:
+        if hashlib.sha256(data).hexdigest() == expected:
             return None
-        return "does not match the manifest's idx_sha256"
+        return f"does not match {recorded}"
 
     return check
 

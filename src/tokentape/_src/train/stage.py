@@ -216,6 +216,25 @@ def _prepare_work(work: Path, manifest_bytes: bytes) -> None:
         write_atomic(marker, manifest_bytes)
 
 
+def _check_planned(url: str, what: str, found: str, expected: str | None) -> None:
+    """Refuse a source whose content hash is not the one the plan recorded (when it did)."""
+    if expected is not None and found != expected:
+        raise StoreChanged(
+            f"{url}: {what}'s content hash is {found}, the plan recorded {expected}; it "
+            "changed since the plan was made (re-run `tokentape plan`)",
+            path=url,
+            planned=expected,
+            found=found,
+        )
+
+
+def _put_in_place(work: Path, entry: Path) -> None:
+    """Rename the complete staging directory ``work`` to ``entry`` (replacing an old copy)."""
+    (work / STAGING_MANIFEST).unlink()
+    fsync_dir(work)
+    replace_directory(work, entry)
+
+
 def _stage_locked(
     url: str,
     entry: Path,
@@ -234,14 +253,7 @@ def _stage_locked(
         listing = pool.submit(_listing, store, url)
         manifest_bytes, manifest = _read_remote_manifest(store, url)
         listed = listing.result()
-    if expected is not None and manifest.content_hash != expected:
-        raise StoreChanged(
-            f"{url}: the store's content hash is {manifest.content_hash}, the plan recorded "
-            f"{expected}; the store changed since the plan was made (re-run `tokentape plan`)",
-            path=url,
-            planned=expected,
-            found=manifest.content_hash,
-        )
+    _check_planned(url, "the store", manifest.content_hash, expected)
     if expected is None and (m := _staged(entry, manifest.content_hash)) is not None:
         total = sum(os.stat(entry / n).st_size for n, _ in store_files(m))
         return StagedStore(url, entry, manifest.content_hash, total, 0, total, True)
@@ -252,9 +264,7 @@ def _stage_locked(
     job = Job(store, url, work, retry.attempts, retry.backoff, range_bytes)
     fetched, reused = download(job, manifest, sizes, workers, label, progress)
     write_atomic(work / MANIFEST_NAME, manifest_bytes)  # last: the store is complete
-    (work / STAGING_MANIFEST).unlink()
-    fsync_dir(work)
-    replace_directory(work, entry)
+    _put_in_place(work, entry)
     total = sum(sizes.values())
     return StagedStore(url, entry, manifest.content_hash, total, fetched, reused, False)
 
@@ -294,14 +304,7 @@ def _stage_prefix_locked(
         return StagedStore(url, prefix, expected, total, 0, total, True)
     store = object_store(url, options)
     identity, keys = remote_identity(store, url)
-    if expected is not None and identity.content_hash != expected:
-        raise StoreChanged(
-            f"{url}: the Megatron prefix's content hash is {identity.content_hash}, the plan "
-            f"recorded {expected}; it changed since the plan was made (re-run `tokentape plan`)",
-            path=url,
-            planned=expected,
-            found=identity.content_hash,
-        )
+    _check_planned(url, "the Megatron prefix", identity.content_hash, expected)
     total = identity.bin_bytes + identity.idx_bytes
     if expected is None and _staged_prefix(prefix, identity.content_hash) is not None:
         return StagedStore(url, prefix, identity.content_hash, total, 0, total, True)
@@ -336,9 +339,7 @@ def _stage_prefix_locked(
         f"{staged}{SIDECAR_SUFFIX}"
     ):
         raise StoreError(f"{work}: cannot write the staged prefix's sidecar there")
-    (work / STAGING_MANIFEST).unlink()
-    fsync_dir(work)
-    replace_directory(work, entry)
+    _put_in_place(work, entry)
     return StagedStore(url, prefix, identity.content_hash, total, fetched, reused, False)
 
 

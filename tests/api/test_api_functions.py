@@ -263,6 +263,14 @@ def test_a_step_log_of_another_plan_is_refused_not_appended_to(tmp_path, plan_pa
     again.close()  # the same plan: accepted
     other = tokentape.load_plan(plan_path)
     other = dataclasses.replace(other, index_hash="sha256:" + "0" * 64)
+    # Without a state, a checkpoint loaded next may still bring the plan change that explains
+    # the log: the check waits for it, and the first step refuses.
+    loader = tokentape.Loader(other, 0, tokentape.BatchConfig(1, 2, 1), step_log=log)
     with pytest.raises(tokentape.PlanError, match="written for another plan"):
-        tokentape.Loader(other, 0, tokentape.BatchConfig(1, 2, 1), step_log=log)
+        loader.step()
+    loader.close()
+    # With a state, at once.
+    state = tokentape.DataState.start(other)
+    with pytest.raises(tokentape.PlanError, match="written for another plan"):
+        tokentape.Loader(other, 0, tokentape.BatchConfig(1, 2, 1), step_log=log, state=state)
     assert log.read_bytes() == before

@@ -74,7 +74,7 @@ def root(tmp_path_factory) -> Path:
 
 
 def test_resume_on_a_plan_with_another_seed_is_refused_naming_the_seed(root):
-    saved = DataState.start(_plan(root, seed=1234)).to_dict()
+    saved = DataState.start(_plan(root, seed=1234)).commit(CONFIG).to_dict()
     other = _plan(root, seed=7)
     with pytest.raises(ResumeRefused) as info:
         Loader(other, 0, CONFIG, state=DataState.from_dict(saved))
@@ -87,7 +87,7 @@ def test_resume_on_a_plan_with_another_seed_is_refused_naming_the_seed(root):
 
 
 def test_resume_refused_by_load_state_dict_names_every_difference(root):
-    saved = DataState.start(_plan(root)).to_dict()
+    saved = DataState.start(_plan(root)).commit(CONFIG).to_dict()
     other = _plan(root, seed=99, web_weight=70)
     with Loader(other, 0, CONFIG) as loader, pytest.raises(ResumeRefused) as info:
         loader.load_state_dict(saved)

@@ -216,6 +216,25 @@ def test_random_seeds_and_documents_match_the_scan(root, docs_of, stores, seed, 
     assert rows(locate(plan, plan.sources[d].name, doc, store=stores[d])) == expected
 
 
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**63 - 1), data=st.data())
+def test_plans_in_phases_match_the_scan(root, docs_of, stores, seed, data) -> None:
+    """Locate across phases (weights of 0 included, boundaries anywhere) = the brute force."""
+    horizon = data.draw(st.integers(50, 1500), label="horizon")
+    weights = st.lists(st.integers(0, 4), min_size=3, max_size=3).filter(any)
+    starts = sorted(set(data.draw(st.lists(st.integers(1, horizon - 1), min_size=1, max_size=3))))
+    text = PLAN_TOML.format(seed=seed, horizon=horizon).replace("weight_denominator = 1000\n", "")
+    for start in starts:
+        w = data.draw(weights, label=f"phase at {start}")
+        table = ", ".join(f"{n} = {x}" for n, x in zip(DOCS, w, strict=True))
+        text += f"[[phase]]\nstart_samples = {start}\nweights = {{ {table} }}\n"
+    plan = resolve_plan(parse_plan(text, "mix.toml", str(root)), "mix.toml")
+    d = data.draw(st.integers(0, 2), label="source")
+    doc = data.draw(st.integers(0, stores[d].n_docs - 1), label="doc")
+    expected = brute_force(plan, docs_of, horizon).get((d, doc), [])
+    assert rows(locate(plan, plan.sources[d].name, doc, store=stores[d])) == expected
+
+
 # --- steps and ranks ------------------------------------------------------------------------
 
 

@@ -27,6 +27,7 @@ import pytest
 from helpers import PLAN, SIZES, make_store
 
 from tokentape._src.audit.locate import locate
+from tokentape._src.audit.runs import log_schedule
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import index_hash, resolve_plan
 from tokentape._src.plan.spec import load_plan_spec
@@ -862,8 +863,8 @@ CASES: list[Case] = [
         OutOfRangeError, "1000000"),
     api("open_source-idx-corrupt", lambda w: open_source(w / "stores/web").doc(0), TokentapeError,
         "part-00000", edit=_save_idx("stores/web/part-00000.idx.npy", [5, 3, 1])),
-    api("scan_step_log-hash-newline", lambda w: scan_step_log(w / "steps.jsonl"), TokentapeError,
-        "index hashes", edit=edit_line(2, lambda d: d.update(index_hash="a\nb"))),
+    api("log_schedule-hash-newline", lambda w: log_schedule(str(w / "steps.jsonl"), _plan(w)),
+        TokentapeError, "later plan", edit=edit_line(2, lambda d: d.update(index_hash="a\nb"))),
     api("read_step_log-missing", lambda w: read_step_log(w / "nope.jsonl"), TokentapeError,
         "nope.jsonl"),
     api("scan_step_log-directory", lambda w: scan_step_log(w / "stores"), TokentapeError,

@@ -18,8 +18,9 @@ from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import index_hash
 from tokentape._src.render.text import plan_text
 from tokentape._src.tape.blend import EXACT_CAP, Blend, exact_weights, rational_weights
+from tokentape._src.train.partition import BatchConfig
 from tokentape._src.train.state import DataState
-from tokentape.errors import PlanError, ResumeRefused
+from tokentape.errors import PlanError
 
 
 @pytest.fixture(scope="module")
@@ -124,9 +125,10 @@ def test_a_plan_file_claiming_the_other_version_is_refused_or_has_the_same_tape(
     p = np.arange(0, 5000)
     a, b = v1.tape().resolve(p), plan.tape().resolve(p)
     assert np.array_equal(a.source, b.source) and np.array_equal(a.sample, b.sample)
-    state = DataState.start(v1)
-    with pytest.raises(ResumeRefused, match="algorithm_version: 1 → 2"):
-        state.check_plan(plan)
+    # The same tape under either version: a run resumes on the other (the change recorded).
+    state = DataState.start(v1).commit(BatchConfig(1, 5000))
+    moved = state.resume_on(plan)
+    assert moved.index_hash == plan.index_hash and len(moved.plan_changes) == 1
 
 
 # --- bugs --------------------------------------------------------------------------------------

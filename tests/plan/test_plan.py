@@ -17,6 +17,7 @@ from tokentape._src.plan.spec import load_plan_spec
 from tokentape._src.program import main
 from tokentape._src.tokenize.driver import tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
+from tokentape._src.train.partition import BatchConfig
 from tokentape._src.train.state import DataState
 from tokentape.errors import PlanError, ResumeRefused, TokentapeError
 
@@ -76,8 +77,12 @@ def test_budget_refusal_names_the_source(stores, tmp_path, capsys):
     [
         (("seq_len = 64", "seq_len = 0"), "'seq_len' must be positive"),
         (("seed = 1234", "seed = -1"), "'seed' must be in"),
-        (("weight = 60", "weight = -1"), "source[0] ('web'): 'weight' must be a positive"),
-        (("weight = 60", "weight = nan"), "'weight' must be a positive finite number"),
+        (
+            ("weight = 60", "weight = -1"),
+            "source[0] ('web'): 'weight' must be a finite number >= 0",
+        ),
+        (("weight = 60", "weight = nan"), "'weight' must be a finite number >= 0"),
+        (("weight = 60", "weight = 0"), "source 'web' has weight 0 in every phase"),
         (("weight = 60", 'weight = "sixty"'), "'weight' must be a number"),
         (("weight = 60", "wieght = 60"), "source[0] ('web'): unknown key 'wieght'"),
         (('name = "code"', 'name = "web"'), "source name 'web' appears twice"),
@@ -313,7 +318,7 @@ def test_plan_build_refuses_what_the_toml_route_refuses(stores):
     typo = {**BUILT_SOURCES, "web": {"path": "stores/web", "wieght": 60}}
     over = {**BUILT_SOURCES, "math": {"path": "stores/math", "weight": 10, "max_repeats": 1.5}}
     cases = [
-        (bad_weight, base, "source[0] ('web'): 'weight' must be a positive"),
+        (bad_weight, base, "source[0] ('web'): 'weight' must be a finite number >= 0"),
         (typo, base, "source[0] ('web'): unknown key 'wieght'"),
         (over, base, "source 'math' would be read"),
         (BUILT_SOURCES, {**base, "seed": -1}, "'seed' must be in"),
@@ -354,11 +359,19 @@ def test_a_version_1_plan_and_its_data_state_still_load_with_the_same_tape(store
     positions = np.arange(0, 50_000, 7)
     a, b = v1.tape().resolve(positions), explicit.tape().resolve(positions)
     assert np.array_equal(a.source, b.source) and np.array_equal(a.sample, b.sample)
-    state = DataState.from_dict(json.loads(json.dumps(DataState.start(v1).to_dict())))
+    start = DataState.start(v1).commit(BatchConfig(1, 50_000))
+    state = DataState.from_dict(json.loads(json.dumps(start.to_dict())))
     assert state.index_hash == old_hash
     state.check_plan(load_plan(tmp_path / "v1.json"))  # resumes
-    with pytest.raises(ResumeRefused, match=r"algorithm_version.* resumes on the PLAN\.json it"):
-        state.check_plan(explicit)  # re-resolved under version 2: another index hash
+    # Re-resolved under version 2 with the same weights: another index hash, the same tape.
+    assert state.resume_on(explicit).plan_changes[0].new_index_hash == explicit.index_hash
+    # Re-resolved under version 2 without weight_denominator: the exact weights, another tape.
+    exact = plan_of(stores)
+    p = np.arange(50_000)
+    first = int(np.flatnonzero(v1.tape().resolve(p).source != exact.tape().resolve(p).source)[0])
+    message = rf"position {first:,} would draw .* where the run drew .*resumes on the PLAN\.json it"
+    with pytest.raises(ResumeRefused, match=message):
+        state.check_plan(exact)
     data["algorithm_version"] = 3
     (tmp_path / "v3.json").write_text(json.dumps(data))
     with pytest.raises(PlanError, match="algorithm_version 3 is not one of 1, 2"):

@@ -123,7 +123,9 @@ def test_an_inconsistent_state_is_refused(edit: dict, message: str):
     ],
 )
 def test_resume_on_a_changed_plan_names_what_changed(plan_dir, edit, expected):
-    state = DataState.start(plan_of(plan_dir)).commit(BatchConfig(2, 4))
+    state = DataState.start(plan_of(plan_dir))
+    for _ in range(5):  # 40 samples drawn: every source among them
+        state = state.commit(BatchConfig(2, 4))
     state.check_plan(plan_of(plan_dir))  # the same plan resumes
     with pytest.raises(TokentapeError) as info:
         state.check_plan(plan_of(plan_dir, PLAN.replace(*edit)))
@@ -131,7 +133,7 @@ def test_resume_on_a_changed_plan_names_what_changed(plan_dir, edit, expected):
 
 
 def test_resume_on_a_retokenized_store_or_reordered_sources(plan_dir, tmp_path):
-    state = DataState.start(plan_of(plan_dir))
+    state = DataState.start(plan_of(plan_dir)).commit(BatchConfig(4, 10))
     shutil.copytree(plan_dir / "stores", tmp_path / "stores")
     shutil.rmtree(tmp_path / "stores" / "code")
     make_store(tmp_path, "code", SIZES["code"], edit="!")

@@ -255,14 +255,23 @@ def test_a_resume_must_continue_from_the_step_before(tmp_path) -> None:
         scan_step_log(log)
 
 
-def test_mixed_index_hashes_name_the_line(tmp_path) -> None:
+def test_a_log_that_changed_plans_lists_them_and_ends_under_the_last(tmp_path) -> None:
+    """A run that went on under another plan (a compatible plan change) logs its steps under
+    each plan in turn: the log names the stretches, and its index hash is the last plan's."""
     other = "sha256:" + "cd" * 32
-    log = write(tmp_path / "steps.jsonl", record(0, 0), record(1, 4, index_hash=other))
-    with pytest.raises(TokentapeError, match=r"steps.jsonl:2: the log mixes 2 index hashes"):
-        scan_step_log(log)
+    recs = [
+        record(0, 0),
+        record(1, 4),
+        record(2, 8, index_hash=other),
+        record(3, 12, index_hash=other),
+    ]
+    log = scan_step_log(write(tmp_path / "steps.jsonl", *recs))
+    assert log.plans == ((0, HASH), (2, other))
+    assert log.index_hash == other and log.steps == 4
     # A superseded line of another hash does not count: what remains is one plan's.
     log = write(tmp_path / "steps.jsonl", record(0, 0, index_hash=other), record(0, 0))
     assert scan_step_log(log).index_hash == HASH
+    assert scan_step_log(log).plans == ((0, HASH),)
 
 
 # --- memory ---------------------------------------------------------------------------------

@@ -56,6 +56,14 @@ def open_step_log(path: str, plan: Plan, steps: Iterable[int] = ()) -> StepLog:
     """A step log read in one pass (its schedule, and the records of ``steps``), refused when it
     was written for another tape."""
     log = scan_step_log(path, steps)
+    earlier = [step for step, h in log.plans if h == plan.index_hash]
+    if earlier and log.index_hash != plan.index_hash:
+        later = next(step for step, h in log.plans if step > earlier[-1])
+        raise PlanError(
+            f"{path}: from step {later} on, the run went on under a later plan (index hash "
+            f"{short_hash(log.index_hash)}…); give the plan it ended under, which answers "
+            "for every step of the log"
+        )
     if log.index_hash != plan.index_hash:
         raise PlanError(
             f"{path}: the step log's index hash {short_hash(log.index_hash)}… differs from the "

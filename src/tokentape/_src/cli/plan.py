@@ -22,6 +22,9 @@ plan file:
   path = "stores/web"          # a store directory, relative to the plan file
   weight = 60                  # any positive numbers; normalised
   max_repeats = 1.0            # repeat budget: planned passes over this source
+  [[phase]]                    # optional: the mixture changes from here on
+  start_tokens = "1.8T"        # or start_samples = 439_453_125
+  weights = { web = 10, math = 60 }   # a source not named has weight 0 here
 
 example:
   tokentape plan mix.toml --out mix.json --plot mix.png

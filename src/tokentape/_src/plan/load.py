@@ -16,8 +16,9 @@ from tokentape._src.plan.plan import (
     PLAN_FORMAT,
     READABLE_VERSIONS,
     Plan,
+    PlanPhase,
     PlanSource,
-    plan_index_hash,
+    expected_index_hash,
 )
 from tokentape._src.plan.spec import plan_storage_options
 from tokentape._src.tape.blend import (
@@ -33,7 +34,7 @@ _INT, _NUMBER, _TEXT = "an integer", "a number", "a string"
 
 _SOURCE_FIELDS: dict[str, tuple[str, int]] = {
     "name": (_TEXT, 0), "path": (_TEXT, 0), "dtype": (_TEXT, 0), "content_hash": (_TEXT, 0),
-    "tokenizer_fingerprint": (_TEXT, 0), "weight_units": (_INT, 1), "n_tokens": (_INT, 2),
+    "tokenizer_fingerprint": (_TEXT, 0), "weight_units": (_INT, 0), "n_tokens": (_INT, 2),
     "n_samples": (_INT, 1), "vocab_size": (_INT, 1), "eod_id": (_INT, 0), "draws": (_INT, 0),
     "weight": (_NUMBER, 0), "max_repeats": (_NUMBER, 0), "passes": (_NUMBER, 0),
 }  # fmt: skip
@@ -93,8 +94,14 @@ def _plan_source(data: Any, where: str) -> PlanSource:
     values = {
         k: _field_value(data, k, kind, where, low) for k, (kind, low) in _SOURCE_FIELDS.items()
     }
-    if values["weight"] <= 0 or values["max_repeats"] <= 0:
-        raise PlanError(f"{where}: fields 'weight' and 'max_repeats' must be positive")
+    if values["max_repeats"] <= 0:
+        raise PlanError(f"{where}: field 'max_repeats' must be positive")
+    if (values["weight"] == 0) != (values["weight_units"] == 0):
+        raise PlanError(
+            f"{where}: fields 'weight' {values['weight']} and 'weight_units' "
+            f"{values['weight_units']}: one is 0, the other not (edited by hand?); re-run "
+            "`tokentape plan`"
+        )
     if values["eod_id"] >= values["vocab_size"]:
         raise PlanError(
             f"{where}: field 'eod_id': {values['eod_id']} is not below vocab_size "
@@ -135,7 +142,7 @@ _PLAN_KEYS = {
 
 
 def _plan_fields(data: dict[str, Any], where: str, version: int = ALGORITHM_VERSION) -> Plan:
-    _exact_keys(data, _PLAN_KEYS, {"storage_options"}, where)
+    _exact_keys(data, _PLAN_KEYS, {"storage_options", "phases"}, where)
     options = plan_storage_options(data.get("storage_options", {}), where)
     seq_len = _field_value(data, "seq_len", _INT, where, 1)
     seed = _field_value(data, "seed", _INT, where)
@@ -161,7 +168,60 @@ def _plan_fields(data: dict[str, Any], where: str, version: int = ALGORITHM_VERS
             f"{where}: the sources' weight_units sum to {sum(s.weight_units for s in sources)}, "
             f"not the denominator {denominator} (edited by hand?); re-run `tokentape plan`"
         )
-    return Plan(version, seq_len, seed, denominator, horizon, sources, index, options)
+    phases = _plan_phases(data["phases"], len(sources), horizon, where) if "phases" in data else ()
+    units = [[s.weight_units for s in sources], *(p.weight_units for p in phases)]
+    for d, s in enumerate(sources):
+        if not any(u[d] for u in units):
+            raise PlanError(
+                f"{where}: source '{s.name}' has weight 0 in every phase (edited by hand?); "
+                "re-run `tokentape plan`"
+            )
+    return Plan(version, seq_len, seed, denominator, horizon, sources, index, options, phases)
+
+
+_PHASE_FIELDS = {"start", "weights", "weight_units", "denominator"}
+
+
+def _plan_phases(raw: Any, n_sources: int, horizon: int, where: str) -> tuple[PlanPhase, ...]:
+    """The ``phases`` list: starts increasing inside the horizon, one weight per source."""
+    if not isinstance(raw, list) or not raw:
+        raise PlanError(f"{where}: field 'phases' must be a non-empty list (or absent)")
+    phases: list[PlanPhase] = []
+    for i, data in enumerate(raw):
+        here = f"{where}: phases[{i}]"
+        if not isinstance(data, dict):
+            raise PlanError(f"{here}: expected an object")
+        _exact_keys(data, _PHASE_FIELDS, set(), here)
+        start = _field_value(data, "start", _INT, here, 1)
+        den = _field_value(data, "denominator", _INT, here, 1)
+        before = phases[-1].start if phases else 0
+        if not before < start < horizon:
+            raise PlanError(
+                f"{here}: field 'start': {start} is not after {before} and below the horizon "
+                f"{horizon}; re-run `tokentape plan`"
+            )
+        lists = {}
+        for key, kind in (("weights", _NUMBER), ("weight_units", _INT)):
+            values = data[key]
+            if not isinstance(values, list) or len(values) != n_sources:
+                raise PlanError(f"{here}: field '{key}': expected one value per source")
+            lists[key] = [
+                _field_value({key: v}, key, kind, f"{here}: {key}[{d}]")
+                for d, v in enumerate(values)
+            ]
+        weights, units = lists["weights"], lists["weight_units"]
+        if den > MAX_DENOMINATOR or sum(units) != den or not any(units):
+            raise PlanError(
+                f"{here}: fields 'weight_units' {units[:8]} and 'denominator' {den}: the units "
+                "must sum to the denominator (at most 2**24), one positive at least; re-run "
+                "`tokentape plan`"
+            )
+        if any((w == 0) != (u == 0) for w, u in zip(weights, units, strict=True)):
+            raise PlanError(
+                f"{here}: a weight and its units disagree on 0; re-run `tokentape plan`"
+            )
+        phases.append(PlanPhase(start, tuple(weights), tuple(units), den))
+    return tuple(phases)
 
 
 def load_plan(path: str | os.PathLike[str]) -> Plan:
@@ -205,10 +265,7 @@ def load_plan(path: str | os.PathLike[str]) -> Plan:
                 f"n_tokens {s.n_tokens} at seq_len {plan.seq_len} (edited by hand?); re-run "
                 "`tokentape plan`"
             )
-    expected = plan_index_hash(
-        plan.sources, plan.seq_len, plan.seed, plan.denominator, plan.algorithm_version
-    )
-    if plan.index_hash != expected:
+    if plan.index_hash != expected_index_hash(plan):
         raise PlanError(
             f"plan '{path}': index_hash does not match its contents (edited by hand?); "
             "re-run `tokentape plan`"

@@ -86,6 +86,17 @@ class PlanSource:
 
 
 @dataclass(frozen=True)
+class PlanPhase:
+    """A phase after the first (the first is the sources' own weights): from position
+    ``start`` on, source d has the exact weight ``weight_units[d] / denominator`` (0 allowed)."""
+
+    start: int
+    weights: tuple[float, ...]  # the stated weight of each source, in plan order
+    weight_units: tuple[int, ...]
+    denominator: int
+
+
+@dataclass(frozen=True)
 class Plan:
     """A resolved mixture plan: what the loader, replay and locate open (``PLAN.json``).
 
@@ -101,6 +112,8 @@ class Plan:
         sources: The resolved sources, in plan order.
         index_hash: Hash of everything that determines the tape.
         storage_options: fsspec options for the sources at object URLs (no credentials).
+        phases: The phases after the first (``[[phase]]`` tables), in order; the first
+            phase is the sources' own weights, from position 0.
     """
 
     algorithm_version: int
@@ -113,6 +126,7 @@ class Plan:
     storage_options: dict[str, Any] = field(default_factory=dict, hash=False)
     """fsspec options for sources at object URLs (the plan file's ``storage_options``; never
     credentials). Not part of the index hash: a store's identity is its content."""
+    phases: tuple[PlanPhase, ...] = ()
 
     @classmethod
     def build(
@@ -126,6 +140,7 @@ class Plan:
         weight_denominator: int | None = None,
         base_dir: str | os.PathLike[str] = ".",
         storage_options: Mapping[str, Any] | None = None,
+        phases: Sequence[Mapping[str, Any]] = (),
     ) -> Plan:
         """Resolve a plan given in Python, exactly as ``tokentape plan`` resolves a TOML file.
 
@@ -150,6 +165,9 @@ class Plan:
             storage_options: fsspec options for sources at object URLs (``s3://...``), e.g.
                 ``{"endpoint_url": ...}``; recorded in the plan, so no credentials (those come
                 from the environment or a profile).
+            phases: The phases after the first, as the plan file's ``[[phase]]`` tables:
+                ``{"start_tokens": "1.8T", "weights": {"math": 60, ...}}`` (or
+                ``start_samples``); a source not named has weight 0 in that phase.
 
         Returns:
             The resolved plan.
@@ -191,6 +209,8 @@ class Plan:
         data |= {k: v for k, v in keys.items() if v is not None}
         if storage_options is not None:
             data["storage_options"] = storage_options
+        if phases:
+            data["phase"] = [dict(p) if isinstance(p, Mapping) else p for p in phases]
         where = "plan"
         check_path("base_dir", base_dir)
         plan = resolve_plan(plan_spec(data, where, os.fspath(base_dir)), where)
@@ -213,12 +233,23 @@ class Plan:
         Returns:
             The plan's ``Tape`` (``resolve(positions)``, ``position_of(...)``).
         """
-        return Tape.build(
+        return build_tape(
             [s.name for s in self.sources],
             [s.n_samples for s in self.sources],
-            [s.weight_units for s in self.sources],
             self.seed,
+            [(0, tuple(s.weight_units for s in self.sources))]
+            + [(p.start, p.weight_units) for p in self.phases],
         )
+
+    @property
+    def phase_starts(self) -> tuple[int, ...]:
+        """The first position of every phase, the first phase (position 0) included."""
+        return (0, *(p.start for p in self.phases))
+
+    @property
+    def phase_units(self) -> list[tuple[int, ...]]:
+        """Every phase's weight units, the first phase (the sources' weights) included."""
+        return [tuple(s.weight_units for s in self.sources), *(p.weight_units for p in self.phases)]
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the plan as ``PLAN.json`` (what ``tokentape plan --out`` writes), atomically.
@@ -242,13 +273,26 @@ class Plan:
         data = {"format": PLAN_FORMAT, **asdict(self)}
         if not data["storage_options"]:  # PLAN.json of a local plan: as before
             del data["storage_options"]
+        if not data["phases"]:  # PLAN.json of a plan in one phase: as before
+            del data["phases"]
         for source in data["sources"]:
             if source["megatron"] is None:
                 del source["megatron"]
         return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
-# --- parsing --------------------------------------------------------------------------------
+def build_tape(
+    names: Sequence[str],
+    n_samples: Sequence[int],
+    seed: int,
+    phases: Sequence[tuple[int, Sequence[int]]],
+) -> Tape:
+    """The tape of a plan: ``phases`` is each phase's (start, weight units), the first at 0;
+    one phase whose weights are all positive is a plain blend."""
+    if len(phases) == 1 and all(u > 0 for u in phases[0][1]):
+        return Tape.build(names, n_samples, phases[0][1], seed)
+    starts = [start for start, _ in phases]
+    return Tape.build_phased(names, n_samples, starts, [units for _, units in phases], seed)
 
 
 # --- resolving ------------------------------------------------------------------------------
@@ -260,13 +304,16 @@ def index_hash(
     denominator: int,
     sources: list[tuple[str, int, int, str, str]],
     version: int = ALGORITHM_VERSION,
+    phases: Sequence[tuple[int, Sequence[int]]] = (),
 ) -> str:
     """Hash of the canonical inputs that change the tape (never the horizon or budgets).
 
     ``sources``: per source, in plan order, (name, weight units W_d, n_tokens, dtype,
-    content hash of its store); ``version``: the algorithm version the plan was resolved with.
+    content hash of its store); ``version``: the algorithm version the plan was resolved with;
+    ``phases``: each later phase's (start, weight units), hashed only when there are some (a
+    plan in one phase hashes as before phases existed).
     """
-    inputs = {
+    inputs: dict[str, Any] = {
         "algorithm_version": version,
         "seq_len": seq_len,
         "seed": seed,
@@ -281,6 +328,11 @@ def index_hash(
             for name, w, n_tokens, dtype, content in sources
         ],
     }
+    if phases:
+        inputs["phases"] = [
+            {"start": start, "weights": [f"{u}/{sum(units)}" for u in units]}
+            for start, units in phases
+        ]
     text = json.dumps(inputs, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
@@ -291,9 +343,19 @@ def plan_index_hash(
     seed: int,
     den: int,
     version: int = ALGORITHM_VERSION,
+    phases: Sequence[PlanPhase] = (),
 ) -> str:
     rows = [(s.name, s.weight_units, s.n_tokens, s.dtype, s.content_hash) for s in plan_sources]
-    return index_hash(seq_len, seed, den, rows, version)
+    later = [(p.start, p.weight_units) for p in phases]
+    return index_hash(seq_len, seed, den, rows, version, later)
+
+
+def expected_index_hash(plan: Plan) -> str:
+    """The index hash ``plan``'s fields give (a plan read back or edited must match it)."""
+    return plan_index_hash(
+        plan.sources, plan.seq_len, plan.seed, plan.denominator, plan.algorithm_version,
+        plan.phases,
+    )  # fmt: skip
 
 
 def _open_source(
@@ -388,17 +450,15 @@ def resolve_plan(
                 f"seq_len + 1 = {spec.seq_len + 1}: not one sample"
             )
     names = [s.name for s in spec.sources]
-    stated = [s.weight for s in spec.sources]
-    try:
-        if spec.denominator is None:  # the weights as stated, exactly (or rounded over the cap)
-            units, den = exact_weights(stated, names)
-        else:
-            units, den = rational_weights(stated, names, spec.denominator), spec.denominator
-    except TokentapeError as exc:
-        raise _reworded(exc, f"{where}: {exc}") from None
-    weights = list(units)
+    weights, den = _phase_units([s.weight for s in spec.sources], names, spec, where)
+    phases = []
+    for i, p in enumerate(spec.phases):
+        units, period = _phase_units(p.weights, names, spec, f"{where}: phase {i + 2}")
+        phases.append(PlanPhase(p.start, p.weights, units, period))
     n_samples = [(m.n_tokens - 1) // spec.seq_len for _, m in manifests]
-    tape = Tape.build(names, n_samples, weights, spec.seed)
+    tape = build_tape(
+        names, n_samples, spec.seed, [(0, weights), *((p.start, p.weight_units) for p in phases)]
+    )
     sources = []
     for i, (s, (_, m)) in enumerate(zip(spec.sources, manifests, strict=True)):
         draws = tape.blend.count(i, spec.horizon_samples)
@@ -430,9 +490,33 @@ def resolve_plan(
         denominator=den,
         horizon_samples=spec.horizon_samples,
         sources=tuple(sources),
-        index_hash=plan_index_hash(tuple(sources), spec.seq_len, spec.seed, den),
+        index_hash=plan_index_hash(
+            tuple(sources), spec.seq_len, spec.seed, den, phases=tuple(phases)
+        ),
         storage_options=dict(spec.storage_options),
+        phases=tuple(phases),
     )
+
+
+def _phase_units(
+    stated: Sequence[float], names: Sequence[str], spec: PlanSpec, where: str
+) -> tuple[tuple[int, ...], int]:
+    """One phase's stated weights as integer units and their period: exactly (or rounded over
+    the cap), or over the plan's ``weight_denominator``; a weight of 0 stays 0."""
+    drawn = [d for d, w in enumerate(stated) if w]
+    positive = [stated[d] for d in drawn]
+    drawn_names = [names[d] for d in drawn]
+    try:
+        if spec.denominator is None:  # the weights as stated, exactly (or rounded over the cap)
+            units, den = exact_weights(positive, drawn_names)
+        else:
+            units, den = rational_weights(positive, drawn_names, spec.denominator), spec.denominator
+    except TokentapeError as exc:
+        raise _reworded(exc, f"{where}: {exc}") from None
+    out = [0] * len(stated)
+    for d, u in zip(drawn, units, strict=True):
+        out[d] = u
+    return tuple(out), den
 
 
 def open_plan_store(

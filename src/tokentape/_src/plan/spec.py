@@ -27,7 +27,10 @@ _TOP_KEYS = {
     "weight_denominator",
     "source",
     "storage_options",
+    "phase",
 }
+
+_PHASE_KEYS = {"start_tokens", "start_samples", "weights"}
 
 
 _SOURCE_KEYS = {
@@ -53,7 +56,8 @@ class SourceSpec:
     path: str
     """The store directory, relative to the plan file (or absolute)."""
     weight: float
-    """Any positive number; weights are normalised."""
+    """Any number >= 0 (weights are normalised); 0: not drawn before the first phase that
+    names the source (a plan with ``[[phase]]`` tables only)."""
     max_repeats: float = 1.0
     """Repeat budget: the most passes over this source's samples the horizon may take."""
     format: str | None = None
@@ -71,6 +75,16 @@ class SourceSpec:
 
 
 @dataclass(frozen=True)
+class PhaseSpec:
+    """One ``[[phase]]`` table: from position ``start`` on, the mixture is ``weights``."""
+
+    start: int
+    """The phase's first position (samples; ``start_tokens`` rounded up to whole samples)."""
+    weights: tuple[float, ...]
+    """The stated weight of each source, in plan order (0: a source the table does not name)."""
+
+
+@dataclass(frozen=True)
 class PlanSpec:
     """The plan file, validated."""
 
@@ -85,6 +99,8 @@ class PlanSpec:
     storage_options: dict[str, Any] = field(default_factory=dict)
     """fsspec options for the sources at object URLs (no credentials: they would be copied
     into PLAN.json)."""
+    phases: tuple[PhaseSpec, ...] = ()
+    """The ``[[phase]]`` tables after the first phase (the sources' own weights), in order."""
 
 
 def parse_count(value: Any, where: str) -> int:
@@ -112,8 +128,10 @@ def _number(
     where: str,
     default: float | None = None,
     exact: bool = False,
+    zero: bool = False,
 ) -> float:
-    """A positive finite number (``exact``: an integer is kept as it is, not made a float)."""
+    """A positive finite number (``zero``: or 0; ``exact``: an integer is kept as it is, not
+    made a float)."""
     if key not in table:
         if default is None:
             raise PlanError(f"{where}: missing key '{key}'")
@@ -128,8 +146,9 @@ def _number(
         raise PlanError(
             f"{where}: '{key}' must be a positive finite number, got an integer of {digits} digits"
         ) from None
-    if not math.isfinite(number) or number <= 0:
-        raise PlanError(f"{where}: '{key}' must be a positive finite number, got {value}")
+    if not math.isfinite(number) or number < 0 or (number == 0 and not zero):
+        kind = "a finite number >= 0" if zero else "a positive finite number"
+        raise PlanError(f"{where}: '{key}' must be {kind}, got {value}")
     return value if exact and isinstance(value, int) else number
 
 
@@ -174,7 +193,7 @@ def _source(table: Any, i: int, where: str) -> SourceSpec:
     return SourceSpec(
         name=name,
         path=path,
-        weight=_number(table, "weight", here, exact=True),  # stated: read exactly
+        weight=_number(table, "weight", here, exact=True, zero=True),  # stated: read exactly
         max_repeats=_number(table, "max_repeats", here, default=1.0),
         format=kind,
         vocab_size=_integer(table, "vocab_size", here) if "vocab_size" in table else None,
@@ -233,7 +252,70 @@ def plan_spec(data: Any, where: str, base_dir: str = ".") -> PlanSpec:
             raise PlanError(f"{where}: source name '{s.name}' appears twice")
         seen.add(s.name)
     options = plan_storage_options(data.get("storage_options", {}), where)
-    return PlanSpec(seq_len, seed, horizon, sources, denominator, base_dir, options)
+    phases = _phases(data.get("phase", []), sources, seq_len, horizon, where)
+    return PlanSpec(seq_len, seed, horizon, sources, denominator, base_dir, options, phases)
+
+
+def _phases(
+    raw: Any, sources: tuple[SourceSpec, ...], seq_len: int, horizon: int, where: str
+) -> tuple[PhaseSpec, ...]:
+    """The ``[[phase]]`` tables, checked: starts increasing inside the horizon, weights of
+    known sources, one positive per phase, and every source drawn in some phase."""
+    if not isinstance(raw, list):
+        raise PlanError(f"{where}: 'phase' must be a list of tables ([[phase]])")
+    names = [s.name for s in sources]
+    phases: list[PhaseSpec] = []
+    for i, table in enumerate(raw):
+        here = f"{where}: phase[{i}] (phase {i + 2})"
+        if not isinstance(table, dict):
+            raise PlanError(f"{here}: must be a table ([[phase]])")
+        _unknown(table, _PHASE_KEYS, here)
+        if ("start_tokens" in table) == ("start_samples" in table):
+            raise PlanError(f"{here}: give exactly one of 'start_tokens' or 'start_samples'")
+        if "start_tokens" in table:
+            start = -(-parse_count(table["start_tokens"], f"{here}: 'start_tokens'") // seq_len)
+        else:
+            start = parse_count(table["start_samples"], f"{here}: 'start_samples'")
+        before = phases[-1].start if phases else 0
+        if start <= before:
+            raise PlanError(
+                f"{here}: starts at sample {start:,}, not after the phase before it (sample "
+                f"{before:,}); phases are listed in the order they start"
+            )
+        if start >= horizon:
+            raise PlanError(
+                f"{here}: starts at sample {start:,}, at or beyond the horizon of {horizon:,} "
+                "samples: it would never be drawn"
+            )
+        weights = table.get("weights")
+        if not isinstance(weights, dict) or not weights:
+            raise PlanError(
+                f"{here}: 'weights' must be a table of source name = weight, e.g. "
+                f"weights = {{ {names[0]} = 1 }}"
+            )
+        for name in weights:
+            if name not in names:
+                raise PlanError(
+                    f"{here}: 'weights' names {name[:40]!r}, not a source of the plan "
+                    f"({', '.join(names)})"
+                )
+        stated = tuple(
+            _number(weights, n, f"{here}: weights", default=0, exact=True, zero=True) for n in names
+        )
+        if not any(stated):
+            raise PlanError(f"{here}: every weight is 0; a phase draws from one source at least")
+        phases.append(PhaseSpec(start, stated))
+    if not any(s.weight for s in sources):
+        raise PlanError(
+            f"{where}: every source has weight 0; the first phase draws from one source at least"
+        )
+    for d, s in enumerate(sources):
+        if not s.weight and not any(p.weights[d] for p in phases):
+            raise PlanError(
+                f"{where}: source '{s.name}' has weight 0 in every phase: it is never drawn; "
+                "give it a weight or drop it"
+            )
+    return tuple(phases)
 
 
 def plan_storage_options(value: Any, where: str) -> dict[str, Any]:

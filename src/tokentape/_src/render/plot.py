@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,18 +41,13 @@ def draw_plan(plan: Plan, path: str | Path) -> bytes:
             f"--plot {path}: unknown image format '{kind}'; name a file ending in one of "
             + ", ".join(f".{k}" for k in sorted(formats))
         )
-    tape = plan.tape()
     horizon = plan.horizon_samples
-    grid = np.unique(np.geomspace(1, horizon, num=400).astype(np.int64))
     fig, (ax_share, ax_pass) = plt.subplots(1, 2, figsize=(13, 4.8))
-    for d, s in enumerate(plan.sources):
-        share = np.array([tape.blend.count(d, int(n)) / n for n in grid])
-        (line,) = ax_share.plot(grid, share, label=s.name, lw=1.2)
-        ax_share.axhline(s.weight_units / plan.denominator, color=line.get_color(), ls=":", lw=1)
-    ax_share.set_xscale("log")
+    if plan.phases:
+        _draw_phases(plan, ax_share)
+    else:
+        _draw_cumulative(plan, ax_share)
     ax_share.set_xlabel("position (samples)")
-    ax_share.set_ylabel("share of samples so far")
-    ax_share.set_title("cumulative share (dotted: target)")
     ax_share.legend(fontsize="small")
     names = [s.name for s in plan.sources]
     ax_pass.bar(names, [s.passes for s in plan.sources], color="tab:blue", label="planned passes")
@@ -66,3 +62,46 @@ def draw_plan(plan: Plan, path: str | Path) -> bytes:
     fig.savefig(out, dpi=110, format=kind)
     plt.close(fig)
     return out.getvalue()
+
+
+def _draw_cumulative(plan: Plan, ax: Any) -> None:
+    """A plan in one phase: each source's share of the samples so far, on log positions."""
+    tape = plan.tape()
+    grid = np.unique(np.geomspace(1, plan.horizon_samples, num=400).astype(np.int64))
+    for d, s in enumerate(plan.sources):
+        share = np.asarray(tape.blend.count(d, grid)) / grid
+        (line,) = ax.plot(grid, share, label=s.name, lw=1.2)
+        ax.axhline(s.weight_units / plan.denominator, color=line.get_color(), ls=":", lw=1)
+    ax.set_xscale("log")
+    ax.set_ylabel("share of samples so far")
+    ax.set_title("cumulative share (dotted: target)")
+
+
+def _draw_phases(plan: Plan, ax: Any) -> None:
+    """A plan in phases: each source's share of the samples in each stretch of the run (about
+    400 stretches of whole periods, none across a phase start), the
+    phases' targets dotted and their starts marked."""
+    tape = plan.tape()
+    horizon = plan.horizon_samples
+    starts = np.asarray(plan.phase_starts, dtype=np.int64)
+    ends = np.append(starts[1:], horizon)
+    dens = [plan.denominator, *(p.denominator for p in plan.phases)]
+    pieces = []
+    for a, b, den in zip(starts.tolist(), ends.tolist(), dens, strict=True):
+        bins = max(1, round(400 * (b - a) / horizon))
+        width = den * max(1, -(-(b - a) // (bins * den)))  # whole periods: no ripple
+        pieces.append(np.append(np.arange(a, b, width, dtype=np.int64), b))
+    edges = np.unique(np.concatenate(pieces))
+    for d, s in enumerate(plan.sources):
+        counts = np.asarray(tape.blend.count(d, edges))
+        share = np.diff(counts) / np.diff(edges)
+        (line,) = ax.plot(edges[1:], share, label=s.name, lw=1.2, drawstyle="steps-pre")
+        for units, den, a, b in zip(plan.phase_units, dens, starts, ends, strict=True):
+            ax.hlines(units[d] / den, a, b, color=line.get_color(), ls=":", lw=1)
+    for i, start in enumerate(plan.phase_starts[1:], start=2):
+        ax.axvline(start, color="0.4", ls="--", lw=0.8)
+        ax.annotate(f"phase {i}", (start, 1.0), xycoords=("data", "axes fraction"),
+                    xytext=(3, -12), textcoords="offset points", fontsize="small")  # fmt: skip
+    ax.set_xlim(0, horizon)
+    ax.set_ylabel("share of the samples in each stretch")
+    ax.set_title(f"share per source over the run, {len(starts)} phases (dotted: targets)")

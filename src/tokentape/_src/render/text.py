@@ -7,6 +7,7 @@ from fractions import Fraction
 from tokentape._src.plan.plan import Plan
 from tokentape._src.store.format import Manifest, numpy_dtype
 from tokentape._src.tape.blend import stated_value
+from tokentape._src.tape.resolve import Tape
 from tokentape._src.util.text import fmt_bytes, fmt_int, key_values, table
 
 
@@ -55,9 +56,8 @@ def manifest_text(directory: str, m: Manifest) -> str:
 
 
 def plan_text(plan: Plan) -> str:
-    """``tokentape plan``: the plan's identity and its repeat table."""
-    stated = [stated_value(s.weight) for s in plan.sources]
-    total_weight = sum(stated)
+    """``tokentape plan``: the plan's identity and its repeat table (a plan in phases: the
+    whole run's, then each phase's)."""
     head = key_values(
         [
             ("seq_len", fmt_int(plan.seq_len)),
@@ -67,38 +67,80 @@ def plan_text(plan: Plan) -> str:
                 f"{fmt_int(plan.horizon_samples)} samples = "
                 f"{fmt_int(plan.horizon_samples * plan.seq_len)} tokens",
             ),
+            *([("phases", f"{len(plan.phases) + 1} (each below)")] if plan.phases else []),
             ("weights", _weights_line(plan)),
             ("index hash", plan.index_hash),
         ]
     )
+    tape = plan.tape()
+    if not plan.phases:
+        return f"{head}\n\n{_shares_table(plan, tape, 0, extra=True)}"
     rows = [
-        [
-            s.name,
-            s.n_tokens,
-            s.n_samples,
-            f"{float(w / total_weight):.4%}",
-            f"{s.weight_units}/{plan.denominator} = {s.weight_units / plan.denominator:.4%}",
-            s.draws,
-            f"{s.passes:.3f}",
-            f"{s.max_repeats:g}",
-            s.draws * plan.seq_len,
-        ]
-        for s, w in zip(plan.sources, stated, strict=True)
-    ]
-    header = [
-        "source", "tokens", "samples", "target", "effective share", "draws", "passes",
-        "budget", "tokens trained",
+        [s.name, s.n_tokens, s.n_samples, s.draws, f"{s.passes:.3f}", f"{s.max_repeats:g}",
+         s.draws * plan.seq_len]
+        for s in plan.sources
     ]  # fmt: skip
-    return f"{head}\n\n{table(header, rows)}"
+    header = ["source", "tokens", "samples", "draws", "passes", "budget", "tokens trained"]
+    parts = [head, "  whole run\n" + table(header, rows)]
+    ends = [*plan.phase_starts[1:], plan.horizon_samples]
+    for i, (start, end) in enumerate(zip(plan.phase_starts, ends, strict=True)):
+        span = (
+            f"  phase {i + 1}: samples [{fmt_int(start)}, {fmt_int(end)}) = "
+            f"{fmt_int((end - start) * plan.seq_len)} tokens, exact rationals over "
+            f"{fmt_int(_denominators(plan)[i])}"
+        )
+        parts.append(span + "\n" + _shares_table(plan, tape, i))
+    return "\n\n".join(parts)
+
+
+def _denominators(plan: Plan) -> list[int]:
+    return [plan.denominator, *(p.denominator for p in plan.phases)]
+
+
+def _stated(plan: Plan, phase: int) -> list[Fraction]:
+    """Phase ``phase``'s stated weights (0: the sources' own), exactly."""
+    if phase == 0:
+        return [stated_value(s.weight) for s in plan.sources]
+    return [stated_value(w) for w in plan.phases[phase - 1].weights]
+
+
+def _shares_table(plan: Plan, tape: Tape, phase: int, extra: bool = False) -> str:
+    """A phase's target and effective shares and its draws; ``extra``: a plan in one phase,
+    with the store sizes, budgets and tokens trained too."""
+    stated = _stated(plan, phase)
+    total = sum(stated)
+    units, den = plan.phase_units[phase], _denominators(plan)[phase]
+    ends = [*plan.phase_starts[1:], plan.horizon_samples]
+    start, end = plan.phase_starts[phase], ends[phase]
+    rows = []
+    for d, s in enumerate(plan.sources):
+        draws = s.draws if extra else int(tape.blend.count(d, end) - tape.blend.count(d, start))
+        shares = [f"{float(stated[d] / total):.4%}", f"{units[d]}/{den} = {units[d] / den:.4%}"]
+        if extra:
+            rows.append([s.name, s.n_tokens, s.n_samples, *shares, draws, f"{s.passes:.3f}",
+                         f"{s.max_repeats:g}", draws * plan.seq_len])  # fmt: skip
+        else:
+            rows.append([s.name, *shares, draws, f"{draws / s.n_samples:.3f}"])
+    header = ["source", "target", "effective share", "draws", "passes"]
+    if extra:
+        header = ["source", "tokens", "samples", *header[1:], "budget", "tokens trained"]
+    return table(header, rows)
 
 
 def _weights_line(plan: Plan) -> str:
     """How the stated weights became the plan's: exactly, or rounded over the period."""
-    stated = [stated_value(s.weight) for s in plan.sources]
-    total = sum(stated)
-    exact = all(
-        Fraction(s.weight_units, plan.denominator) == w / total
-        for s, w in zip(plan.sources, stated, strict=True)
-    )
-    how = "the stated weights exactly" if exact else "the stated weights rounded (see target)"
-    return f"exact rationals over {fmt_int(plan.denominator)}: {how}"
+    units = plan.phase_units
+    dens = _denominators(plan)
+    rounded = [
+        i + 1
+        for i in range(len(units))
+        if any(
+            Fraction(u, dens[i]) != w / sum(_stated(plan, i))
+            for u, w in zip(units[i], _stated(plan, i), strict=True)
+        )
+    ]
+    how = "the stated weights exactly" if not rounded else "the stated weights rounded (see target)"
+    if not plan.phases:
+        return f"exact rationals over {fmt_int(plan.denominator)}: {how}"
+    where = "" if not rounded else " in phase " + ", ".join(map(str, rounded))
+    return f"exact rationals per phase: {how}{where}"

@@ -35,7 +35,7 @@ from tokentape._src.train.partition import BatchConfig, positions_for
 from tokentape._src.train.stage import stage_plan
 from tokentape._src.train.state import DataState
 from tokentape._src.util.checks import check_path
-from tokentape.errors import ArgumentError, TokentapeError
+from tokentape.errors import ArgumentError, PlanError, TokentapeError
 
 
 @dataclass(frozen=True)
@@ -139,9 +139,12 @@ class Loader:
         StoreChanged: A source's store no longer has the content hash the plan recorded.
         StoreError: A source's store (or Megatron prefix) is missing or damaged, or not the
             one planned.
-        ResumeRefused: ``state`` was saved on a plan with another index hash.
-        PlanError: ``step_log`` already holds another plan's steps, or ``plan`` is the path of
-            a ``PLAN.json`` that cannot be read as one.
+        ResumeRefused: ``state`` was saved on a plan that changes a sample below its
+            ``consumed`` (see ``DataState.resume_on``).
+        PlanError: ``step_log`` last holds steps of a plan neither this one nor one ``state``
+            changed from (without ``state``: raised by the first ``step()`` unless
+            ``load_state_dict`` brings such a state first), or ``plan`` is the path of a
+            ``PLAN.json`` that cannot be read as one.
         ObjectStorageError: Object storage kept failing (opening a store in a bucket, or
             staging it); a read that keeps failing while streaming is raised from ``step()``.
     """
@@ -187,11 +190,18 @@ class Loader:
         self.dp_rank = dp_rank
         self.config = config
         """The shape of the next step ``step()`` hands out."""
-        self.state = state if state is not None else DataState.start(plan)
-        self.state.check_plan(plan)
+        self.state = (state if state is not None else DataState.start(plan)).resume_on(plan)
         self.prefetch = prefetch
         self.step_log = Path(step_log) if step_log is not None else None
-        self._writer = StepLogWriter(step_log, plan.index_hash) if step_log is not None else None
+        self._writer = StepLogWriter(step_log) if step_log is not None else None
+        self._log_checked = False
+        try:
+            self._check_log(self.state)
+        except PlanError:
+            if state is not None:
+                raise
+            # The log may end under a plan a state loaded next (load_state_dict) changed from:
+            # checked again then, or at the first step.
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokentape-prefetch")
         self._ahead: dict[tuple[int, BatchConfig], _Ahead] = {}
         self._outstanding: _Outstanding | None = None
@@ -218,12 +228,14 @@ class Loader:
 
         Raises:
             TokentapeError: The loader is closed.
+            PlanError: The step log last holds steps of another plan (see the constructor).
             StoreError: A store's document index turned out damaged when first read (with
                 ``segments``). Any error building the step carries a note naming the step, and
                 a retry builds the step afresh.
         """
         if self._closed:
             raise TokentapeError("the loader is closed")
+        self._check_log(self.state)
         if self._outstanding is not None:
             out = self._outstanding
             return Step(out.state.step, out.state.consumed, out.config, out.ahead.batches.result())
@@ -319,16 +331,29 @@ class Loader:
 
         Raises:
             InputError: ``data`` is not a valid data state (see ``DataState.from_dict``).
-            ResumeRefused: The state was saved on a plan with another index hash; the loader
-                keeps its current state.
+            ResumeRefused: The state was saved on a plan that differs from this loader's
+                below its ``consumed`` (see ``DataState.resume_on``); the loader keeps its
+                current state.
+            PlanError: The step log last holds steps of a plan neither this one nor one the
+                state changed from; the loader keeps its current state.
         """
-        state = DataState.from_dict(data)
-        state.check_plan(self.plan)
+        state = DataState.from_dict(data).resume_on(self.plan)
+        self._log_checked = False
+        self._check_log(state)
         for ahead in self._ahead.values():
             ahead.cancel()
         self._ahead.clear()
         self._outstanding = None
         self.state = state
+
+    def _check_log(self, state: DataState) -> None:
+        """Refuse a step log whose last step ran under another plan than this one or one the
+        run changed from (``state.plan_changes``): appending would make it unreadable."""
+        if self._writer is None or self._log_checked:
+            return
+        earlier = {c.old_index_hash for c in state.plan_changes}
+        self._writer.check_plan(self.plan.index_hash, earlier)
+        self._log_checked = True
 
     def close(self) -> None:
         """Stop the prefetch thread (work not started is dropped) and the sources' fetch

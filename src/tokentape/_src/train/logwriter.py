@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -20,7 +21,7 @@ class StepLogWriter:
     """Appends a run's step records to ``path``; refuses a log an earlier run of another plan
     wrote (its records would make the log unreadable for either plan)."""
 
-    def __init__(self, path: str | os.PathLike[str], index_hash: str | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._dirty = False
         if not self.path.parent.is_dir():
@@ -28,17 +29,16 @@ class StepLogWriter:
         if self.path.exists() and not self.path.is_file():
             raise ArgumentError(f"step_log '{path}': not a regular file")
         self._trim_torn_tail()
-        if index_hash is not None:
-            self._check_plan(index_hash)
 
-    def _check_plan(self, index_hash: str) -> None:
-        """Refuse a log whose last record names another plan's index hash."""
+    def check_plan(self, index_hash: str, earlier: Collection[str] = ()) -> None:
+        """Refuse a log whose last record names another plan's index hash than this one or one
+        of the ``earlier`` plans the run went on from (its data state's plan changes)."""
         try:
             last = json.loads(_last_line(self.path))
         except (OSError, ValueError, RecursionError):
             return  # no log yet, or a damaged one: the reader reports the damage
         found = last.get("index_hash") if isinstance(last, dict) else None
-        if isinstance(found, str) and found != index_hash:
+        if isinstance(found, str) and found != index_hash and found not in earlier:
             raise PlanError(
                 f"step_log '{self.path}': written for another plan (index hash {found[:19]}…, "
                 f"this plan's is {index_hash[:19]}…); give this run its own step log"

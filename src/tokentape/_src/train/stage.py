@@ -68,7 +68,7 @@ from tokentape._src.megatron.identity import write_sidecar as write_local_sideca
 from tokentape._src.megatron.remote import current_identity as remote_identity
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.open import MEGATRON, TOKENTAPE
-from tokentape._src.plan.plan import Plan, plan_index_hash
+from tokentape._src.plan.plan import Plan, expected_index_hash
 from tokentape._src.store.atomic import fsync_dir, replace_directory, write_atomic
 from tokentape._src.store.format import (
     MANIFEST_NAME,
@@ -453,10 +453,7 @@ def stage_sources(
         staged[s.name] = result
         sources.append(replace(s, path=str(result.path)))
     new = replace(plan, sources=tuple(sources))
-    again = plan_index_hash(
-        new.sources, new.seq_len, new.seed, new.denominator, new.algorithm_version
-    )
-    if again != plan.index_hash:
+    if expected_index_hash(new) != plan.index_hash:
         raise PlanError("the plan's index hash does not follow from its sources; re-run plan")
     return new, staged
 

@@ -11,8 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from tokentape._src.plan.plan import READABLE_VERSIONS, Plan, index_hash
+from tokentape._src.plan.plan import Plan
 from tokentape._src.tape.blend import MAX_POSITION
+from tokentape._src.train.identity import (
+    describe_difference,
+    identity_differences,
+    identity_hash,
+    past_change,
+    plan_identity,
+)
 from tokentape._src.train.partition import BatchConfig
 from tokentape.errors import (
     InputError,
@@ -23,65 +30,6 @@ from tokentape.errors import (
 )
 
 STATE_VERSION = 1
-_IDENTITY_FIELDS = ("weight_units", "n_tokens", "dtype", "content_hash")
-
-
-def plan_identity(plan: Plan) -> dict[str, Any]:
-    """Exactly the inputs the index hash covers, in a form a person can compare."""
-    return {
-        "algorithm_version": plan.algorithm_version,
-        "seq_len": plan.seq_len,
-        "seed": plan.seed,
-        "denominator": plan.denominator,
-        "sources": [
-            {"name": s.name, **{f: getattr(s, f) for f in _IDENTITY_FIELDS}} for s in plan.sources
-        ],
-    }
-
-
-def identity_differences(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, Any, Any]]:
-    """What differs between two plan identities: one ``(field, saved, now)`` each, in the order
-    of their phrases (``describe_difference``). A field is a top-level key (``seed``, ...),
-    ``sources.<name>.<field>``, ``sources`` (a source removed: ``(name, None)``, added:
-    ``(None, name)``) or ``source order`` (the two lists of names)."""
-    diffs: list[tuple[str, Any, Any]] = [
-        (key, old.get(key), new.get(key))
-        for key in ("algorithm_version", "seq_len", "seed", "denominator")
-        if old.get(key) != new.get(key)
-    ]
-    old_sources = {s["name"]: s for s in old.get("sources", [])}
-    new_sources = {s["name"]: s for s in new.get("sources", [])}
-    for name in old_sources.keys() - new_sources.keys():
-        diffs.append(("sources", name, None))
-    for name in new_sources.keys() - old_sources.keys():
-        diffs.append(("sources", None, name))
-    for name in old_sources.keys() & new_sources.keys():
-        for f in _IDENTITY_FIELDS:
-            before, after = old_sources[name].get(f), new_sources[name].get(f)
-            if before != after:
-                diffs.append((f"sources.{name}.{f}", before, after))
-    old_order = [s["name"] for s in old.get("sources", [])]
-    new_order = [s["name"] for s in new.get("sources", [])]
-    if set(old_order) == set(new_order) and old_order != new_order:
-        diffs.append(("source order", old_order, new_order))
-    return sorted(diffs, key=lambda d: describe_difference(*d))
-
-
-def describe_difference(field: str, saved: Any, now: Any) -> str:
-    """One difference of ``identity_differences`` as a phrase (saved → now)."""
-    if field == "sources":
-        return f"source '{saved}' removed" if now is None else f"source '{now}' added"
-    if field == "source order":
-        return f"source order {saved} → {now}"
-    if field.startswith("sources."):
-        name, f = field.removeprefix("sources.").rsplit(".", 1)
-        return f"source '{name}': {f} {saved} → {now}"
-    return f"{field}: {saved} → {now}"
-
-
-def identity_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """What differs between two plan identities, one phrase each (old → new)."""
-    return [describe_difference(*d) for d in identity_differences(old, new)]
 
 
 def _shown(value: Any) -> str:
@@ -99,39 +47,6 @@ def _count(data: dict[str, Any], key: str, where: str, least: int) -> int:
     if value > MAX_POSITION:  # a state may sit at 2**62: every position was consumed
         raise InputError(f"{where}: '{key}' must be at most 2**62, got {_shown(value)}")
     return value
-
-
-def identity_hash(identity: Any) -> str | None:
-    """The index hash a plan identity (``plan_identity``) stands for; None when it is not one."""
-    if not isinstance(identity, dict) or set(identity) != {
-        "algorithm_version", "seq_len", "seed", "denominator", "sources"
-    }:  # fmt: skip
-        return None
-    ints = [identity[k] for k in ("algorithm_version", "seq_len", "seed", "denominator")]
-    sources = identity["sources"]
-    if any(type(v) is not int or v.bit_length() > 64 for v in ints):
-        return None
-    if not isinstance(sources, list):
-        return None
-    if identity["algorithm_version"] not in READABLE_VERSIONS:
-        return None
-    rows = []
-    for s in sources:
-        if not isinstance(s, dict) or set(s) != {"name", *_IDENTITY_FIELDS}:
-            return None
-        row = (s["name"], s["weight_units"], s["n_tokens"], s["dtype"], s["content_hash"])
-        if not all(type(v) is t for v, t in zip(row, (str, int, int, str, str), strict=True)):
-            return None
-        if row[1].bit_length() > 64 or row[2].bit_length() > 64:
-            return None
-        rows.append(row)
-    return index_hash(
-        identity["seq_len"],
-        identity["seed"],
-        identity["denominator"],
-        rows,
-        identity["algorithm_version"],
-    )
 
 
 def _change(data: Any, where: str) -> BatchChange:
@@ -167,6 +82,36 @@ class BatchChange:
 
 
 @dataclass(frozen=True)
+class PlanChange:
+    """At ``step`` (with ``consumed`` samples applied), the run went on under another plan that
+    gives the same sample at every position below ``consumed``."""
+
+    step: int
+    consumed: int
+    old_index_hash: str
+    new_index_hash: str
+
+
+def _plan_change(data: Any, where: str) -> PlanChange:
+    if not isinstance(data, dict) or set(data) != {
+        "step", "consumed", "old_index_hash", "new_index_hash"
+    }:  # fmt: skip
+        raise InputError(
+            f"{where}: expected an object of step, consumed, old_index_hash, new_index_hash"
+        )
+    for key in ("old_index_hash", "new_index_hash"):
+        value = data[key]
+        if not isinstance(value, str) or not value.isprintable() or not 0 < len(value) <= 200:
+            raise InputError(f"{where}: '{key}' must be an index hash, got {_shown(value)}")
+    return PlanChange(
+        _count(data, "step", where, 0),
+        _count(data, "consumed", where, 0),
+        data["old_index_hash"],
+        data["new_index_hash"],
+    )
+
+
+@dataclass(frozen=True)
 class DataState:
     """The data pipeline's checkpoint state: an immutable snapshot; ``commit`` returns the next.
 
@@ -184,6 +129,9 @@ class DataState:
         history: The batch shape changes: one ``BatchChange`` (step, ``consumed`` before it and
             the shape) per step at which the shape changed, the first step included; empty
             before the first step. Any step number maps back to its positions through it.
+        plan_changes: The plans the run went on under (``resume_on``): one ``PlanChange``
+            (step, ``consumed``, old and new index hash) each, in order; empty while the run
+            keeps the plan it started on.
     """
 
     index_hash: str
@@ -191,6 +139,7 @@ class DataState:
     consumed: int = 0
     step: int = 0
     history: tuple[BatchChange, ...] = ()
+    plan_changes: tuple[PlanChange, ...] = ()
 
     @classmethod
     def start(cls, plan: Plan) -> DataState:
@@ -256,10 +205,10 @@ class DataState:
         """The state as JSON-friendly data (what ``from_dict`` reads back).
 
         Returns:
-            A dict of ``version``, ``index_hash``, ``identity``, ``consumed``, ``step`` and
-            ``history`` (a list of objects).
+            A dict of ``version``, ``index_hash``, ``identity``, ``consumed``, ``step``,
+            ``history`` (a list of objects) and, once the run changed plans, ``plan_changes``.
         """
-        return {
+        data = {
             "version": STATE_VERSION,
             "index_hash": self.index_hash,
             "identity": self.identity,
@@ -267,6 +216,9 @@ class DataState:
             "step": self.step,
             "history": [c.__dict__ for c in self.history],
         }
+        if self.plan_changes:  # only then: a run on one plan saves what it always saved
+            data["plan_changes"] = [c.__dict__ for c in self.plan_changes]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> DataState:
@@ -288,6 +240,9 @@ class DataState:
         history = data.get("history")
         if not isinstance(history, list):
             raise InputError("data state: 'history' must be a list")
+        changes = data.get("plan_changes", [])
+        if not isinstance(changes, list) or ("plan_changes" in data and not changes):
+            raise InputError("data state: 'plan_changes' must be a non-empty list (or absent)")
         if not isinstance(data.get("index_hash"), str) or not isinstance(
             data.get("identity"), dict
         ):
@@ -309,8 +264,12 @@ class DataState:
             consumed=_count(data, "consumed", "data state", 0),
             step=_count(data, "step", "data state", 0),
             history=tuple(_change(c, f"data state: history[{i}]") for i, c in enumerate(history)),
+            plan_changes=tuple(
+                _plan_change(c, f"data state: plan_changes[{i}]") for i, c in enumerate(changes)
+            ),
         )
         state._check_history()
+        state._check_plan_changes()
         return state
 
     def _check_history(self) -> None:
@@ -336,20 +295,60 @@ class DataState:
                 f"(expected {expected} after step {self.step - 1})"
             )
 
-    def check_plan(self, plan: Plan) -> None:
-        """Refuse to resume on a plan whose tape differs, naming what changed.
+    def _check_plan_changes(self) -> None:
+        """Each plan change follows the one before it, at a step the history has, and the last
+        one leads to the state's index hash."""
+        at_step, index = 0, self.plan_changes[0].old_index_hash if self.plan_changes else ""
+        for i, c in enumerate(self.plan_changes):
+            where = f"data state: plan_changes[{i}]"
+            if c.step < at_step or c.step > self.step or c.old_index_hash != index:
+                raise InputError(
+                    f"{where}: does not follow the change before it (steps in order, up to "
+                    f"step {self.step}, each from the index hash the one before led to)"
+                )
+            expected = self.consumed if c.step == self.step else self.consumed_before(c.step)[0]
+            if c.consumed != expected:
+                raise InputError(
+                    f"{where}: consumed {c.consumed} is not the history's at step {c.step} "
+                    f"({expected})"
+                )
+            at_step, index = c.step, c.new_index_hash
+        if self.plan_changes and index != self.index_hash:
+            raise InputError(
+                "data state: the last of 'plan_changes' does not lead to its 'index_hash'"
+            )
+
+    def resume_on(self, plan: Plan) -> DataState:
+        """The state to go on from under ``plan``: this one when it is the plan the state is
+        on; else, when ``plan`` gives the same sample at every position below ``consumed``
+        (a phase appended or edited at or after ``consumed``, a source first drawn later, a
+        longer horizon), this state moved to ``plan`` with the change recorded.
 
         Args:
-            plan: The plan to resume on.
+            plan: The plan to go on under.
+
+        Returns:
+            A state on ``plan`` (``plan_changes`` records the change, if any).
 
         Raises:
-            ResumeRefused: ``plan``'s index hash is not the state's; its ``differences`` name
-                what changed (seed, seq_len, a source's content hash, ...).
+            ResumeRefused: ``plan`` would change a sample below ``consumed``; the message
+                names what changes and the first position it changes, and ``differences``
+                lists what differs between the plans (seed, a source's content hash, ...).
         """
         if plan.index_hash == self.index_hash:
-            return
-        differences = tuple(identity_differences(self.identity, plan_identity(plan)))
-        diffs = [describe_difference(*d) for d in differences] or ["(identity unchanged)"]
+            return self
+        identity = plan_identity(plan)
+        change = past_change(self.identity, identity, self.consumed)
+        if change is None:
+            record = PlanChange(self.step, self.consumed, self.index_hash, plan.index_hash)
+            return replace(
+                self,
+                index_hash=plan.index_hash,
+                identity=identity,
+                plan_changes=(*self.plan_changes, record),
+            )
+        differences = tuple(identity_differences(self.identity, identity))
+        diffs = [describe_difference(*d) for d in differences]
         hint = ""
         if self.identity.get("algorithm_version") != plan.algorithm_version:
             hint = (
@@ -358,7 +357,20 @@ class DataState:
                 "resolved again is another plan)"
             )
         raise ResumeRefused(
-            f"refusing to resume: the checkpoint's index hash {self.index_hash[:19]}… differs "
-            f"from the plan's {plan.index_hash[:19]}…: " + "; ".join(diffs) + hint,
+            f"refusing to resume at consumed {self.consumed:,}: {change[1]}. The checkpoint's "
+            f"index hash {self.index_hash[:19]}… differs from the plan's {plan.index_hash[:19]}…: "
+            + "; ".join(diffs)
+            + hint,
             differences=differences,
         )
+
+    def check_plan(self, plan: Plan) -> None:
+        """Refuse to resume on a plan that changes a sample the run already drew.
+
+        Args:
+            plan: The plan to resume on.
+
+        Raises:
+            ResumeRefused: See ``resume_on``.
+        """
+        self.resume_on(plan)

@@ -64,6 +64,10 @@ class StepLog:
 
     path: str
     index_hash: str
+    """The index hash of the plan the log's last step ran under (every earlier step ran under
+    a plan that agrees with it there: the loader moves to a new plan only then)."""
+    plans: tuple[tuple[int, str], ...]
+    """(first step, index hash) of each stretch of steps under one plan, in order."""
     schedule: Schedule
     records: dict[int, StepRecord]
     """step → its effective record, for each step asked for that the log has."""
@@ -253,13 +257,13 @@ class _Scan:
                 f"{p}:{start[7]}: the log does not start at step 0 with consumed 0 "
                 f"(first: step {start[0]}, consumed {start[1]})"
             )
-        other = next((r for r in self.runs if r[6] != start[6]), None)
-        if other is not None:
-            n = len({r[6] for r in self.runs})
-            raise PlanError(
-                f"{p}:{other[7]}: the log mixes {n} index hashes (step {other[0]} has "
-                f"{short_hash(other[6])}…, step 0 has {short_hash(start[6])}…)"
-            )
+
+    def plans(self) -> tuple[tuple[int, str], ...]:
+        out: list[tuple[int, str]] = []
+        for r in self.runs:
+            if not out or out[-1][1] != r[6]:
+                out.append((r[0], r[6]))
+        return tuple(out)
 
     def schedule(self) -> Schedule:
         changes = tuple(BatchChange(r[0], r[1], r[3], r[4], r[5]) for r in self.runs)
@@ -272,7 +276,7 @@ def scan_step_log(path: str | os.PathLike[str], steps: Iterable[int] = ()) -> St
     scan = _Scan(path, steps)
     scan.read()
     scan.check()
-    return StepLog(str(scan.path), scan.runs[0][6], scan.schedule(), scan.some)
+    return StepLog(str(scan.path), scan.runs[-1][6], scan.plans(), scan.schedule(), scan.some)
 
 
 def read_step_log(path: str | os.PathLike[str]) -> list[StepRecord]:

@@ -1,0 +1,242 @@
+"""Phases in plan files (``[[phase]]``): parsing, resolving, PLAN.json, the repeat table.
+
+Expectations are derived independently of the code under test: shares by exact fractions of
+the weights as written, draws by counting a brute-force resolve of every position.
+"""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import PLAN, SIZES, make_store, plan_of
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tokentape._src.plan.load import load_plan
+from tokentape._src.plan.plan import Plan, index_hash
+from tokentape._src.program import main
+from tokentape._src.render.text import plan_text
+from tokentape.errors import PlanError, TokentapeError
+
+ANNEAL = """
+[[phase]]
+start_samples = 1500
+weights = { math = 3, code = 1 }
+"""
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("phases")
+    for name, n in SIZES.items():
+        make_store(root, name, n)
+    return root
+
+
+def test_a_phase_changes_the_mixture_from_its_start_and_draws_continue(stores):
+    plan = plan_of(stores, PLAN + ANNEAL)
+    assert [(p.start, p.weight_units, p.denominator) for p in plan.phases] == [(1500, (0, 1, 3), 4)]
+    r = plan.tape().resolve(np.arange(plan.horizon_samples))
+    names = [s.name for s in plan.sources]
+    before, after = r.source[:1500], r.source[1500:]
+    assert [int(np.count_nonzero(before == d)) for d in range(3)] == [900, 450, 150]
+    assert [int(np.count_nonzero(after == d)) for d in range(3)] == [0, 125, 375]
+    for d, s in enumerate(plan.sources):  # the whole run's draws, as the table prints them
+        assert s.draws == int(np.count_nonzero(r.source == d)), names[d]
+        # each source's draws continue: pass e, then the next, never a sample twice in a pass
+        mine = np.flatnonzero(r.source == d)
+        assert np.array_equal(r.epoch[mine], np.arange(mine.size) // s.n_samples)
+        for e in np.unique(r.epoch[mine]).tolist():
+            got = r.sample[mine][r.epoch[mine] == e]
+            assert len(set(got.tolist())) == got.size
+
+
+def test_plan_json_keeps_the_phases_and_a_plan_without_them_is_unchanged(stores, tmp_path):
+    plan = plan_of(stores, PLAN + ANNEAL)
+    plan.save(tmp_path / "p.json")
+    again = load_plan(tmp_path / "p.json")
+    assert again == plan and again.phases == plan.phases
+    data = json.loads(plan.to_json())
+    assert data["phases"] == [
+        {"start": 1500, "weights": [0, 1, 3], "weight_units": [0, 1, 3], "denominator": 4}
+    ]
+    one = plan_of(stores)
+    assert "phases" not in json.loads(one.to_json())
+    rows = [(s.name, s.weight_units, s.n_tokens, s.dtype, s.content_hash) for s in one.sources]
+    assert one.index_hash == index_hash(one.seq_len, one.seed, one.denominator, rows)
+    assert plan.index_hash != one.index_hash
+    moved = plan_of(stores, PLAN + ANNEAL.replace("1500", "1501"))
+    assert len({moved.index_hash, plan.index_hash, one.index_hash}) == 3
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("start", 0, "field 'start': expected an integer >= 1"),
+        ("start", 2000, "below the horizon 2000"),
+        ("weight_units", [0, 1], "expected one value per source"),
+        ("weight_units", [0, 1, 4], "must sum to the denominator"),
+        ("weight_units", [1, 0, 3], "a weight and its units disagree on 0"),
+        ("denominator", 5, "must sum to the denominator"),
+        ("weights", [0, 1, -3], "expected a finite number >= 0"),
+    ],
+)
+def test_a_damaged_phase_in_plan_json_is_refused(stores, tmp_path, field, value, message):
+    data = json.loads(plan_of(stores, PLAN + ANNEAL).to_json())
+    data["phases"][0][field] = value
+    (tmp_path / "p.json").write_text(json.dumps(data))
+    with pytest.raises(PlanError, match=message) as info:
+        load_plan(tmp_path / "p.json")
+    assert "\n" not in str(info.value)
+
+
+def test_an_edited_phase_that_keeps_its_shape_fails_the_index_hash(stores, tmp_path):
+    data = json.loads(plan_of(stores, PLAN + ANNEAL).to_json())
+    data["phases"][0]["start"] = 1400
+    (tmp_path / "p.json").write_text(json.dumps(data))
+    with pytest.raises(PlanError, match="index_hash does not match its contents"):
+        load_plan(tmp_path / "p.json")
+
+
+def test_start_tokens_round_up_to_whole_samples(stores):
+    text = PLAN + ANNEAL.replace("start_samples = 1500", 'start_tokens = "96.01K"')
+    assert plan_of(stores, text).phases[0].start == 1501  # 96,010 tokens / 64 = 1500.16
+
+
+def test_every_phase_is_exact_and_weight_denominator_applies_to_each(stores):
+    text = PLAN + ANNEAL.replace("math = 3, code = 1", "math = 0.55, code = 0.3, web = 0.15")
+    plan = plan_of(stores, text)
+    assert (plan.phases[0].weight_units, plan.phases[0].denominator) == ((3, 6, 11), 20)
+    rounded = plan_of(stores, text.replace("seed = 1234", "seed = 1234\nweight_denominator = 7"))
+    assert rounded.denominator == rounded.phases[0].denominator == 7
+    assert sum(rounded.phases[0].weight_units) == 7
+    assert "exact rationals per phase: the stated weights rounded (see target) in phase 1, 2" in (
+        plan_text(rounded)
+    )
+
+
+def test_a_source_may_first_appear_in_a_later_phase(stores):
+    text = PLAN.replace("weight = 10", "weight = 0") + ANNEAL
+    plan = plan_of(stores, text)
+    r = plan.tape().resolve(np.arange(plan.horizon_samples))
+    math = np.flatnonzero(r.source == 2)
+    assert math.min() == 1500 and math.size == plan.sources[2].draws == 375
+    n = plan.sources[2].n_samples  # its first pass is whole before any sample repeats
+    assert sorted(r.sample[math][:n].tolist()) == list(range(n))
+
+
+@pytest.mark.parametrize(
+    ("phase", "message"),
+    [
+        ("start_samples = 0\nweights = { web = 1 }", "'start_samples': must be positive"),
+        ("start_samples = 2000\nweights = { web = 1 }", "at or beyond the horizon of 2,000"),
+        ("start_samples = 10\nstart_tokens = 9\nweights = { web = 1 }", "exactly one of"),
+        ("weights = { web = 1 }", "exactly one of 'start_tokens' or 'start_samples'"),
+        ("start_samples = 10\nweights = { webb = 1 }", "names 'webb', not a source"),
+        ("start_samples = 10\nweights = { web = 0 }", "every weight is 0"),
+        ("start_samples = 10\nweights = { web = -1 }", "'web' must be a finite number >= 0"),
+        ("start_samples = 10\nweights = 3", "'weights' must be a table of source name"),
+        ("start_samples = 10\nweights = { web = 1 }\ncolour = 2", "unknown key 'colour'"),
+    ],
+)
+def test_bad_phases_are_refused_in_one_line(stores, phase, message):
+    with pytest.raises(TokentapeError, match=message) as info:
+        plan_of(stores, PLAN + "[[phase]]\n" + phase + "\n")
+    assert "\n" not in str(info.value) and "phase[0] (phase 2)" in str(info.value)
+
+
+def test_phases_must_start_in_order_and_sources_must_be_drawn_somewhere(stores):
+    two = "[[phase]]\nstart_samples = 900\nweights = { web = 1 }\n"
+    with pytest.raises(PlanError, match=r"phase\[1\] \(phase 3\): starts at sample 900, not after"):
+        plan_of(stores, PLAN + ANNEAL + two)
+    never = PLAN.replace("weight = 10", "weight = 0")
+    with pytest.raises(PlanError, match="source 'math' has weight 0 in every phase"):
+        plan_of(stores, never + "[[phase]]\nstart_samples = 10\nweights = { web = 1 }\n")
+    with pytest.raises(PlanError, match="source 'math' has weight 0 in every phase"):
+        plan_of(stores, never)
+
+
+def test_max_repeats_applies_to_the_whole_run(stores):
+    # math: 150 draws in phase 1, 375 in phase 2, over 30 samples: 17.5 passes
+    with pytest.raises(PlanError, match=r"source 'math' would be read 17\.500 times"):
+        Plan.build(
+            {
+                "web": {"path": "stores/web", "weight": 60, "max_repeats": 8},
+                "code": {"path": "stores/code", "weight": 30, "max_repeats": 6},
+                "math": {"path": "stores/math", "weight": 10, "max_repeats": 17},
+            },
+            seq_len=64,
+            seed=1234,
+            total_samples=2000,
+            base_dir=stores,
+            phases=[{"start_samples": 1500, "weights": {"math": 3, "code": 1}}],
+        )
+
+
+def test_the_repeat_table_shows_the_whole_run_and_each_phase(stores, tmp_path, capsys):
+    (tmp_path / "mix.toml").write_text(PLAN + ANNEAL)
+    (tmp_path / "stores").symlink_to(stores / "stores")
+    assert main(["plan", str(tmp_path / "mix.toml")]) == 0
+    out = capsys.readouterr().out
+    assert "phases      2 (each below)" in out
+    whole, first, second = out.split("\n\n")[1:]
+    assert whole.startswith("  whole run") and "17.500" in whole
+    assert first.startswith(
+        "  phase 1: samples [0, 1,500) = 96,000 tokens, exact rationals over 10"
+    )
+    assert second.startswith("  phase 2: samples [1,500, 2,000) = 32,000 tokens")
+    math_row = next(line for line in second.splitlines() if line.strip().startswith("math"))
+    assert math_row.split()[1:] == ["75.0000%", "3/4", "=", "75.0000%", "375", "12.500"]
+
+
+def test_plot_draws_a_plan_in_phases(stores, tmp_path):
+    pytest.importorskip("matplotlib")
+    (tmp_path / "mix.toml").write_text(PLAN + ANNEAL)
+    (tmp_path / "stores").symlink_to(stores / "stores")
+    assert main(["plan", str(tmp_path / "mix.toml"), "--plot", str(tmp_path / "p.png")]) == 0
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+weights = st.lists(st.integers(0, 6), min_size=3, max_size=3).filter(any)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    first=weights,
+    later=st.lists(st.tuples(st.integers(1, 400), weights), min_size=1, max_size=3),
+)
+def test_every_prefix_of_every_phase_keeps_its_stated_weights(stores, first, later):
+    """Counted from each phase's start, every source stays within one sample of the phase's
+    weights as written, at every prefix of the phase."""
+    names = ["web", "code", "math"]
+    starts = np.cumsum([s for s, _ in later]).tolist()
+    all_weights = [first, *(w for _, w in later)]
+    for d in range(3):  # every source is drawn somewhere, or the plan is refused
+        if not any(w[d] for w in all_weights):
+            all_weights[0] = [*all_weights[0][:d], 1, *all_weights[0][d + 1 :]]
+    horizon = starts[-1] + 300
+    sources = {
+        n: {"path": f"stores/{n}", "weight": all_weights[0][d], "max_repeats": 1000}
+        for d, n in enumerate(names)
+    }
+    phases = [
+        {"start_samples": s, "weights": dict(zip(names, w, strict=True))}
+        for s, w in zip(starts, all_weights[1:], strict=True)
+    ]
+    plan = Plan.build(
+        sources, seq_len=64, seed=3, total_samples=horizon, base_dir=stores, phases=phases
+    )
+    source = plan.tape().resolve(np.arange(horizon)).source
+    bounds = [0, *starts, horizon]
+    for i, w in enumerate(all_weights):
+        piece = source[bounds[i] : bounds[i + 1]]
+        n = np.arange(1, piece.size + 1)
+        for d in range(3):
+            share = Fraction(w[d], sum(w))
+            counts = np.cumsum(piece == d)
+            gap = counts * share.denominator - n * share.numerator
+            assert np.abs(gap).max() < share.denominator, (i, d)

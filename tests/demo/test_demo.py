@@ -12,10 +12,15 @@ from tokentape._src.program import main
 def test_the_demo_runs_and_every_check_holds(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path / "demo"), "--workers", "2"]) == 0
     out = capsys.readouterr().out
-    for n in range(1, 13):
+    for n in range(1, 14):
         assert f"== {n}. " in out
     assert "identical: yes" in out
     assert out.count("[ok]") == 4 and "FAILED" not in out
     assert "it is the planted log dump: yes" in out
     assert "tokens hash matches what the loader logged" in out
     assert "refused: refusing to resume" in out and "source 'prose': content_hash" in out
+    # the annealing phase: appended at consumed and accepted, the past replays the same under
+    # the newer plan, and the same phase moved before consumed is refused
+    assert "resume at step 60 on it: accepted" in out
+    assert "the tokens hash the loader logged: yes" in out
+    assert "refused: refusing to resume at consumed 2,240: phase 2 starts at 960 < consumed" in out

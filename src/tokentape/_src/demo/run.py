@@ -12,6 +12,7 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 
 from tokentape._src.cli.progress import terminal_bar
 from tokentape._src.corpora import write_builtin_corpora
+from tokentape._src.demo.anneal import anneal_story
 from tokentape._src.demo.audit import loss_spike_story
 from tokentape._src.demo.train import CHECKPOINT_EVERY, Phase, simulate_training
 from tokentape._src.plan.plan import check_budgets, resolve_plan
@@ -162,9 +163,10 @@ def run_demo(out: str, workers: int) -> int:
     trained = simulate_training(plan, root, phases)
 
     story = loss_spike_story(root, plan, trained, sources["prose"], tok_path, workers)
+    annealed = anneal_story(root, plan, trained)
 
     print(f"\nDemo finished in {time.monotonic() - started:.1f} s; outputs under {root}/")
-    return 0 if same and trained.ok and story else 1
+    return 0 if same and trained.ok and story and annealed else 1
 
 
 def _tokenize_config(

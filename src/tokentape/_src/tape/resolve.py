@@ -115,7 +115,8 @@ class Tape:
 
         Within a run of consecutive positions, source d sits where the period's table has d
         (a tiling of its occurrences), and its draws there are consecutive integers from
-        ``blend.count(d, start)``.
+        ``blend.count(d, start)``. A tape in phases tiles each phase's stretch of the range
+        with that phase's blend, its draws continuing from the phase's base.
         """
         blend = self.blend
         start, count = int(start), int(count)
@@ -126,26 +127,54 @@ class Tape:
             raise OutOfRangeError(
                 f"tape: positions [{start}, {start + count}): expected positions in [0, 2**62)"
             )
-        if isinstance(blend, PhasedBlend):  # the general path: positions of several blends
-            return self._samples(*blend.source_and_draw(np.arange(start, start + count)))
-        period = blend.denominator
-        first, last = start // period, (start + count - 1) // period
-        base = (np.arange(first, last + 1, dtype=np.int64) * period - start)[:, None]
         source = np.empty(count, dtype=np.int64)
         epoch = np.empty(count, dtype=np.int64)
         sample = np.empty(count, dtype=np.int64)
-        for d in range(len(self.names)):
-            occurrences = blend.occurrences[blend.offsets[d] : blend.offsets[d + 1]]
-            idx = (base + occurrences[None, :]).ravel()
+        if isinstance(blend, PhasedBlend):  # each phase's stretch of the run, tiled alike
+            end = start + count
+            first = int(blend.phase_of(np.asarray(start)))
+            last = int(blend.phase_of(np.asarray(end - 1)))
+            for i in range(first, last + 1):
+                phase = blend.phases[i]
+                a = max(start, phase.start)
+                b = end if i == last else min(end, blend.phases[i + 1].start)
+                out = (source[a - start : b - start], epoch[a - start : b - start],
+                       sample[a - start : b - start])  # fmt: skip
+                global_of = phase.sources.tolist()
+                base = [int(phase.base[d]) for d in global_of]
+                self._tile(phase.blend, a - phase.start, b - a, out, global_of, base)
+            return Resolved(source, epoch, sample)
+        self._tile(blend, start, count, (source, epoch, sample), list(range(len(self.names))),
+                   [0] * len(self.names))  # fmt: skip
+        return Resolved(source, epoch, sample)
+
+    def _tile(
+        self,
+        blend: Blend,
+        start: int,
+        count: int,
+        out: tuple[np.ndarray, np.ndarray, np.ndarray],
+        global_of: list[int],
+        base: list[int],
+    ) -> None:
+        """Fill ``out`` (source, epoch, sample) for positions [start, start + count) of
+        ``blend``, whose source i is the tape's source ``global_of[i]`` with ``base[i]`` draws
+        before the blend's position 0."""
+        source, epoch, sample = out
+        period = blend.denominator
+        first, last = start // period, (start + count - 1) // period
+        offsets = (np.arange(first, last + 1, dtype=np.int64) * period - start)[:, None]
+        for i, d in enumerate(global_of):
+            occurrences = blend.occurrences[blend.offsets[i] : blend.offsets[i + 1]]
+            idx = (offsets + occurrences[None, :]).ravel()
             idx = idx[(idx >= 0) & (idx < count)]
             if not idx.size:
                 continue
-            first_draw = int(blend.count(d, start))
+            first_draw = base[i] + int(blend.count(i, start))
             e, offset = np.divmod(np.arange(first_draw, first_draw + idx.size), self.n_samples[d])
             source[idx] = d
             epoch[idx] = e
             sample[idx] = self._permute(d, e, offset)
-        return Resolved(source, epoch, sample)
 
     def _permute(self, d: int, epochs: np.ndarray, offsets: np.ndarray) -> np.ndarray:
         lo, hi = int(epochs.min()), int(epochs.max())

@@ -19,10 +19,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokentape._src.api import locate, replay
-from tokentape._src.train.identity import identity_hash, identity_tape, past_change
+from tokentape._src.train.identity import (
+    identity_hash,
+    identity_tape,
+    past_change,
+    plan_identity,
+)
 from tokentape._src.train.loader import Loader
 from tokentape._src.train.partition import BatchConfig
-from tokentape._src.train.state import DataState
+from tokentape._src.train.state import BatchChange, DataState
 from tokentape._src.train.steplog import read_step_log, scan_step_log
 from tokentape.errors import InputError, PlanError, ResumeRefused
 
@@ -256,6 +261,27 @@ def stores(tmp_path_factory) -> Path:
 
 ANNEAL = "\n[[phase]]\nstart_samples = {start}\nweights = {{ math = 3, code = 1 }}\n"
 CONFIG = BatchConfig(2, 4)  # 8 samples a step
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="identity.identity_hash admits n_tokens up to 2**64 (and seq_len 1), so a crafted "
+    "state loads, then resume_on another plan raises OverflowError from resolving its tape",
+)
+def test_a_crafted_identity_too_large_for_a_tape_is_refused_as_input(stores):
+    plan = plan_of(stores)
+    ident = plan_identity(plan)
+    ident["seq_len"] = 1  # with 2**64 - 1 tokens: 2**64 - 2 samples, beyond int64
+    for s, units in zip(ident["sources"], (1, 1, 1), strict=True):
+        s.update(n_tokens=2**64 - 1, weight_units=units)
+    ident["denominator"] = 3
+    saved = DataState(identity_hash(ident), ident, 16, 2, (BatchChange(0, 0, 1, 8, 1),))
+    try:
+        state = DataState.from_dict(json.loads(json.dumps(saved.to_dict())))
+    except InputError:
+        return  # refused on load
+    with pytest.raises(ResumeRefused):
+        state.resume_on(plan)
 
 
 def _train(plan, state, steps: int, log: Path | None, rank: int = 0) -> DataState:

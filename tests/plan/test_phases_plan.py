@@ -6,6 +6,7 @@ the weights as written, draws by counting a brute-force resolve of every positio
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from fractions import Fraction
 from pathlib import Path
@@ -240,3 +241,18 @@ def test_every_prefix_of_every_phase_keeps_its_stated_weights(stores, first, lat
             counts = np.cumsum(piece == d)
             gap = counts * share.denominator - n * share.numerator
             assert np.abs(gap).max() < share.denominator, (i, d)
+
+
+def test_a_plan_json_with_more_tokens_than_a_tape_can_number_is_refused(stores, tmp_path):
+    """n_tokens beyond 2**62 would wrap the tape's int64 draws: refused in one line, even with
+    n_samples and the index hash made to agree."""
+    from tokentape._src.plan.plan import expected_index_hash
+
+    plan = plan_of(stores, PLAN + ANNEAL)
+    big = dataclasses.replace(plan.sources[0], n_tokens=2**64, n_samples=(2**64 - 1) // 64)
+    forged = dataclasses.replace(plan, sources=(big, *plan.sources[1:]))
+    data = json.loads(forged.to_json())
+    data["index_hash"] = expected_index_hash(forged)
+    (tmp_path / "p.json").write_text(json.dumps(data))
+    with pytest.raises(PlanError, match=r"sources\[0\]: field 'n_tokens': \d+ exceeds 2\*\*62"):
+        load_plan(tmp_path / "p.json")

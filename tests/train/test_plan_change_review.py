@@ -4,7 +4,7 @@ corners the main property does not draw, and the loader, data state and step log
 Expectations are derived independently of the code under test: the first position whose sample
 (source name and store, pass, index) differs, found by resolving every position under both
 plans; and what a training team does (roll back, change twice, resume a rank without a log).
-Strict xfails mark the bugs found.
+The bugs found were strict xfails; they pass since the fixes.
 """
 
 from __future__ import annotations
@@ -223,11 +223,6 @@ def test_corner_changes_are_decided_exactly_as_brute_force(data):
     agrees(old, new, consumed)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="identity._mixture_change: the 'lists its sources in another order' branch is dead "
-    "(o == n compares dicts, which ignore order), so a reorder is refused as 'the mixture changes'",
-)
 def test_a_reorder_is_refused_naming_the_order():
     old = identity([source("a", 1), source("b", 1)])
     new = identity([source("b", 1), source("a", 1)])
@@ -236,12 +231,6 @@ def test_a_reorder_is_refused_naming_the_order():
     assert "another order" in why
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="identity.identity_hash accepts an identity with two sources of one name, which no "
-    "plan can have; past_change compares by name, so from such a state it accepts a plan that "
-    "changes samples (two 'a' sources of one store -> one 'a' drawn twice as often)",
-)
 def test_a_crafted_identity_with_a_duplicate_source_name_is_refused():
     one = identity([source("a", 2)])
     ident = {**one, "sources": [source("a", 1), source("a", 1)]}  # no plan has two 'a'
@@ -267,11 +256,6 @@ ANNEAL = "\n[[phase]]\nstart_samples = {start}\nweights = {{ math = 3, code = 1 
 CONFIG = BatchConfig(2, 4)  # 8 samples a step
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="identity.identity_hash admits n_tokens up to 2**64 (and seq_len 1), so a crafted "
-    "state loads, then resume_on another plan raises OverflowError from resolving its tape",
-)
 def test_a_crafted_identity_too_large_for_a_tape_is_refused_as_input(stores):
     plan = plan_of(stores)
     ident = plan_identity(plan)
@@ -397,12 +381,6 @@ def test_a_phase_starting_inside_a_step_and_two_changes_at_one_step(stores, tmp_
     assert set(sources[3:]) <= {1, 2}  # from 83 on: code and math only
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Loader._check_log / StepLogWriter.check_plan look at the log's last line, a step "
-    "after the checkpoint's (about to be superseded): rolling back to the checkpoint before a "
-    "plan change, on the older plan, is refused with 'written for another plan'",
-)
 def test_rolling_back_to_the_checkpoint_before_a_change_keeps_the_log(stores, tmp_path):
     """The annealing phase went badly: back to the checkpoint taken before it, on the plan it
     ran on. The steps logged under the abandoned plan are superseded by the ones retrained."""

@@ -96,6 +96,8 @@ def _plan_source(data: Any, where: str) -> PlanSource:
     }
     if values["max_repeats"] <= 0:
         raise PlanError(f"{where}: field 'max_repeats' must be positive")
+    if values["n_tokens"] > MAX_POSITION:  # no store holds more; the tape's int64 would wrap
+        raise PlanError(f"{where}: field 'n_tokens': {values['n_tokens']} exceeds 2**62")
     if (values["weight"] == 0) != (values["weight_units"] == 0):
         raise PlanError(
             f"{where}: fields 'weight' {values['weight']} and 'weight_units' "

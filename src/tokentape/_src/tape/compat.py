@@ -16,6 +16,7 @@ sample (the seed, each source's size and content) is compared by the caller.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from dataclasses import dataclass
 
@@ -46,19 +47,21 @@ def _pieces(tape: Tape) -> list[_Piece]:
     ]
 
 
-def _at(pieces: list[_Piece], position: int) -> _Piece:
-    return next(p for p in reversed(pieces) if p.start <= position)
+def _at(pieces: list[_Piece], starts: list[int], position: int) -> _Piece:
+    """The piece (phase) that holds ``position`` (``starts``: the pieces' starts)."""
+    return pieces[bisect.bisect_right(starts, position) - 1]
 
 
 def first_difference(old: Tape, new: Tape, below: int) -> int | None:
     """The first position below ``below`` whose source (by name) differs between the two
     tapes, or None when they draw the same names at every position below it."""
     old_pieces, new_pieces = _pieces(old), _pieces(new)
-    cuts = {p.start for p in old_pieces} | {p.start for p in new_pieces}
+    old_starts, new_starts = [p.start for p in old_pieces], [p.start for p in new_pieces]
+    cuts = {*old_starts, *new_starts}
     bounds = [*sorted(c for c in cuts if c < below), below]
     ids: dict[str, int] = {}
     for a, b in itertools.pairwise(bounds):
-        x, y = _at(old_pieces, a), _at(new_pieces, a)
+        x, y = _at(old_pieces, old_starts, a), _at(new_pieces, new_starts, a)
         same_table = x.names == y.names and x.blend.weights == y.blend.weights
         if (
             same_table
@@ -77,8 +80,7 @@ def first_difference(old: Tape, new: Tape, below: int) -> int | None:
 def _names(piece: _Piece, positions: np.ndarray, ids: dict[str, int]) -> np.ndarray:
     """The source of each position, as an integer id shared by both tapes' names."""
     codes = np.asarray([ids.setdefault(n, len(ids)) for n in piece.names], dtype=np.int64)
-    local, _ = piece.blend.source_and_draw(positions - piece.start)
-    return codes[local]
+    return codes[piece.blend.table[(positions - piece.start) % piece.blend.denominator]]
 
 
 def first_draw(tape: Tape, source: int) -> int | None:

@@ -77,6 +77,8 @@ def describe_difference(field: str, saved: Any, now: Any) -> str:
     if field == "source order":
         return f"source order {saved} → {now}"
     if field == "phases":
+        if saved == now:
+            return f"phases: the weights of a phase changed (starts {saved})"
         return f"phases (their starts: {saved} → {now})"
     if field.startswith("sources."):
         name, f = field.removeprefix("sources.").rsplit(".", 1)
@@ -109,14 +111,21 @@ def identity_hash(identity: Any) -> str | None:
         row = (s["name"], s["weight_units"], s["n_tokens"], s["dtype"], s["content_hash"])
         if not all(type(v) is t for v, t in zip(row, (str, int, int, str, str), strict=True)):
             return None
-        if row[1].bit_length() > 64 or row[2].bit_length() > 64:
+        if not row[0] or not row[0].isprintable() or row[1] < 0:
             return None
-        if row[1] < 0 or row[2] < identity["seq_len"] + 1:  # every source holds one sample
+        if not identity["seq_len"] + 1 <= row[2] <= MAX_POSITION:  # one sample, a store's size
             return None
         rows.append(row)
-    if not rows or sum(r[1] for r in rows) != identity["denominator"]:
+    names = [r[0] for r in rows]
+    if (
+        not rows
+        or len(set(names)) != len(names)
+        or sum(r[1] for r in rows) != identity["denominator"]
+    ):
         return None
     if not 0 < identity["denominator"] <= MAX_DENOMINATOR or identity["seq_len"] < 1:
+        return None
+    if not 0 <= identity["seed"] < 2**63:
         return None
     phases = _phases(identity.get("phases"), len(rows)) if "phases" in identity else []
     if phases is None:
@@ -204,6 +213,9 @@ def _mixture_change(old: dict[str, Any], new: dict[str, Any], consumed: int) -> 
     for k in range(max(len(before), len(after))):
         o = before[k] if k < len(before) else None
         n = after[k] if k < len(after) else None
+        reordered = o is not None and n is not None and o == n and list(o[1]) != list(n[1])
+        if reordered and o is not None and o[0] < consumed:  # the same weights by name
+            return f"phase {k + 1} lists its sources in another order"
         if o == n:
             continue
         if n is not None and n[0] < consumed and (o is None or n[0] < o[0]):
@@ -212,8 +224,6 @@ def _mixture_change(old: dict[str, Any], new: dict[str, Any], consumed: int) -> 
             now = "is removed" if n is None else f"would start at {fmt_int(n[0])}"
             return f"phase {k + 1} started at {fmt_int(o[0])} < consumed {c} and {now}"
         if o is not None and n is not None and o[0] < consumed:
-            if o[1] == n[1]:
-                return f"phase {k + 1} lists its sources in another order"
             changes = ", ".join(
                 f"{name} {o[1].get(name, 0)} → {n[1].get(name, 0)}"
                 for name in dict.fromkeys([*o[1], *n[1]])

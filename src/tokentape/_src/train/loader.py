@@ -352,7 +352,7 @@ class Loader:
         if self._writer is None or self._log_checked:
             return
         earlier = {c.old_index_hash for c in state.plan_changes}
-        self._writer.check_plan(self.plan.index_hash, earlier)
+        self._writer.check_plan(self.plan.index_hash, earlier, state.step)
         self._log_checked = True
 
     def close(self) -> None:

@@ -30,11 +30,13 @@ class StepLogWriter:
             raise ArgumentError(f"step_log '{path}': not a regular file")
         self._trim_torn_tail()
 
-    def check_plan(self, index_hash: str, earlier: Collection[str] = ()) -> None:
+    def check_plan(self, index_hash: str, earlier: Collection[str] = (), step: int = 0) -> None:
         """Refuse a log whose last record names another plan's index hash than this one or one
-        of the ``earlier`` plans the run went on from (its data state's plan changes)."""
+        of the ``earlier`` plans the run went on from (its data state's plan changes). A run
+        resuming at ``step`` > 0 rewrites the log's lines of that step and later (a reader
+        keeps only the newest line of a step): the last line before ``step`` is checked."""
         try:
-            last = json.loads(_last_line(self.path))
+            last = _last_record(self.path, step)
         except (OSError, ValueError, RecursionError):
             return  # no log yet, or a damaged one: the reader reports the damage
         found = last.get("index_hash") if isinstance(last, dict) else None
@@ -97,12 +99,17 @@ def _line_start(f: BinaryIO, end: int, block: int = 1 << 16) -> int:
     return 0
 
 
-def _last_line(path: Path) -> bytes:
-    """The last line of ``path`` (a log whose torn tail was cut: it ends with a newline)."""
+def _last_record(path: Path, before: int) -> Any:
+    """The last line of ``path`` as JSON (a log whose torn tail was cut: it ends with a
+    newline); with ``before`` > 0, the last line whose step is below it (None: none is)."""
     with open(path, "rb") as f:
         end = f.seek(0, os.SEEK_END) - 1  # the last line's newline
-        if end < 0:
-            return b""
-        start = _line_start(f, end)
-        f.seek(start)
-        return f.read(end - start)
+        while end >= 0:
+            start = _line_start(f, end)
+            f.seek(start)
+            record = json.loads(f.read(end - start))
+            step = record.get("step") if isinstance(record, dict) else None
+            if before <= 0 or not isinstance(step, int) or step < before:
+                return record
+            end = start - 1
+    raise ValueError("no line before the step")

@@ -116,7 +116,8 @@ class DataState:
     """The data pipeline's checkpoint state: an immutable snapshot; ``commit`` returns the next.
 
     Saved with the model (``to_dict``, JSON-friendly) and read back with ``from_dict``; a state
-    resumes only on a plan with the same index hash (``check_plan``).
+    resumes on its plan, or on another that gives the same sample at every position below
+    ``consumed`` (``resume_on``, which records the change).
 
     Attributes:
         index_hash: The index hash of the plan the state was started on.

@@ -90,7 +90,10 @@ def _draw_phases(plan: Plan, ax: Any) -> None:
     for a, b, den in zip(starts.tolist(), ends.tolist(), dens, strict=True):
         bins = max(1, round(400 * (b - a) / horizon))
         width = den * max(1, -(-(b - a) // (bins * den)))  # whole periods: no ripple
-        pieces.append(np.append(np.arange(a, b, width, dtype=np.int64), b))
+        cuts = np.arange(a, b, width, dtype=np.int64)
+        if cuts.size > 1 and b - cuts[-1] < width:  # a short tail joins the stretch before it
+            cuts = cuts[:-1]
+        pieces.append(np.append(cuts, b))
     edges = np.unique(np.concatenate(pieces))
     for d, s in enumerate(plan.sources):
         counts = np.asarray(tape.blend.count(d, edges))

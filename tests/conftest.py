@@ -8,6 +8,7 @@ from pydoc_data.topics import topics
 
 import pytest
 import tokenizers
+from helpers import SIZES, make_store
 from hypothesis import settings
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
@@ -117,3 +118,13 @@ def s3(s3_server, monkeypatch):
     for key, value in s3mod.s3_environment(s3_server.endpoint).items():
         monkeypatch.setenv(key, value)
     return s3mod.new_bucket(s3_server.endpoint)
+
+
+@pytest.fixture(scope="session")
+def mixture_stores(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The three stores of ``helpers.PLAN`` (web, code, math), built once for the session under
+    ``ROOT/stores``; tests read them and write nothing there."""
+    root = tmp_path_factory.mktemp("mixture")
+    for name, n in SIZES.items():
+        make_store(root, name, n)
+    return root

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import PLAN, SIZES, make_store, plan_of
+from helpers import PLAN, plan_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,11 +31,8 @@ weights = { math = 3, code = 1 }
 
 
 @pytest.fixture(scope="module")
-def stores(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("phases")
-    for name, n in SIZES.items():
-        make_store(root, name, n)
-    return root
+def stores(mixture_stores: Path) -> Path:
+    return mixture_stores
 
 
 def test_a_phase_changes_the_mixture_from_its_start_and_draws_continue(stores):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import PLAN, SIZES, make_store, plan_of
+from helpers import PLAN, plan_of
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
@@ -191,11 +191,8 @@ def test_seed_and_seq_len_changes_are_refused_from_position_0():
 
 
 @pytest.fixture(scope="module")
-def stores(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("change")
-    for name, n in SIZES.items():
-        make_store(root, name, n)
-    return root
+def stores(mixture_stores: Path) -> Path:
+    return mixture_stores
 
 
 ANNEAL = "\n[[phase]]\nstart_samples = {start}\nweights = {{ math = 3, code = 1 }}\n"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import PLAN, SIZES, make_store, plan_of, run_cli
+from helpers import PLAN, plan_of, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -245,11 +245,8 @@ def test_a_crafted_identity_with_a_duplicate_source_name_is_refused():
 
 
 @pytest.fixture(scope="module")
-def stores(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("change-review")
-    for name, n in SIZES.items():
-        make_store(root, name, n)
-    return root
+def stores(mixture_stores: Path) -> Path:
+    return mixture_stores
 
 
 ANNEAL = "\n[[phase]]\nstart_samples = {start}\nweights = {{ math = 3, code = 1 }}\n"

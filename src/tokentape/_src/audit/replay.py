@@ -28,13 +28,17 @@ from tokentape._src.train.partition import BatchConfig
 from tokentape._src.train.schedule import Placement, Schedule
 from tokentape._src.util.checks import as_index
 from tokentape._src.util.text import fmt_int
-from tokentape.errors import OutOfRangeError
+from tokentape.errors import ArgumentError, OutOfRangeError
 
 DEFAULT_TOP = 10
 _BYTES_PER_WINDOW = 160
 """Memory per window besides its tokens: position, source, pass, sample, placement, documents
 (int64 each) and the temporaries of ranking them."""
 DEFAULT_PREVIEW = 80
+DEFAULT_TEXT_CHARS = 500
+EOD_MARK = "⟦EOD⟧"
+"""Where a window's end-of-document token falls, in its decoded text (the token itself is not
+decoded: the marker stands for it)."""
 
 
 @dataclass(frozen=True)
@@ -61,11 +65,20 @@ class Replayed:
     doc_last: np.ndarray  # per window: the last document it overlaps (inclusive)
     tokens_hash: str  # the step log's hash of this rebuilt step
 
-    def rows(self, rank: int | None = None) -> np.ndarray:
-        """Indices of the step's windows (all, or one DP rank's)."""
-        if rank is None:
-            return np.arange(self.batch.positions.size)
-        return np.flatnonzero(self.placement.dp_rank == rank)
+    def rows(
+        self, rank: int | None = None, micro_step: int | None = None, row: int | None = None
+    ) -> np.ndarray:
+        """Indices of the step's windows: all, or those of one DP rank, micro-step and row
+        within the micro-batch (each None: any)."""
+        keep = np.ones(self.batch.positions.size, dtype=bool)
+        for wanted, where in (
+            (rank, self.placement.dp_rank),
+            (micro_step, self.placement.micro_step),
+            (row, self.placement.row),
+        ):
+            if wanted is not None:
+                keep &= where == wanted
+        return np.flatnonzero(keep)
 
 
 def _doc_ranges(batcher: Batcher, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
@@ -116,9 +129,12 @@ def replay(plan: Plan, step: int, schedule: Schedule, batcher: Batcher | None = 
     )
 
 
-def top_documents(r: Replayed, batcher: Batcher, rank: int | None = None) -> list[DocHits]:
-    """The documents of the step (or of one rank's share), most windows first."""
-    rows = r.rows(rank)
+def top_documents(
+    r: Replayed, batcher: Batcher, rank: int | None = None, rows: np.ndarray | None = None
+) -> list[DocHits]:
+    """The documents of the step (or of one rank's share, or of the windows ``rows``), most
+    windows first."""
+    rows = r.rows(rank) if rows is None else rows
     counts = r.doc_last[rows] - r.doc_first[rows] + 1
     source = np.repeat(r.batch.source[rows], counts)
     offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
@@ -140,6 +156,62 @@ def preview(batcher: Batcher, source: int, doc: int, chars: int) -> str:
     text = src.decode(src.tokens(lo, min(hi, lo + chars + 8)))  # a token is at least a char
     one_line = " ".join(text.split())
     return one_line[:chars] + ("…" if len(one_line) > chars else "")
+
+
+@dataclass(frozen=True)
+class WindowText:
+    """A window's text as decoded, ``EOD_MARK`` where each end-of-document token falls."""
+
+    text: str  # at most the characters asked for
+    truncated: bool  # the window's whole text is longer than ``text``
+    eod_at: list[int]  # offsets in the window (0..seq_len) of its end-of-document tokens
+
+
+def eod_offsets(r: Replayed, batcher: Batcher, i: int) -> list[int]:
+    """Offsets in window ``i`` of the end-of-document tokens it holds (from the store's document
+    starts, not by looking for the id)."""
+    src = batcher.sources[int(r.batch.source[i])]
+    seq_len = batcher.plan.seq_len
+    lo = int(r.batch.sample[i]) * seq_len
+    out = []
+    for doc in range(int(r.doc_first[i]), int(r.doc_last[i]) + 1):
+        eod = src.doc_span(doc)[1] - 1
+        if lo <= eod <= lo + seq_len:
+            out.append(eod - lo)
+    return out
+
+
+def _decoded(batcher: Batcher, source: int, tokens: np.ndarray, eod_at: list[int]) -> str:
+    """``tokens`` decoded piece by piece between the end-of-document offsets (those below
+    ``tokens.size``), each end-of-document token shown as ``EOD_MARK``."""
+    src = batcher.sources[source]
+    parts, start = [], 0
+    for at in (a for a in eod_at if a < tokens.size):
+        parts.append(src.decode(tokens[start:at]) if at > start else "")
+        parts.append(EOD_MARK)
+        start = at + 1
+    if start < tokens.size:
+        parts.append(src.decode(tokens[start:]))
+    return "".join(parts)
+
+
+def window_text(r: Replayed, batcher: Batcher, i: int, chars: int) -> WindowText:
+    """Window ``i`` of the step decoded, its first ``chars`` characters (0: all of it). Only a
+    prefix of the tokens is decoded when that already gives more than ``chars`` characters."""
+    if chars < 0:
+        raise ArgumentError(f"chars must be >= 0, got {chars}")
+    tokens = r.batch.tokens[i]
+    eod_at = eod_offsets(r, batcher, i)
+    source = int(r.batch.source[i])
+    n = tokens.size if chars == 0 else min(tokens.size, chars + 8)
+    while True:
+        text = _decoded(batcher, source, tokens[:n], eod_at)
+        if chars == 0 or len(text) > chars or n == tokens.size:
+            break
+        n = min(tokens.size, 4 * n)
+    if chars and len(text) > chars:
+        return WindowText(text[:chars], True, eod_at)
+    return WindowText(text, False, eod_at)
 
 
 def window_hash(tokens: np.ndarray, plan: Plan) -> str:

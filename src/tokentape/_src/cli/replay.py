@@ -10,13 +10,17 @@ import numpy as np
 
 from tokentape._src.audit.replay import (
     DEFAULT_PREVIEW,
+    DEFAULT_TEXT_CHARS,
     DEFAULT_TOP,
+    EOD_MARK,
     DocHits,
     Replayed,
+    eod_offsets,
     preview,
     replay,
     top_documents,
     window_hash,
+    window_text,
 )
 from tokentape._src.cli.schedule import SCHEDULE_HELP, add_schedule_args, schedule_from_args
 from tokentape._src.plan.load import load_plan
@@ -32,13 +36,23 @@ from tokentape.errors import InputError
 EPILOG = (
     SCHEDULE_HELP
     + """\
-  (one is required; --rank needs --log or --dp/--micro/--accum)
+  (one is required; --rank, --micro-step and --row need --log or --dp/--micro/--accum)
+
+the text trained on (--show-text):
+  each window of the step (or of the chosen --rank/--micro-step/--row) is decoded from its
+  seq_len + 1 tokens; an end-of-document token is shown as the marker """
+    + EOD_MARK
+    + """, so the text
+  between two markers is one document (a window starts and ends inside documents). At most
+  --text-chars characters are shown per window (0: the whole window).
 
 examples:
   tokentape replay mix.json --step 41200 --log run/steps.jsonl
   tokentape replay mix.json --step 41200 --global-batch 1024 --top 20 --preview-chars 120
   tokentape replay mix.json --step 7 --dp 8 --micro 4 --accum 2 --rank 3
   tokentape replay mix.json --step 7 --log run/steps.jsonl --json > step7.json
+  tokentape replay mix.json --step 7 --log run/steps.jsonl --rank 0 --micro-step 1 --show-text
+  tokentape replay mix.json --step 7 --log run/steps.jsonl --json --tokens --show-text
 """
 )
 
@@ -66,7 +80,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="C",
         help=f"characters of each document's text shown (default {DEFAULT_PREVIEW})",
     )
+    p.add_argument(
+        "--micro-step", type=int, metavar="M", help="only micro-step M's windows (0..accum-1)"
+    )
+    p.add_argument("--row", type=int, metavar="I", help="only row I of each micro-batch")
+    p.add_argument(
+        "--show-text",
+        action="store_true",
+        help=f"decode each window trained on, {EOD_MARK} marking each end-of-document token",
+    )
+    p.add_argument(
+        "--text-chars",
+        type=int,
+        default=DEFAULT_TEXT_CHARS,
+        metavar="C",
+        help=f"characters of each window's text shown (default {DEFAULT_TEXT_CHARS}; 0: all)",
+    )
     p.add_argument("--json", action="store_true", help="every position, its documents and hash")
+    p.add_argument("--tokens", action="store_true", help="with --json: each window's token ids too")
     p.set_defaults(func=cmd)
 
 
@@ -88,13 +119,23 @@ def _schedule(args: argparse.Namespace, plan: Plan) -> tuple[Schedule, bool, Ste
                 f"{batching.log.steps - 1}"
             )
         record = batching.log.records[args.step]
-    if args.rank is not None:
+    config = schedule.start(args.step)[1]
+    for flag, size, what in (
+        ("rank", config.dp_size, "dp ranks"),
+        ("micro_step", config.accum, "micro-steps"),
+        ("row", config.micro, "rows per micro-batch"),
+    ):
+        value = getattr(args, flag)
+        name = "--" + flag.replace("_", "-")
+        if value is None:
+            continue
         if not ranks:
-            raise InputError("--rank needs the ranks: give --log or --dp/--micro/--accum")
-        dp = schedule.start(args.step)[1].dp_size
-        if not 0 <= args.rank < dp:
-            raise InputError(f"--rank {args.rank}: step {args.step} had dp ranks 0..{dp - 1}")
-    for flag in ("top", "preview_chars"):
+            raise InputError(f"{name} needs the ranks: give --log or --dp/--micro/--accum")
+        if not 0 <= value < size:
+            raise InputError(f"{name} {value}: step {args.step} had {what} 0..{size - 1}")
+    if args.tokens and not args.json:
+        raise InputError("--tokens goes with --json (the text view shows --show-text)")
+    for flag in ("top", "preview_chars", "text_chars"):
         if getattr(args, flag) < 0:
             raise InputError(f"--{flag.replace('_', '-')} must be >= 0")
     return schedule, ranks, record
@@ -106,11 +147,16 @@ def cmd(args: argparse.Namespace) -> int:
     batcher = Batcher(plan, hash_dtype(plan))
     r = replay(plan, args.step, schedule, batcher)
     config = schedule.start(args.step)[1] if ranks else None
-    hits = top_documents(r, batcher, args.rank)
+    hits = top_documents(r, batcher, rows=_rows(r, args))
     matches = None if record is None else record.tokens_hash == r.tokens_hash
     view = _View(r, plan, batcher, config, hits, args, matches)
     print(json.dumps(_json(view), indent=2) if args.json else _text(view))
     return 1 if matches is False else 0
+
+
+def _rows(r: Replayed, args: argparse.Namespace) -> np.ndarray:
+    """The windows chosen by --rank, --micro-step and --row."""
+    return r.rows(args.rank, args.micro_step, args.row)
 
 
 class _View(NamedTuple):
@@ -129,7 +175,7 @@ def _json(v: _View) -> dict[str, Any]:
     r, plan, batcher, config, hits, args, matches = v
     names = [s.name for s in plan.sources]
     positions = []
-    for i in r.rows(args.rank).tolist():
+    for i in _rows(r, args).tolist():
         row: dict[str, Any] = {"position": int(r.batch.positions[i])}
         if config is not None:
             row |= {
@@ -144,6 +190,13 @@ def _json(v: _View) -> dict[str, Any]:
             "docs": list(range(int(r.doc_first[i]), int(r.doc_last[i]) + 1)),
             "tokens_hash": window_hash(r.batch.tokens[i], plan),
         }
+        if args.tokens:
+            row["tokens"] = r.batch.tokens[i].tolist()
+        if args.show_text:
+            text = window_text(r, batcher, i, args.text_chars)
+            row |= {"eod_at": text.eod_at, "text": text.text, "text_truncated": text.truncated}
+        elif args.tokens:
+            row["eod_at"] = eod_offsets(r, batcher, i)
         positions.append(row)
     return {
         "step": r.step,
@@ -153,6 +206,8 @@ def _json(v: _View) -> dict[str, Any]:
         "micro": config.micro if config else None,
         "accum": config.accum if config else None,
         "rank": args.rank,
+        "micro_step": args.micro_step,
+        "row": args.row,
         "index_hash": plan.index_hash,
         "tokens_hash": r.tokens_hash,
         "log_tokens_hash_matches": matches,
@@ -164,7 +219,7 @@ def _json(v: _View) -> dict[str, Any]:
 def _hit_dict(
     h: DocHits, names: list[str], batcher: Batcher, r: Replayed, args: argparse.Namespace
 ) -> dict[str, Any]:
-    n = r.rows(args.rank).size
+    n = _rows(r, args).size
     return {
         "source": names[h.source],
         "doc": h.doc,
@@ -178,7 +233,7 @@ def _hit_dict(
 def _text(v: _View) -> str:
     r, plan, batcher, config, hits, args, matches = v
     names = [s.name for s in plan.sources]
-    rows = r.rows(args.rank)
+    rows = _rows(r, args)
     shape = (
         f"dp {config.dp_size} x micro {config.micro} x accum {config.accum}"
         if config is not None
@@ -191,9 +246,20 @@ def _text(v: _View) -> str:
         ("positions", f"{fmt_int(r.consumed)}..{fmt_int(r.consumed + r.global_batch - 1)}"),
         ("global batch", f"{fmt_int(r.global_batch)} ({shape})"),
     ]
-    if args.rank is not None:
+    if args.rank is not None and args.micro_step is None and args.row is None:
         first, last = r.batch.positions[rows[0]], r.batch.positions[rows[-1]]
         head.append(("rank", f"{args.rank}: positions {fmt_int(first)}..{fmt_int(last)}"))
+    elif (args.rank, args.micro_step, args.row) != (None, None, None):
+        chosen = ", ".join(
+            f"{name} {value}"
+            for name, value in (
+                ("rank", args.rank),
+                ("micro-step", args.micro_step),
+                ("row", args.row),
+            )
+            if value is not None
+        )
+        head.append(("windows", f"{chosen}: {fmt_int(rows.size)} of {fmt_int(r.global_batch)}"))
     head += [
         ("windows by source", share),
         ("documents", fmt_int(len(hits))),
@@ -224,4 +290,39 @@ def _text(v: _View) -> str:
     lines = [key_values(head), "", table(header, body)]
     if len(hits) > args.top:
         lines.append(f"  ... {fmt_int(len(hits) - args.top)} more documents (raise --top)")
+    if args.show_text:
+        lines += ["", f"windows trained on ({EOD_MARK}: end of a document)"]
+        lines += [_window_block(v, i) for i in rows.tolist()]
     return "\n".join(lines)
+
+
+def _window_block(v: _View, i: int) -> str:
+    """One window: where it came from, then its text, indented."""
+    r, plan, batcher, config, _hits, args, _matches = v
+    where = [f"position {fmt_int(int(r.batch.positions[i]))}"]
+    if config is not None:
+        where.append(
+            f"rank {int(r.placement.dp_rank[i])} micro-step {int(r.placement.micro_step[i])} "
+            f"row {int(r.placement.row[i])}"
+        )
+    first, last = int(r.doc_first[i]), int(r.doc_last[i])
+    where.append(
+        f"{plan.sources[int(r.batch.source[i])].name} sample {fmt_int(int(r.batch.sample[i]))} "
+        f"(pass {int(r.batch.epoch[i])}), docs {first}" + (f"..{last}" if last > first else "")
+    )
+    text = window_text(r, batcher, i, args.text_chars)
+    body = "\n".join("    " + line for line in _printable(text.text).split("\n"))
+    tail = (
+        "\n    … (more of this window not shown: raise --text-chars, 0 for all)"
+        if text.truncated
+        else ""
+    )
+    return "\n  " + " · ".join(where) + "\n" + body + tail
+
+
+def _printable(text: str) -> str:
+    """``text`` with control characters other than newline and tab escaped (safe on a
+    terminal)."""
+    return "".join(
+        c if c.isprintable() or c in "\n\t" else c.encode("unicode_escape").decode() for c in text
+    )

@@ -6,6 +6,8 @@ Bad input prints one line ``tokentape: error: ...`` and exits with code 2.
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn, Protocol
@@ -35,12 +37,58 @@ class Command(Protocol):
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with its usage errors in the program's one-line form (exit code 2)."""
+    """argparse with its usage errors in the program's one-line form (exit code 2), with a
+    "did you mean" for a misspelled flag, command or choice."""
+
+    _words: tuple[str, ...] = ()
+    """The command-line words this parser was last given (to find a misspelled flag in)."""
+
+    def _parse_known_args(self, arg_strings: list[str], *rest: Any) -> Any:
+        self._words = tuple(arg_strings)
+        return super()._parse_known_args(arg_strings, *rest)
 
     def error(self, message: str) -> NoReturn:
         command = self.prog.removeprefix("tokentape").strip()
         where = f"{command}: " if command else ""
-        self.exit(EXIT_USAGE, f"tokentape: error: {where}{message} (see {self.prog} --help)\n")
+        hint = self._suggestion(message)
+        self.exit(
+            EXIT_USAGE, f"tokentape: error: {where}{message}{hint} (see {self.prog} --help)\n"
+        )
+
+    def _options(self) -> list[str]:
+        """This parser's long flags, and those of the sub-command named on its command line."""
+        options = [o for o in self._option_string_actions if o.startswith("--")]
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = next((w for w in self._words if w in action.choices), None)
+                if isinstance(chosen, str) and isinstance(action.choices[chosen], _Parser):
+                    options += action.choices[chosen]._options()
+        return options
+
+    def _suggestion(self, message: str) -> str:
+        """``; did you mean X?`` for the likely intent of a misspelled choice or flag, or ``''``."""
+        choice = re.match(r"argument .*?: invalid choice: '(.*?)' \(choose from (.*)\)$", message)
+        if choice:
+            close = difflib.get_close_matches(choice[1], re.findall(r"'([^']*)'", choice[2]), n=1)
+            return f"; did you mean '{close[0]}'?" if close else ""
+        required = message.removeprefix("the following arguments are required: ")
+        if required != message:  # only a missing flag is the likely intent
+            options = [o for o in required.split(", ") if o.startswith("--")]
+        elif message.startswith("unrecognized arguments"):
+            options = self._options()
+        else:
+            return ""
+        known = self._options()
+        for word in self._words:
+            if word == "--":  # what follows is positional
+                break
+            flag = word.split("=", 1)[0]
+            if not flag.startswith("--") or any(o.startswith(flag) for o in known):
+                continue  # not a flag, or a known one (argparse takes a unique prefix)
+            close = difflib.get_close_matches(flag, options, n=1)
+            if close:
+                return f"; {flag[:40]}: did you mean {close[0]}?"
+        return ""
 
 
 COMMANDS = (tokenize, info, plan, stage, smoke, replay, verify, locate, convert, corpora)

@@ -3,6 +3,7 @@ by key into a ``PlanSpec``; nothing is opened."""
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 import tomllib
@@ -162,10 +163,14 @@ def _integer(table: dict[str, Any], key: str, where: str) -> int:
 
 
 def _unknown(table: dict[str, Any], allowed: set[str], where: str) -> None:
-    extra = sorted(set(table) - allowed)
+    """Refuse a key not in ``allowed``, suggesting the allowed key it is likely a typo of."""
+    extra = sorted(str(key) for key in set(table) - allowed)
     if extra:
+        close = difflib.get_close_matches(extra[0], sorted(allowed), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise PlanError(
-            f"{where}: unknown key {extra[0][:40]!r}; expected one of {', '.join(sorted(allowed))}"
+            f"{where}: unknown key {extra[0][:40]!r}{hint}; expected one of "
+            f"{', '.join(sorted(allowed))}"
         )
 
 

@@ -10,7 +10,7 @@ from tokentape._src.plan.plan import check_budgets, resolve_plan
 from tokentape._src.plan.spec import load_plan_spec
 from tokentape._src.render.text import plan_text
 from tokentape._src.store.atomic import write_atomic
-from tokentape.errors import OutputError
+from tokentape.errors import OutputError, PlanError, _reworded
 
 PLAN_EPILOG = """\
 plan file:
@@ -50,7 +50,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd(args: argparse.Namespace) -> int:
     plan = resolve_plan(load_plan_spec(args.plan), args.plan, terminal_bar(quiet=args.json))
-    check_budgets(plan, args.plan)
     for path in (args.out, args.plot):
         _check_output_file(path)  # both, before either is written
     drawing = None
@@ -58,6 +57,13 @@ def cmd(args: argparse.Namespace) -> int:
         from tokentape._src.render.plot import draw_plan  # matplotlib: imported only when drawing
 
         drawing = draw_plan(plan, args.plot)
+    try:
+        check_budgets(plan, args.plan)
+    except PlanError as exc:  # refused: no --out, but the plot shows why
+        if drawing is None:
+            raise
+        write_atomic(args.plot, drawing)
+        raise _reworded(exc, f"{exc}; the refused plan's plot is in '{args.plot}'") from None
     if args.out:
         write_atomic(args.out, plan.to_json().encode())
     if drawing is not None:

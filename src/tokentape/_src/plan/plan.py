@@ -403,6 +403,15 @@ def _checked(s: SourceSpec, m: Manifest) -> Manifest:
     return m
 
 
+def _tokenizer_words(info: Mapping[str, Any]) -> str:
+    """A store's tokenizer in a few words: kind, file name and vocabulary size."""
+    spec = str(info.get("spec", "?"))
+    kind = str(info.get("kind", "?"))
+    path = spec.removeprefix("tiktoken:").removeprefix("hf:").rstrip("/\\")
+    name = "" if kind == "bytes" else f" '{(os.path.basename(path) or spec)[:60]}'"
+    return f"{kind}{name} (vocabulary {info.get('vocab_size', '?')})"
+
+
 def resolve_plan(
     spec: PlanSpec, where: str = "plan", progress: ProgressCallback | None = None
 ) -> Plan:
@@ -434,7 +443,9 @@ def resolve_plan(
             raise PlanError(
                 f"{where}: source '{name}' was tokenized with another tokenizer than "
                 f"'{first_name}' ({m.tokenizer.get('fingerprint')} vs "
-                f"{first.tokenizer.get('fingerprint')}); re-tokenize it"
+                f"{first.tokenizer.get('fingerprint')}): '{name}' with "
+                f"{_tokenizer_words(m.tokenizer)}, '{first_name}' with "
+                f"{_tokenizer_words(first.tokenizer)}; re-tokenize it"
             )
     first_name, first = manifests[0]
     for name, m in manifests[1:]:

@@ -1,25 +1,87 @@
-"""`tokentape info`: a store's manifest, in human form or as JSON."""
+"""`tokentape info`: a store's manifest, a resolved plan, or a run's step log, in human form
+or as JSON."""
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
+from tokentape._src.audit.runinfo import STEP_LOG_NAME, plan_json, run_info, run_json
+from tokentape._src.plan.load import load_plan
+from tokentape._src.render.runinfo import plan_info_text, run_info_text
 from tokentape._src.render.text import manifest_text
-from tokentape._src.store.format import read_manifest
+from tokentape._src.store.format import MANIFEST_NAME, read_manifest
+from tokentape.errors import InputError
+
+EPILOG = f"""\
+what PATH is:
+  a store directory (holds {MANIFEST_NAME})   its manifest: tokens, documents, tokenizer, shards
+  a resolved plan (PLAN.json)               sources, shares, phases, horizon, index hash, and
+                                            where each store lives (path or object URL)
+  a run directory (holds {STEP_LOG_NAME}) or a step log (*.jsonl; or --log FILE)
+                                            the run: steps, samples consumed, batch-shape and
+                                            plan changes, the last step's tokens hash, redone
+                                            steps (lines a resumed run superseded) and gaps
+
+exit status: 0, or 1 when a step log has steps missing (replay, locate and resume refuse it)
+
+examples:
+  tokentape info stores/web
+  tokentape info mix.json
+  tokentape info --log run/steps.jsonl --json
+  tokentape info run/
+"""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "info",
-        help="show a token store's manifest",
-        description="Show a token store's manifest in human form (or as JSON).",
+        help="show a store's manifest, a plan's summary or a run's step log",
+        description="Show a token store's manifest, a resolved plan's summary, or a run's\n"
+        "history from its step log, in human form (or as JSON).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("store", metavar="DIR")
-    p.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    p.add_argument("store", metavar="PATH", nargs="?", help="a store, PLAN.json, or run directory")
+    p.add_argument("--log", metavar="steps.jsonl", help="a run's step log (or its directory)")
+    p.add_argument("--json", action="store_true", help="print it as JSON")
     p.set_defaults(func=cmd)
 
 
+def _kind(path: str) -> str:
+    """``store``, ``plan`` or ``run``: what ``path`` holds."""
+    p = Path(path)
+    if p.is_dir():
+        if not (p / MANIFEST_NAME).exists() and (p / STEP_LOG_NAME).exists():
+            return "run"
+        return "store"  # reading the manifest says what is missing
+    if p.suffix == ".jsonl":
+        return "run"
+    if p.suffix == ".toml":
+        raise InputError(
+            f"{path}: a plan file; `tokentape plan {path}` resolves and shows it, `--out "
+            "PLAN.json` saves the resolved plan that `tokentape info` reads"
+        )
+    return "plan" if p.is_file() or p.suffix == ".json" else "store"
+
+
 def cmd(args: argparse.Namespace) -> int:
+    if (args.store is None) == (args.log is None):
+        raise InputError("give one of PATH (a store, PLAN.json or run directory) or --log FILE")
+    kind = "run" if args.log is not None else _kind(args.store)
+    if kind == "run":
+        info = run_info(args.log if args.log is not None else args.store)
+        print(json.dumps(run_json(info), indent=2) if args.json else run_info_text(info))
+        return 0 if info.refused is None else 1
+    if kind == "plan":
+        plan = load_plan(args.store)
+        print(
+            json.dumps(plan_json(args.store, plan), indent=2)
+            if args.json
+            else plan_info_text(args.store, plan)
+        )
+        return 0
     manifest = read_manifest(args.store)
     if args.json:
         print(manifest.to_json(), end="")

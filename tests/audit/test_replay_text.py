@@ -95,8 +95,16 @@ def test_without_flags_the_json_has_no_tokens_or_text(run, capsys):
     plan_path, _plan, log, _given, _stores = run
     out = replay_json(plan_path, log, 1, capsys=capsys)
     assert all("tokens" not in r and "text" not in r for r in out["positions"])
-    out = replay_json(plan_path, log, 1, "--tokens", capsys=capsys)
+    assert (
+        main(["replay", str(plan_path), "--step", "1", "--log", str(log), "--json", "--tokens"])
+        == 0
+    )
+    raw = capsys.readouterr().out
+    out = json.loads(raw)
     assert all("tokens" in r and "eod_at" in r and "text" not in r for r in out["positions"])
+    lists = [line for line in raw.splitlines() if '"tokens": [' in line]
+    assert len(lists) == len(out["positions"])  # each window's ids on one line
+    assert all(line.rstrip(",").endswith("]") for line in lists)
 
 
 def test_the_text_is_capped_per_window_and_the_cap_is_a_prefix(run, capsys):

@@ -92,7 +92,7 @@ def test_run_text(run, capsys):
     assert rc == 0
     assert "steps         7 (0..6)" in out
     assert "consumed      36 samples" in out
-    assert "redone steps  1 (1 restarts)" in out
+    assert "redone steps  1 (1 restart)" in out
     assert "gaps          none" in out
     assert "batch shapes (1 changes)" in out and "plans (1 changes)" in out
     assert first.index_hash in out and annealed.index_hash in out

@@ -57,6 +57,7 @@ class LineScan:
     torn_tail: bool = False
     first_time: float | None = None
     last_time: float | None = None
+    last_step: int | None = None  # the step of the last line: the last effective step
 
 
 def scan_lines(path: str | os.PathLike[str]) -> LineScan:
@@ -88,6 +89,7 @@ def scan_lines(path: str | os.PathLike[str]) -> LineScan:
             elif expected is not None and step > expected:
                 out.gaps.append(Gap(line_no, step, expected))
             expected = step + 1
+            out.last_step = step
     return out
 
 
@@ -131,13 +133,17 @@ def run_info(path: str | os.PathLike[str]) -> RunInfo:
     """Read a run's step log (or the ``steps.jsonl`` of a run directory)."""
     log_path = step_log_path(path)
     lines = scan_lines(log_path)
+    wanted = () if lines.last_step is None else (lines.last_step,)
     try:
-        log = scan_step_log(log_path)
+        log = scan_step_log(log_path, wanted)
     except PlanError as exc:
         if not lines.gaps:
             raise
         return RunInfo(str(log_path), lines, None, None, str(exc))
-    last = scan_step_log(log_path, (log.steps - 1,)).records[log.steps - 1]
+    # Every line supersedes the steps from its own on, so the last line is the last step.
+    last = log.records.get(log.steps - 1)
+    if last is None:  # the lenient pass and the reader disagree on the last line
+        last = scan_step_log(log_path, (log.steps - 1,)).records[log.steps - 1]
     return RunInfo(str(log_path), lines, log, last, None)
 
 

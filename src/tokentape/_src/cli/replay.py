@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -150,7 +151,7 @@ def cmd(args: argparse.Namespace) -> int:
     hits = top_documents(r, batcher, rows=_rows(r, args))
     matches = None if record is None else record.tokens_hash == r.tokens_hash
     view = _View(r, plan, batcher, config, hits, args, matches)
-    print(json.dumps(_json(view), indent=2) if args.json else _text(view))
+    print(_dumps(_json(view)) if args.json else _text(view))
     return 1 if matches is False else 0
 
 
@@ -214,6 +215,18 @@ def _json(v: _View) -> dict[str, Any]:
         "top": [_hit_dict(h, names, batcher, r, args) for h in hits[: args.top]],
         "positions": positions,
     }
+
+
+def _dumps(data: dict[str, Any]) -> str:
+    """``data`` as indented JSON, each window's token ids on one line (not one per line)."""
+    lists = []
+    for row in data["positions"]:
+        if "tokens" in row:
+            lists.append(json.dumps(row["tokens"]))
+            row["tokens"] = f"\0{len(lists) - 1}\0"
+    # A key is matched only outside strings: inside one, its quotes would be escaped.
+    pattern = r'"tokens": "\\u0000(\d+)\\u0000"'
+    return re.sub(pattern, lambda m: '"tokens": ' + lists[int(m[1])], json.dumps(data, indent=2))
 
 
 def _hit_dict(

@@ -39,6 +39,10 @@ def _when(t: float | None) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _restarts(n: int) -> str:
+    return f"{n} restart" + ("s" if n != 1 else "")
+
+
 def run_info_text(info: RunInfo) -> str:
     """``tokentape info --log steps.jsonl``: the run's steps, shapes, plans, redone steps."""
     lines, log, last = info.lines, info.log, info.last
@@ -72,7 +76,10 @@ def run_info_text(info: RunInfo) -> str:
             ("index hash", last.index_hash if len(log.plans) == 1 else "plans (below)"),
         ]
     rows += [
-        ("redone steps", f"{fmt_int(redone)} ({len(lines.redos)} restarts)" if redone else "none"),
+        (
+            "redone steps",
+            f"{fmt_int(redone)} ({_restarts(len(lines.redos))})" if redone else "none",
+        ),
         ("gaps", f"{len(lines.gaps)}: steps missing (below)" if lines.gaps else "none"),
     ]
     parts = [key_values(rows)]

@@ -67,9 +67,10 @@ class _Parser(argparse.ArgumentParser):
 
     def _suggestion(self, message: str) -> str:
         """``; did you mean X?`` for the likely intent of a misspelled choice or flag, or ``''``."""
-        choice = re.match(r"argument .*?: invalid choice: '(.*?)' \(choose from (.*)\)$", message)
+        choice = re.match(r"argument .*?: invalid choice: '?(.*?)'? \(choose from (.*)\)$", message)
         if choice:
-            close = difflib.get_close_matches(choice[1], re.findall(r"'([^']*)'", choice[2]), n=1)
+            choices = [c.strip("'") for c in choice[2].split(", ")]
+            close = difflib.get_close_matches(choice[1], choices, n=1)
             return f"; did you mean '{close[0]}'?" if close else ""
         required = message.removeprefix("the following arguments are required: ")
         if required != message:  # only a missing flag is the likely intent

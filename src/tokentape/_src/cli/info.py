@@ -24,7 +24,8 @@ what PATH is:
                                             plan changes, the last step's tokens hash, redone
                                             steps (lines a resumed run superseded) and gaps
 
-exit status: 0, or 1 when a step log has steps missing (replay, locate and resume refuse it)
+exit status: 0; 1 when a step log has steps missing (replay, locate and resume refuse it);
+  2 with one line on bad input
 
 examples:
   tokentape info stores/web

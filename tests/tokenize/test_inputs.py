@@ -56,9 +56,11 @@ def whole(path: Path) -> UnitPart:
 
 
 def read_all(path: Path, text_key: str = "text") -> list[str]:
+    """The documents of the file read whole: one unit (a compressed one: one unit per 1 MiB
+    of its text)."""
     [file] = expand_inputs([str(path)])
-    [unit] = plan_units([file], file.size + 1)
-    return [t for part in unit.parts for t in read_documents(part, text_key)]
+    units = plan_units([file], max(file.size + 1, 1 << 20))
+    return [t for u in units for part in u.parts for t in read_documents(part, text_key)]
 
 
 def read_units(units: list[Unit], text_key: str = "text") -> list[str]:
@@ -233,16 +235,28 @@ def test_small_files_grouped_while_total_fits(tmp_path: Path) -> None:
     assert [u.n_bytes for u in units] == [100, 30, 100, 5]
 
 
-def test_compressed_and_txt_files_are_never_split(tmp_path: Path) -> None:
+def test_compressed_jsonl_is_cut_in_its_text_and_txt_never(tmp_path: Path) -> None:
+    """A compressed jsonl file is cut like a plain one, at line starts of its decompressed
+    text; a small one (its text within a unit) stays whole; a .txt file is never cut."""
     texts = [f"document {i} " * 20 for i in range(200)]
-    gz = write(tmp_path / "a.jsonl.gz", gzip.compress(jsonl_bytes(texts), mtime=0))
-    zs = write(tmp_path / "b.jsonl.zst", zstandard.ZstdCompressor().compress(jsonl_bytes(texts)))
+    data = jsonl_bytes(texts)
+    gz = write(tmp_path / "a.jsonl.gz", gzip.compress(data, mtime=0))
+    zs = write(tmp_path / "b.jsonl.zst", zstandard.ZstdCompressor().compress(data))
     tx = write(tmp_path / "c.txt", "y" * 5000)
-    units = plan_units(expand_inputs([str(gz), str(zs), str(tx)]), 64)
-    assert [[(p.start, p.stop) for p in u.parts] for u in units] == [
-        [(0, gz.stat().st_size)],
-        [(0, zs.stat().st_size)],
-        [(0, 5000)],
+    units = plan_units(expand_inputs([str(gz), str(zs), str(tx)]), 1000)
+    for f in (gz, zs):
+        parts = [u.parts[0] for u in units if u.parts[0].file.path == str(f)]
+        assert len(parts) > 10 and all(p.total == len(data) for p in parts)
+        assert parts[0].start == 0 and parts[-1].stop == len(data)
+        for a, b in itertools.pairwise(parts):
+            assert a.stop == b.start and data[b.start - 1 : b.start] == b"\n"
+            assert b.start - a.start >= 1000
+        assert sum(p.n_bytes for p in parts) <= f.stat().st_size
+    assert [(p.start, p.stop) for p in units[-1].parts] == [(0, 5000)]
+    assert read_units(units) == [*texts, *texts, "y" * 5000]
+    small = plan_units(expand_inputs([str(gz), str(zs)]), len(data))
+    assert [[(p.start, p.stop) for p in u.parts] for u in small] == [
+        [(0, gz.stat().st_size), (0, zs.stat().st_size)]  # whole, and sharing a unit
     ]
 
 
@@ -286,13 +300,14 @@ def test_parquet_split_by_row_groups(tmp_path: Path) -> None:
     f = write_parquet(tmp_path / "t.parquet", texts, row_group_size=100)
     files = expand_inputs([str(f)])
     units = plan_units(files, files[0].size // 4)
-    ranges = [(u.parts[0].start, u.parts[0].stop) for u in units]
+    ranges = [(u.parts[0].start, u.parts[0].stop) for u in units]  # rows
     assert len(units) >= 3
-    assert ranges[0][0] == 0 and ranges[-1][1] == 10
+    assert ranges[0][0] == 0 and ranges[-1][1] == 1000
     assert all(a[1] == b[0] and a[0] < a[1] for a, b in itertools.pairwise(ranges))
+    assert all(a % 100 == 0 for a, _ in ranges)  # small row groups: cut between them
     assert read_units(units) == texts
     [whole_unit] = plan_units(files, files[0].size)
-    assert [(p.start, p.stop) for p in whole_unit.parts] == [(0, 10)]
+    assert [(p.start, p.stop) for p in whole_unit.parts] == [(0, 1000)]
     assert whole_unit.n_bytes == files[0].size
 
 
@@ -478,11 +493,16 @@ def test_parquet_null_names_row(tmp_path: Path) -> None:
     texts[17] = None
     f = write_parquet(tmp_path / "p.parquet", texts, row_group_size=5)
     files = expand_inputs([str(f)])
-    units = plan_units(files, 1)
-    assert len(units) == 5
-    assert read_units(units[:3]) == texts[:15]
+    units = plan_units(files, 1)  # every row group is bigger: cut into its rows
+    assert len(units) == 25
+    assert read_units(units[:17]) == texts[:17]
     assert (
-        error_of(read_documents, units[3].parts[0], "text") == f"{f}: row 17: field 'text' is null"
+        error_of(read_documents, units[17].parts[0], "text") == f"{f}: row 17: field 'text' is null"
+    )
+    whole_groups = plan_units(files, files[0].size // 5)
+    null_unit = next(u for u in whole_groups if u.parts[0].start <= 17 < u.parts[0].stop)
+    assert error_of(read_documents, null_unit.parts[0], "text") == (
+        f"{f}: row 17: field 'text' is null"
     )
 
 
@@ -562,16 +582,22 @@ def check_partition(specs: list, unit_bytes: int) -> None:
         assert [u.index for u in units] == list(range(len(units)))
         assert plan_units(files, unit_bytes) == units
         assert read_units(units) == expected
+        # in any order (a resumed run, a process given later units first): the same documents
+        backwards = [read_units([u]) for u in reversed(units)]
+        assert [t for docs in reversed(backwards) for t in docs] == expected
         # every file is covered exactly once, in order, by contiguous parts
         parts = [p for u in units for p in u.parts]
         for file in files:
             mine = [p for p in parts if p.file == file]
             assert mine[0].start == 0
             assert all(a.stop == b.start for a, b in itertools.pairwise(mine))
-            if file.kind != "parquet":
+            cut_in_text = file.kind in ("jsonl.gz", "jsonl.zst") and len(mine) > 1
+            if file.kind == "parquet" or cut_in_text:  # rows, or decompressed bytes
+                assert mine[-1].stop == mine[-1].total
+            else:
                 assert mine[-1].stop == file.size
             if len(mine) > 1:
-                assert file.kind in ("jsonl", "parquet") and file.size > unit_bytes
+                assert file.kind != "txt" and (cut_in_text or file.size > unit_bytes)
         for u in units:
             if len(u.parts) > 1:
                 assert sum(p.file.size for p in u.parts) <= unit_bytes

@@ -30,10 +30,15 @@ positions of line breaks or parquet row groups) and ``unit_bytes``:
 - Files are taken in order. Consecutive files share a unit while its total size stays at or
   below ``unit_bytes``; a file that does not fit starts a new unit.
 - A plain ``.jsonl`` file larger than ``unit_bytes`` is cut into units of about ``unit_bytes``
-  each, every cut just after a line break. A ``.parquet`` file larger than ``unit_bytes`` is
-  cut between row groups (consecutive row groups share a unit while their compressed size
-  stays at or below ``unit_bytes``; a bigger row group is a unit alone). Compressed jsonl and
-  ``.txt`` files are never cut.
+  each, every cut just after a line break. A compressed jsonl file (``.gz``, ``.zst``) whose
+  decompressed text is larger than ``unit_bytes`` is cut the same way in its decompressed
+  bytes (found by decompressing it once while planning). A ``.parquet`` file larger than
+  ``unit_bytes`` is cut between row groups (consecutive row groups share a unit while their
+  compressed size stays at or below ``unit_bytes``), and a bigger row group into about
+  ``size / unit_bytes`` units of equal rows. ``.txt`` files (one document) are never cut.
+- A piece of a compressed file or of a row group is reached by decoding what comes before it;
+  each process keeps the stream it read last open where it stopped (``streams``), so it
+  decodes a file about once however many of its pieces it reads, in order.
 - Units are numbered from 0. Reading every unit in order yields exactly the documents of
   reading every file whole, in order.
 
@@ -69,7 +74,7 @@ import pyarrow.parquet as pq
 import zstandard
 
 from tokentape._src.store.objects import is_url
-from tokentape._src.tokenize import remote_inputs
+from tokentape._src.tokenize import remote_inputs, streams
 from tokentape.errors import InputError
 
 SUPPORTED_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".txt")
@@ -79,6 +84,7 @@ ZSTD_INPUT_BLOCK = 1 << 12  # compressed bytes per zstandard call (bounds its ou
 SCAN_BLOCK = 1 << 16  # bytes read per step when looking for a line break to cut at
 REMOTE_BLOCK = 8 << 20  # an object's largest read-ahead (bytes per ranged GET, at most)
 PARQUET_BUFFER = 1 << 16  # an object's read-ahead for parquet (column chunks are read whole)
+PARQUET_BATCH = 1024  # rows per batch when a row group is read in pieces
 _GLOB_CHARS = frozenset("*?[")
 _BOM = b"\xef\xbb\xbf"
 _MAX_FIELDS_SHOWN = 12
@@ -103,20 +109,21 @@ class InputFile:
 
 @dataclass(frozen=True)
 class UnitPart:
-    """A contiguous piece of one file: a byte range (jsonl), a row-group range (parquet)."""
+    """A contiguous piece of one file: a byte range (jsonl; of the decompressed text for a
+    compressed one), a row range (parquet)."""
 
     file: InputFile
-    start: int  # jsonl: byte offset at a line start; parquet: first row group; else 0
-    stop: int  # exclusive; jsonl: byte offset after a newline or file size; parquet: row group
-    n_row_groups: int = 0  # parquet: row groups in the whole file; 0 for other kinds
+    start: int  # jsonl: byte offset at a line start; parquet: first row; else 0
+    stop: int  # exclusive; jsonl: byte offset after a newline or the end; parquet: row
+    total: int = 0  # parquet: rows in the file; compressed jsonl: decompressed bytes; else 0
 
     @property
     def n_bytes(self) -> int:
-        """Input bytes covered; for parquet the row-group share of the file size."""
-        if self.file.kind == "parquet":
-            if self.n_row_groups == 0:
+        """Input bytes covered: the part's share of the file's size (for progress)."""
+        if self.file.kind in ("parquet", "jsonl.gz", "jsonl.zst"):
+            if self.total == 0:
                 return self.file.size
-            return self.file.size * (self.stop - self.start) // self.n_row_groups
+            return self.file.size * (self.stop - self.start) // self.total
         return self.stop - self.start
 
     def describe(self) -> dict[str, object]:
@@ -344,30 +351,48 @@ def _row_group_bytes(meta: pq.FileMetaData, i: int) -> int:
     return sum(rg.column(c).total_compressed_size for c in range(rg.num_columns))
 
 
-def _row_group_cuts(meta: pq.FileMetaData, unit_bytes: int) -> list[int]:
-    """Row-group boundaries grouping consecutive row groups up to ``unit_bytes`` (compressed)."""
+def _row_cuts(meta: pq.FileMetaData, unit_bytes: int) -> list[int]:
+    """Row offsets grouping consecutive row groups up to ``unit_bytes`` (compressed), and
+    cutting a bigger row group into about ``size / unit_bytes`` pieces of equal rows."""
     cuts = [0]
-    total = 0
+    row = 0  # the first row of row group i
+    total = 0  # compressed bytes since the last cut
     for i in range(meta.num_row_groups):
-        size = _row_group_bytes(meta, i)
-        if i > cuts[-1] and total + size > unit_bytes:
-            cuts.append(i)
+        size, rows = _row_group_bytes(meta, i), meta.row_group(i).num_rows
+        if size > unit_bytes:  # a unit (or several) of its own
+            if row > cuts[-1]:
+                cuts.append(row)
+            pieces = max(1, min(rows, -(-size // unit_bytes)))
+            cuts.extend(row + rows * k // pieces for k in range(1, pieces))
+            cuts.append(row + rows)
             total = 0
-        total += size
-    cuts.append(meta.num_row_groups)
+        else:
+            if row > cuts[-1] and total + size > unit_bytes:
+                cuts.append(row)
+                total = 0
+            total += size
+        row += rows
+    if cuts[-1] != row or len(cuts) == 1:
+        cuts.append(row)
     return cuts
 
 
 def _file_parts(file: InputFile, unit_bytes: int) -> list[UnitPart]:
-    """The file as one part, or (big plain jsonl / parquet) as several, each a unit alone."""
+    """The file as one part, or (big jsonl, compressed or not, or parquet) as several, each a
+    unit alone."""
     if file.kind == "parquet":
         meta = _parquet_metadata(file)
-        n = meta.num_row_groups
-        cuts = _row_group_cuts(meta, unit_bytes) if file.size > unit_bytes else [0, n]
-        return [UnitPart(file, a, b, n) for a, b in itertools.pairwise(cuts)]
+        rows = meta.num_rows
+        cuts = _row_cuts(meta, unit_bytes) if file.size > unit_bytes else [0, rows]
+        return [UnitPart(file, a, b, rows) for a, b in itertools.pairwise(cuts)]
     if file.kind == "jsonl" and file.size > unit_bytes:
         cuts = _line_cuts(file, unit_bytes)
         return [UnitPart(file, a, b) for a, b in itertools.pairwise(cuts)]
+    if file.kind in ("jsonl.gz", "jsonl.zst"):
+        whole = UnitPart(file, 0, file.size)
+        cuts = streams.line_cuts(_decompressed(whole), unit_bytes)
+        if len(cuts) > 2:
+            return [UnitPart(file, a, b, cuts[-1]) for a, b in itertools.pairwise(cuts)]
     return [UnitPart(file, 0, file.size)]
 
 
@@ -532,18 +557,56 @@ def _parquet_texts(pf: pq.ParquetFile, part: UnitPart, text_key: str) -> Iterato
     if not _is_string_type(col_type):
         raise InputError(f"{path}: column '{text_key}' is {col_type}, expected a string")
     meta = pf.metadata
-    row = sum(meta.row_group(i).num_rows for i in range(part.start))
-    for i in range(part.start, part.stop):
-        try:
-            column = pf.read_row_group(i, columns=[text_key]).column(0)
-        except (OSError, pa.ArrowException) as err:
-            raise InputError(f"{path}: row group {i} is not readable ({_one_line(err)})") from None
-        if column.null_count:
-            first_null = row + column.is_null().index(True).as_py()
-            raise InputError(f"{path}: row {first_null}: field '{text_key}' is null")
-        for chunk in column.chunks:
-            yield from chunk.to_pylist()
-        row += len(column)
+    first = 0  # the first row of row group i
+    for i in range(meta.num_row_groups):
+        rows = meta.row_group(i).num_rows
+        a, b = max(part.start, first), min(part.stop, first + rows)
+        if a < b:
+            arrays: Iterable[pa.Array]
+            if (a, b) == (first, first + rows):  # the whole row group
+                arrays = _whole_row_group(pf, part.file, i, text_key)
+            else:  # a piece of it, read on from where this process stopped
+                arrays = _row_group_piece(pf, part.file, i, a - first, b - first, text_key)
+            row = a
+            for array in arrays:
+                if array.null_count:
+                    first_null = row + array.is_null().index(True).as_py()
+                    raise InputError(f"{path}: row {first_null}: field '{text_key}' is null")
+                yield from array.to_pylist()
+                row += len(array)
+        first += rows
+
+
+def _unreadable(path: str, i: int, err: BaseException) -> InputError:
+    return InputError(f"{path}: row group {i} is not readable ({_one_line(err)})")
+
+
+def _whole_row_group(pf: pq.ParquetFile, file: InputFile, i: int, key: str) -> list[pa.Array]:
+    try:
+        return pf.read_row_group(i, columns=[key]).column(0).chunks
+    except (OSError, pa.ArrowException) as err:
+        raise _unreadable(file.path, i, err) from None
+
+
+def _row_group_piece(
+    pf: pq.ParquetFile, file: InputFile, i: int, start: int, stop: int, key: str
+) -> Iterator[pa.Array]:
+    """Rows [start, stop) of row group ``i``, its batches read forward (``streams``)."""
+
+    def batches() -> Iterator[pa.Array]:
+        with _open_parquet(file) as own:  # the stream outlives this part's reader
+            try:
+                for batch in own.iter_batches(batch_size=PARQUET_BATCH, row_groups=[i],
+                                              columns=[key]):  # fmt: skip
+                    yield batch.column(0)
+            except (OSError, pa.ArrowException) as err:
+                raise _unreadable(file.path, i, err) from None
+
+    def short(pos: int) -> InputError:
+        return InputError(f"{file.path}: row group {i} ended at row {pos}, expected {stop}")
+
+    key_ = (_stream_key(file), "row group", i, key)
+    return streams.read_range(key_, start, stop, batches, lambda a, lo, hi: a[lo:hi], short)
 
 
 # --- jsonl
@@ -614,12 +677,32 @@ def _zstd_blocks(part: UnitPart) -> Iterator[bytes]:
         yield b"".join(pending)
 
 
+def _decompressed(part: UnitPart) -> Iterator[bytes]:
+    """The whole decompressed text of the compressed file of ``part``, in blocks."""
+    return _gzip_blocks(part) if part.file.kind == "jsonl.gz" else _zstd_blocks(part)
+
+
+def _stream_key(file: InputFile) -> tuple[str, int, int, str]:
+    return (file.path, file.size, file.mtime_ns, file.version)
+
+
 def _blocks(part: UnitPart) -> Iterator[bytes]:
     kind = part.file.kind
-    if kind == "jsonl.gz":
-        return _gzip_blocks(part)
-    if kind == "jsonl.zst":
-        return _zstd_blocks(part)
+    if kind in ("jsonl.gz", "jsonl.zst"):
+        if part.total == 0:  # the whole file, read once
+            return _decompressed(part)
+        whole = replace(part, start=0, stop=part.file.size, total=0)
+
+        def short(pos: int) -> InputError:
+            return InputError(
+                f"{part.file.path}: decompressed text ended at byte {pos}, expected "
+                f"{part.total} (file changed since planning?)"
+            )
+
+        return streams.read_range(
+            _stream_key(part.file), part.start, part.stop, lambda: _decompressed(whole),
+            lambda b, lo, hi: b[lo:hi], short,
+        )  # fmt: skip
     return _plain_blocks(part)
 
 
@@ -657,6 +740,15 @@ class _JsonlContext:
 def _newlines_before(part: UnitPart) -> int:
     if part.start == 0:
         return 0
+    if part.file.kind in ("jsonl.gz", "jsonl.zst"):  # in the decompressed text
+        whole = replace(part, start=0, stop=part.file.size, total=0)
+        count, left = 0, part.start
+        for block in _decompressed(whole):
+            count += block[:left].count(b"\n")
+            left -= len(block)
+            if left <= 0:
+                break
+        return count
     count = 0
     left = part.start
     with _open_input(part.file, 0, part.start) as f:

@@ -9,11 +9,18 @@ from dataclasses import fields
 from tokentape._src.cli.progress import terminal_bar
 from tokentape._src.cli.storage import add_storage_options
 from tokentape._src.render.text import dropped_text
+from tokentape._src.store.tokenizers import (
+    HF_EOD_CANDIDATES,
+    Tokenizer,
+    eod_choice,
+    load_tokenizer,
+    tokenizer_source,
+)
 from tokentape._src.tokenize.driver import TokenizeSummary, tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
 from tokentape._src.util.text import fmt_bytes, fmt_int, key_values
 
-TOKENIZE_EPILOG = """\
+TOKENIZE_EPILOG = f"""\
 inputs:
   .jsonl, .jsonl.gz, .jsonl.zst  one JSON object per line, text in --text-key
   .parquet                       text in the --text-key column
@@ -21,10 +28,21 @@ inputs:
   directories expand to the supported files below them, sorted by relative path; globs
   expand sorted; inputs keep command-line order.
 
-tokenizers (--tokenizer):
-  bytes                 built-in: 256 byte ids + end-of-document id 256
-  tiktoken:PATH         a tiktoken BPE ranks file (GPT-2 split pattern; <|endoftext|> = EOD)
-  PATH                  a Hugging Face tokenizer.json
+tokenizers (--tokenizer) and their end-of-document (EOD) token:
+  bytes              built-in: the 256 byte ids; EOD = id 256
+  tiktoken:PATH      a tiktoken BPE ranks file (GPT-2 split pattern); EOD = <|endoftext|>,
+                     added at max rank + 1 (the only --eod-token it accepts)
+  PATH               a Hugging Face tokenizer.json, or a directory holding one (what
+                     save_pretrained writes), e.g. mytok/
+  NAME, hf:NAME      a model in the local Hugging Face cache, e.g. gpt2 or org/name
+                     ($HF_HUB_CACHE, default ~/.cache/huggingface/hub); never downloaded:
+                     fetch it first with `hf download NAME tokenizer.json tokenizer_config.json`
+  Hugging Face EOD: --eod-token if given; else, for a directory or NAME, the eos_token of
+  its tokenizer_config.json; else the first in the vocabulary of
+  {", ".join(HF_EOD_CANDIDATES)}. For every kind, --eod-token must name
+  a token of the vocabulary. Documents are encoded as plain text (special-token text in them
+  stays text); the EOD id follows each one. The summary prints the tokenizer file and the EOD
+  id and token used.
 
 filters (--filter, repeatable):
   unique-lines[:min_lines=20,min_ratio=0.3]   drop repetitive documents (log dumps)
@@ -68,7 +86,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="output store directory, or an object URL (s3://bucket/prefix)",
     )
     p.add_argument("--tokenizer", default="bytes", metavar="SPEC", help="default: bytes")
-    p.add_argument("--eod-token", metavar="TOKEN", help="end-of-document token to use")
+    p.add_argument(
+        "--eod-token",
+        metavar="TOKEN",
+        help="end-of-document token, one of the tokenizer's vocabulary (default: see below)",
+    )
     p.add_argument("--text-key", default="text", metavar="KEY", help="default: text")
     p.add_argument(
         "--filter",
@@ -134,10 +156,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd)
 
 
-def summary_text(s: TokenizeSummary) -> str:
+def summary_text(s: TokenizeSummary, tok: Tokenizer) -> str:
     rate = s.text_bytes / s.seconds / 1e6 if s.seconds > 0 else 0.0
     rows = [
         ("store", f"{s.out} ({s.status})"),
+        ("tokenizer", tokenizer_source(tok)),
+        ("end of document", f"id {eod_choice(tok)}"),
         ("documents read", fmt_int(s.docs_in)),
         ("documents kept", fmt_int(s.n_docs)),
         ("tokens", f"{fmt_int(s.n_tokens)} ({s.dtype}, vocabulary {fmt_int(s.vocab_size)})"),
@@ -158,8 +182,21 @@ def cmd(args: argparse.Namespace) -> int:
         | {"inputs": tuple(args.inputs), "filters": tuple(args.filters)}
     )
     summary = tokenize(config, progress=terminal_bar(quiet=args.json))
+    tok = load_tokenizer(config.tokenizer, config.eod_token)  # as the run loaded it
     if args.json:
-        print(json.dumps(summary.to_json(), indent=2))
+        print(json.dumps(summary.to_json() | {"tokenizer": tokenizer_json(tok)}, indent=2))
     else:
-        print(summary_text(summary))
+        print(summary_text(summary, tok))
     return 0
+
+
+def tokenizer_json(tok: Tokenizer) -> dict[str, object]:
+    """The tokenizer block of ``--json``: where it was read and how its EOD was chosen."""
+    return {
+        "kind": tok.kind,
+        "spec": tok.spec,
+        "source": tokenizer_source(tok),
+        "eod_id": tok.eod_id,
+        "eod_token": tok.eod_token,
+        "eod_choice": eod_choice(tok),
+    }

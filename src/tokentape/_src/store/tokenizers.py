@@ -13,8 +13,10 @@ off, while a process that imports this module keeps whatever setting it has. The
 adapter encodes one text at a time (``encode_ordinary_batch`` uses a thread pool), straight
 into numpy buffers in ``encode_flat``.
 
-Nothing here reads a cache directory or touches the network: tiktoken ranks files are parsed
-here rather than through ``tiktoken.load`` (which caches by path name in a temp directory).
+Nothing here touches the network: tiktoken ranks files are parsed here rather than through
+``tiktoken.load`` (which caches by path name in a temp directory), and a model name is looked up
+only in the local Hugging Face cache (``huggingface_hub.try_to_load_from_cache``, which never
+downloads).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import binascii
 import hashlib
 import json
 import os
+import re
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +53,10 @@ HF_EOD_CANDIDATES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "<|eos
 
 BYTE_EOD_ID = 256
 """The byte tokenizer's end-of-document id (ids 0..255 are the UTF-8 bytes)."""
+
+HF_CONFIG_NAME = "tokenizer_config.json"
+"""Read beside a ``tokenizer.json`` given as a directory or model name: its ``eos_token`` is
+the end-of-document token (unless ``--eod-token`` names one)."""
 
 HF_STORED_NAME = "tokenizer.json"
 TIKTOKEN_STORED_NAME = "tokenizer.tiktoken"
@@ -367,19 +374,34 @@ def _hf_backend(data: bytes, path: Path) -> tokenizers.Tokenizer:
     return backend
 
 
-def _hf_eod(backend: tokenizers.Tokenizer, spec: str, eod_token: str | None) -> tuple[str, int]:
-    """The EOD token and id: the one named, else the first known candidate present."""
+EOD_NAMED = "named by --eod-token"
+EOD_FROM_CANDIDATES = "the first of " + ", ".join(HF_EOD_CANDIDATES) + " in its vocabulary"
+
+
+def _hf_eod(
+    backend: tokenizers.Tokenizer, spec: str, eod_token: str | None, config_eos: str | None
+) -> tuple[str, int, str]:
+    """The EOD token, its id and how it was chosen: the one named, else the ``eos_token`` of
+    ``tokenizer_config.json`` (``config_eos``), else the first known candidate present."""
     if eod_token is not None:
         eod_id = backend.token_to_id(eod_token)
         if eod_id is None:
             raise InputError(
                 f"tokenizer {spec!r}: --eod-token {eod_token!r} is not in its vocabulary"
             )
-        return eod_token, eod_id
+        return eod_token, eod_id, EOD_NAMED
+    if config_eos is not None:
+        eod_id = backend.token_to_id(config_eos)
+        if eod_id is None:
+            raise InputError(
+                f"tokenizer {spec!r}: the eos_token {config_eos!r} of its {HF_CONFIG_NAME} is "
+                f"not in its {HF_STORED_NAME} vocabulary; name one with --eod-token"
+            )
+        return config_eos, eod_id, f"the eos_token of {HF_CONFIG_NAME}"
     for candidate in HF_EOD_CANDIDATES:
         eod_id = backend.token_to_id(candidate)
         if eod_id is not None:
-            return candidate, eod_id
+            return candidate, eod_id, EOD_FROM_CANDIDATES
     raise InputError(
         f"tokenizer {spec!r}: no end-of-document token among "
         f"{', '.join(HF_EOD_CANDIDATES)}; name one with --eod-token"
@@ -400,15 +422,26 @@ class HFTokenizer:
     """False when the EOD is a plain or non-special token that document text can produce."""
     file_bytes: bytes = field(repr=False, compare=False)
     backend: tokenizers.Tokenizer = field(repr=False, compare=False)
+    eod_reason: str = field(default=EOD_NAMED, repr=False, compare=False)
+    """How the EOD token was chosen (for the tokenize summary)."""
     kind: str = field(default="hf", init=False)
 
     @classmethod
     def from_bytes(
-        cls, data: bytes, path: Path, spec: str, eod_token: str | None = None
+        cls,
+        data: bytes,
+        path: Path,
+        spec: str,
+        eod_token: str | None = None,
+        config_eos: str | None = None,
     ) -> HFTokenizer:
-        """Build from the file's content (the bytes that are fingerprinted are the ones used)."""
+        """Build from the file's content (the bytes that are fingerprinted are the ones used).
+
+        The EOD is ``eod_token``, else ``config_eos`` (the ``eos_token`` of the
+        ``tokenizer_config.json`` beside it), else the first of ``HF_EOD_CANDIDATES`` present.
+        """
         backend = _hf_backend(data, path)
-        eod_token, eod_id = _hf_eod(backend, spec, eod_token)
+        eod_token, eod_id, reason = _hf_eod(backend, spec, eod_token, config_eos)
         vocab = backend.get_vocab(with_added_tokens=True)
         max_id = max(vocab.values(), default=-1)
         vocab_size = max(backend.get_vocab_size(with_added_tokens=True), max_id + 1)
@@ -423,6 +456,7 @@ class HFTokenizer:
             eod_is_special=added is not None and added.special,
             file_bytes=data,
             backend=backend,
+            eod_reason=reason,
         )
 
     def encode(self, text: str) -> list[int]:
@@ -518,8 +552,122 @@ class NoTokenizer:
 # loading
 
 
+SPECS_EXPECTED = (
+    "expected 'bytes', 'tiktoken:PATH', a Hugging Face tokenizer.json or a directory holding "
+    "one, or a model name in the local Hugging Face cache ([hf:]NAME)"
+)
+
+_MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
+"""A Hugging Face model id: ``name`` or ``org/name``."""
+
+_RANKS_LINE = re.compile(rb"\s*[A-Za-z0-9+/]+={0,2} \d+\s*")
+
+
+def _is_model_name(name: str) -> bool:
+    """Whether ``name`` reads as a model id rather than a file name (``gpt2``, ``org/name``)."""
+    return (
+        _MODEL_NAME.fullmatch(name) is not None
+        and ".." not in name
+        and "--" not in name
+        and not name.endswith((".json", ".tiktoken", ".model", ".txt"))
+    )
+
+
+def hf_cache_dir() -> Path:
+    """The Hugging Face hub cache, read from the environment now as ``huggingface_hub`` reads
+    it at import: ``$HF_HUB_CACHE``, else ``$HF_HOME/hub``, else
+    ``$XDG_CACHE_HOME/huggingface/hub``, else ``~/.cache/huggingface/hub``."""
+    env = os.environ
+    cache = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
+    if not cache:
+        home = env.get("HF_HOME") or os.path.join(
+            env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+            "huggingface",
+        )
+        cache = os.path.join(home, "hub")
+    return Path(os.path.expanduser(os.path.expandvars(cache)))
+
+
+def _from_hf_cache(name: str, lead: str) -> Path:
+    """The snapshot directory holding model ``name``'s ``tokenizer.json`` in the local cache
+    (revision ``main``); never downloads. ``lead`` starts the error message."""
+    # Imported here: it costs 0.1 s at startup, and only a model name needs it.
+    from huggingface_hub import try_to_load_from_cache
+
+    cache = hf_cache_dir()
+    try:
+        found = try_to_load_from_cache(name, HF_STORED_NAME, cache_dir=cache)
+    except ValueError as exc:  # huggingface_hub's HFValidationError: not a valid model id
+        raise InputError(f"{lead}not a Hugging Face model id ({_one_line(exc)})") from None
+    if not isinstance(found, str):
+        raise InputError(
+            f"{lead}no {HF_STORED_NAME} of model {name!r} in the local Hugging Face cache "
+            f"{cache} (tokentape never downloads); make it available with "
+            f"`hf download {name} {HF_STORED_NAME} {HF_CONFIG_NAME}` (or point HF_HUB_CACHE "
+            "at a cache that has it), or give the directory holding its tokenizer.json"
+        )
+    return Path(found).parent
+
+
+def _config_eos(directory: Path) -> str | None:
+    """The ``eos_token`` of ``directory/tokenizer_config.json``; None without that file or key."""
+    path = directory / HF_CONFIG_NAME
+    if not path.is_file():
+        return None
+    data = _read_file(path, "the tokenizer's config")
+    try:
+        config = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"tokenizer config '{path}': not valid JSON ({_one_line(exc)})") from None
+    if not isinstance(config, dict):
+        raise InputError(f"tokenizer config '{path}': expected a JSON object")
+    eos = config.get("eos_token")
+    if isinstance(eos, dict):  # a serialized AddedToken: {"content": "</s>", ...}
+        eos = eos.get("content")
+    if eos is not None and (not isinstance(eos, str) or not eos):
+        raise InputError(
+            f"tokenizer config '{path}': eos_token is {_one_line(repr(eos))}; expected a token "
+            "string (or leave it out, or name the end-of-document token with --eod-token)"
+        )
+    return eos
+
+
+def _hf_directory(directory: Path, spec: str, eod_token: str | None) -> HFTokenizer:
+    """A directory as ``save_pretrained`` writes it: ``tokenizer.json``, and the end of
+    document from ``tokenizer_config.json`` where it names an ``eos_token``."""
+    path = directory / HF_STORED_NAME
+    if not path.is_file():
+        ranks = sorted(directory.glob("*.tiktoken"))
+        hint = f"; for a tiktoken ranks file use --tokenizer tiktoken:{ranks[0]}" if ranks else ""
+        raise InputError(
+            f"tokenizer directory '{directory}': no {HF_STORED_NAME} in it (what a Hugging Face "
+            f"fast tokenizer's save_pretrained writes){hint}"
+        )
+    data = _read_file(path, f"from tokenizer spec {spec!r}")
+    config_eos = None if eod_token is not None else _config_eos(directory)
+    return HFTokenizer.from_bytes(data, path, spec, eod_token, config_eos)
+
+
+def _hf_file(path: Path, spec: str, eod_token: str | None) -> HFTokenizer:
+    """A ``tokenizer.json`` file given by path (no config is read beside it)."""
+    data = _read_file(path, f"from tokenizer spec {spec!r}")
+    first = next((line for line in data.splitlines() if line.strip()), b"")
+    if path.suffix == ".tiktoken" or _RANKS_LINE.fullmatch(first):
+        raise InputError(
+            f"tokenizer file '{path}': a tiktoken ranks file, not a Hugging Face tokenizer.json; "
+            f"use --tokenizer tiktoken:{path}"
+        )
+    return HFTokenizer.from_bytes(data, path, spec, eod_token)
+
+
 def load_tokenizer(spec: str, eod_token: str | None = None) -> Tokenizer:
-    """Load ``bytes``, ``tiktoken:PATH``, or ``[hf:]PATH`` to a Hugging Face tokenizer.json."""
+    """Load a tokenizer from its spec.
+
+    ``bytes``; ``tiktoken:PATH`` (a ranks file); ``[hf:]PATH`` to a Hugging Face
+    ``tokenizer.json`` or to a directory holding one (its ``tokenizer_config.json`` names the
+    end-of-document token); ``[hf:]NAME`` (``gpt2``, ``org/name``), a model in the local
+    Hugging Face cache, never downloaded. A path that exists wins over a model name.
+    """
     if spec == "bytes":
         if eod_token is not None:
             raise InputError(
@@ -529,20 +677,32 @@ def load_tokenizer(spec: str, eod_token: str | None = None) -> Tokenizer:
         return ByteTokenizer()
     prefix, colon, rest = spec.partition(":")
     if colon and prefix in ("tiktoken", "hf") and not rest:
-        raise InputError(f"tokenizer spec {spec!r}: expected {prefix}:PATH")
+        expected = "tiktoken:PATH" if prefix == "tiktoken" else "hf:PATH or hf:NAME"
+        raise InputError(f"tokenizer spec {spec!r}: expected {expected}")
     if spec.startswith("tiktoken:"):
         path = Path(spec.removeprefix("tiktoken:"))
         data = _read_file(path, f"from tokenizer spec {spec!r}")
+        if data.lstrip().startswith(b"{"):
+            raise _ranks_error(
+                path,
+                "a JSON file, not a ranks file; for a Hugging Face tokenizer.json drop the "
+                "'tiktoken:' prefix",
+            )
         eod = DEFAULT_TIKTOKEN_EOD if eod_token is None else eod_token
         return TiktokenTokenizer.from_bytes(data, path, spec, eod)
-    path = Path(spec.removeprefix("hf:"))
-    if spec.startswith("hf:") or path.is_file():
-        return HFTokenizer.from_bytes(
-            _read_file(path, f"from tokenizer spec {spec!r}"), path, spec, eod_token
-        )
+    name = spec.removeprefix("hf:")
+    path = Path(name)
+    if path.is_dir():
+        return _hf_directory(path, spec, eod_token)
+    if path.is_file() or (spec.startswith("hf:") and not _is_model_name(name)):
+        return _hf_file(path, spec, eod_token)  # a missing hf:PATH: "not found"
+    if _is_model_name(name):
+        lead = f"tokenizer {spec!r}: "
+        if not spec.startswith("hf:"):
+            lead = f"unknown tokenizer spec {spec!r}: no such file or directory, and "
+        return _hf_directory(_from_hf_cache(name, lead), spec, eod_token)
     raise InputError(
-        f"unknown tokenizer spec {spec!r}: expected 'bytes', 'tiktoken:PATH' or a path to a "
-        "Hugging Face tokenizer.json"
+        f"unknown tokenizer spec {spec!r}: no such file or directory; {SPECS_EXPECTED}"
     )
 
 
@@ -558,6 +718,28 @@ def tokenizer_manifest(tok: Tokenizer) -> dict[str, Any]:
         "fingerprint": tok.fingerprint,
         "file": None if stored is None else stored[0],
     }
+
+
+def eod_choice(tok: Tokenizer) -> str:
+    """The end-of-document id, its token and how it was chosen (for the tokenize summary):
+    ``50256 '<|endoftext|>' (the eos_token of tokenizer_config.json)``."""
+    if isinstance(tok, HFTokenizer):
+        why = tok.eod_reason
+    elif isinstance(tok, TiktokenTokenizer):
+        why = "the special token tokentape adds to a ranks file, at max rank + 1"
+    elif isinstance(tok, ByteTokenizer):
+        why = "the byte tokenizer's, after the 256 byte ids"
+    else:
+        why = "recorded with the data"
+    token = "" if tok.eod_token is None else f" {tok.eod_token!r}"
+    return f"{tok.eod_id}{token} ({why})"
+
+
+def tokenizer_source(tok: Tokenizer) -> str:
+    """The tokenizer's kind and the file it was read from: ``hf /path/to/tokenizer.json``."""
+    if isinstance(tok, HFTokenizer | TiktokenTokenizer):
+        return f"{tok.kind} {tok.path}"
+    return tok.kind
 
 
 _MANIFEST_FIELDS: dict[str, tuple[type, ...]] = {

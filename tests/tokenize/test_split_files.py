@@ -1,4 +1,5 @@
-"""One big input file is many units of work (issue 14, item 1): a .jsonl.zst or .jsonl.gz cut
+"""One big input file is many units of work (issue 14, item 1), whose progress moves as it is
+read (item 3): a .jsonl.zst or .jsonl.gz cut
 in its decompressed text, a parquet file with one big row group cut into rows. The store is
 byte-identical for 1 and 2 workers, holds every document in order, and a run killed after a
 unit of such a file resumes to the same bytes."""
@@ -17,6 +18,11 @@ import zstandard
 from helpers import make_documents, run_cli, tree_bytes
 
 from tokentape import open_source
+from tokentape._src.store.tokenizers import load_tokenizer
+from tokentape._src.tokenize.filters import parse_filters
+from tokentape._src.tokenize.inputs import expand_inputs, plan_units
+from tokentape._src.tokenize.worker import WorkerSettings, tokenize_unit
+from tokentape._src.util.progress import Counters
 
 UNIT_MB = "0.004"  # about 4 KB of input (text or row-group bytes) per unit
 
@@ -77,3 +83,42 @@ def test_a_kill_after_a_unit_of_a_split_file_resumes_to_the_same_bytes(big_file,
     summary = json.loads(rerun.stdout)
     assert summary["status"] == "resumed" and summary["units_reused"] >= 1
     assert tree_bytes(tmp_path / "s") == tree_bytes(tmp_path / "ref")
+
+
+class RecordingCounters(Counters):
+    """Real shared counters that also keep the input bytes of every report, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.input_reports: list[int] = []
+
+    def add(self, docs=0, tokens=0, text_bytes=0, input_bytes=0) -> None:
+        self.input_reports.append(input_bytes)
+        super().add(docs=docs, tokens=tokens, text_bytes=text_bytes, input_bytes=input_bytes)
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "zst", "parquet"])
+def test_a_unit_reports_its_input_bytes_as_it_reads_them(kind, tmp_path):
+    """Progress moves inside a unit (issue 14 item 3): the unit's input bytes arrive in many
+    reports as its documents are read, adding up to the unit's size exactly."""
+    docs = make_documents(3000, seed=5)
+    text = _jsonl(docs)
+    if kind == "jsonl":
+        path = tmp_path / "c.jsonl"
+        path.write_bytes(text)
+    elif kind == "zst":
+        path = tmp_path / "c.jsonl.zst"
+        path.write_bytes(zstandard.ZstdCompressor().compress(text))
+    else:
+        path = tmp_path / "c.parquet"
+        pq.write_table(pa.table({"text": docs}), path, row_group_size=len(docs))
+    [file] = expand_inputs([str(path)])
+    unit_bytes = len(text) // 2 if kind == "zst" else file.size + 1  # zst: cut in its text
+    unit = plan_units([file], unit_bytes)[0]
+    settings = WorkerSettings("text", "uint16", 257, str(tmp_path))
+    counters = RecordingCounters()
+    result = tokenize_unit(unit, load_tokenizer("bytes"), parse_filters(()), settings, counters)
+    reports = [n for n in counters.input_reports if n > 0]
+    assert result.docs_in > 5 * 256 // (2 if kind == "zst" else 1)
+    assert len(reports) >= 4  # a batch of 256 documents at a time, not once at the end
+    assert sum(counters.input_reports) == unit.n_bytes and max(reports) < unit.n_bytes

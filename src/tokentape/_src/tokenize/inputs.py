@@ -425,27 +425,57 @@ def plan_units(files: Sequence[InputFile], unit_bytes: int) -> list[Unit]:
 # read_documents
 
 
+@dataclass
+class ReadPosition:
+    """How far a reader of a part has got: ``done`` of ``extent`` (bytes of its text for jsonl,
+    rows for parquet, 1 for a whole ``.txt``; ``extent`` 0: unknown until the end)."""
+
+    done: int = 0
+    extent: int = 0
+
+    def share(self, n_bytes: int) -> int:
+        """The part's ``n_bytes`` in proportion to the position (all of it once done)."""
+        if self.extent <= 0:
+            return 0
+        return n_bytes * min(self.done, self.extent) // self.extent
+
+
 def read_documents(
-    part: UnitPart, text_key: str, storage_options: Mapping[str, Any] | None = None
+    part: UnitPart,
+    text_key: str,
+    storage_options: Mapping[str, Any] | None = None,
+    position: ReadPosition | None = None,
 ) -> Iterator[str]:
     """The documents of ``part``, in file order; ``storage_options`` (the job's, for an object
-    URL) replace those the file was listed with."""
+    URL) replace those the file was listed with; ``position`` follows the reading (progress
+    inside a unit)."""
     if storage_options is not None and is_url(part.file.path):
         part = replace(part, file=replace(part.file, storage_options=dict(storage_options)))
     _check_unchanged(part.file)
-    docs = _read_kind(part, text_key)
+    position = position if position is not None else ReadPosition()
+    whole_compressed = part.file.kind in ("jsonl.gz", "jsonl.zst") and part.total == 0
+    position.extent = 0 if whole_compressed else max(1, part.stop - part.start)
+    if part.file.kind == "txt":
+        position.extent = 1
+    docs = _read_kind(part, text_key, position)
     return _then_unchanged(docs, part.file) if _several_reads(part) else docs
 
 
-def _read_kind(part: UnitPart, text_key: str) -> Iterator[str]:
+def _read_kind(part: UnitPart, text_key: str, position: ReadPosition) -> Iterator[str]:
     kind = part.file.kind
     if kind == "txt":
-        return _read_txt(part.file)
+        return _counted_txt(part.file, position)
     if kind == "parquet":
-        return _read_parquet(part, text_key)
+        return _read_parquet(part, text_key, position)
     if kind in ("jsonl", "jsonl.gz", "jsonl.zst"):
-        return _read_jsonl(part, text_key)
+        return _read_jsonl(part, text_key, position)
     raise InputError(f"{part.file.path}: unknown input kind '{kind}'")
+
+
+def _counted_txt(file: InputFile, position: ReadPosition) -> Iterator[str]:
+    for text in _read_txt(file):
+        position.done = 1
+        yield text
 
 
 def _several_reads(part: UnitPart) -> bool:
@@ -540,12 +570,14 @@ def _open_parquet(file: InputFile) -> Iterator[pq.ParquetFile]:
             yield pf
 
 
-def _read_parquet(part: UnitPart, text_key: str) -> Iterator[str]:
+def _read_parquet(part: UnitPart, text_key: str, position: ReadPosition) -> Iterator[str]:
     with _open_parquet(part.file) as pf:
-        yield from _parquet_texts(pf, part, text_key)
+        yield from _parquet_texts(pf, part, text_key, position)
 
 
-def _parquet_texts(pf: pq.ParquetFile, part: UnitPart, text_key: str) -> Iterator[str]:
+def _parquet_texts(
+    pf: pq.ParquetFile, part: UnitPart, text_key: str, position: ReadPosition
+) -> Iterator[str]:
     path = part.file.path
     schema = pf.schema_arrow
     if text_key not in schema.names:
@@ -572,7 +604,9 @@ def _parquet_texts(pf: pq.ParquetFile, part: UnitPart, text_key: str) -> Iterato
                 if array.null_count:
                     first_null = row + array.is_null().index(True).as_py()
                     raise InputError(f"{path}: row {first_null}: field '{text_key}' is null")
-                yield from array.to_pylist()
+                for text in array.to_pylist():
+                    position.done += 1  # counted as handed out: progress inside a row group
+                    yield text
                 row += len(array)
         first += rows
 
@@ -806,7 +840,7 @@ def _has_lone_surrogate(text: str) -> bool:
     return False
 
 
-def _read_jsonl(part: UnitPart, text_key: str) -> Iterator[str]:
+def _read_jsonl(part: UnitPart, text_key: str, position: ReadPosition) -> Iterator[str]:
     """Fast path: split byte blocks into lines, decode and parse each line, take the field.
 
     Anything unusual (blank line, bad UTF-8 or JSON, missing or non-string field) raises on
@@ -826,6 +860,7 @@ def _read_jsonl(part: UnitPart, text_key: str) -> Iterator[str]:
             lines.pop()
         check_surrogates = _SURROGATE_ESCAPE.search(chunk) is not None
         for i, line in enumerate(lines, start=done + 1):
+            position.done += len(line) + 1
             try:
                 value = loads(line.decode("utf-8"))[text_key]
             except (ValueError, KeyError, TypeError, IndexError, RecursionError):

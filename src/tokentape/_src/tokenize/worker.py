@@ -22,7 +22,7 @@ from tokentape._src.store.format import numpy_dtype
 from tokentape._src.store.tokenizers import Tokenizer
 from tokentape._src.store.writer import npy_bytes
 from tokentape._src.tokenize.filters import FilterSet
-from tokentape._src.tokenize.inputs import Unit, UnitPart, read_documents
+from tokentape._src.tokenize.inputs import ReadPosition, Unit, UnitPart, read_documents
 from tokentape._src.util.progress import Counters
 from tokentape.errors import InputError, StoreError
 
@@ -96,9 +96,14 @@ def _batches(items: Iterable[_T], size: int) -> Iterator[list[_T]]:
         yield batch
 
 
-def _documents(unit: Unit, settings: WorkerSettings) -> Iterator[tuple[UnitPart, str]]:
+def _documents(
+    unit: Unit, settings: WorkerSettings, positions: list[ReadPosition]
+) -> Iterator[tuple[UnitPart, str]]:
+    """The unit's documents; ``positions`` gets each part's reading position, in order."""
     for part in unit.parts:
-        for text in read_documents(part, settings.text_key, settings.storage_options):
+        position = ReadPosition()
+        positions.append(position)
+        for text in read_documents(part, settings.text_key, settings.storage_options, position):
             yield part, text
 
 
@@ -146,8 +151,10 @@ def tokenize_unit(
     dropped_tokens: Counter[str] = Counter()
     docs_in = text_bytes = n_tokens = 0
     eod = tokenizer.eod_id
+    positions: list[ReadPosition] = []  # how far each part of the unit was read
+    told = 0  # input bytes of the unit reported so far
     with atomic_writer(bin_path) as out:
-        for batch in _batches(_documents(unit, settings), BATCH_DOCS):
+        for batch in _batches(_documents(unit, settings, positions), BATCH_DOCS):
             texts = [text for _, text in batch]
             flat, counts = tokenizer.encode_flat(texts)
             reasons = [
@@ -168,8 +175,12 @@ def tokenize_unit(
             docs_in += len(batch)
             text_bytes += batch_bytes
             n_tokens += len(tokens)
-            if counters is not None:
-                counters.add(docs=len(batch), tokens=len(tokens), text_bytes=batch_bytes)
+            if counters is not None:  # input bytes as read, so a big unit moves the bar too
+                parts = zip(positions, unit.parts, strict=False)  # the parts begun so far
+                read = sum(p.share(part.n_bytes) for p, part in parts)
+                counters.add(docs=len(batch), tokens=len(tokens), text_bytes=batch_bytes,
+                             input_bytes=max(0, read - told))  # fmt: skip
+                told = max(told, read)
     write_atomic(len_path, npy_bytes(np.asarray(lengths, dtype="<i8")))
     result = UnitResult(
         index=unit.index,
@@ -182,7 +193,7 @@ def tokenize_unit(
     )
     write_atomic(marker, result.to_json().encode())
     if counters is not None:
-        counters.add(input_bytes=unit.n_bytes)
+        counters.add(input_bytes=unit.n_bytes - told)
     return result
 
 

@@ -375,14 +375,31 @@ def test_fingerprints(
 # errors
 
 
-def test_unknown_spec(tmp_path: Path) -> None:
-    for spec in ("gpt2", str(tmp_path / "missing.json"), str(tmp_path)):
-        with pytest.raises(TokentapeError) as excinfo:
-            load_tokenizer(spec)
-        assert one_line_error(excinfo) == (
-            f"unknown tokenizer spec {spec!r}: expected 'bytes', 'tiktoken:PATH' or a path to "
-            "a Hugging Face tokenizer.json"
-        )
+def test_unknown_spec(tmp_path: Path, monkeypatch) -> None:
+    """A spec that is no file, directory or cached model name: one line saying what is
+    expected (the directory and model-name cases are in test_tokenizer_specs.py)."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    missing = str(tmp_path / "missing.json")
+    with pytest.raises(TokentapeError) as excinfo:
+        load_tokenizer(missing)
+    assert one_line_error(excinfo) == (
+        f"unknown tokenizer spec {missing!r}: no such file or directory; expected 'bytes', "
+        "'tiktoken:PATH', a Hugging Face tokenizer.json or a directory holding one, or a model "
+        "name in the local Hugging Face cache ([hf:]NAME)"
+    )
+    with pytest.raises(TokentapeError) as excinfo:
+        load_tokenizer("gpt2")
+    assert one_line_error(excinfo).startswith(
+        "unknown tokenizer spec 'gpt2': no such file or directory, and no tokenizer.json of "
+        "model 'gpt2' in the local Hugging Face cache"
+    )
+    empty = tmp_path / "empty-dir"
+    empty.mkdir()
+    with pytest.raises(TokentapeError) as excinfo:
+        load_tokenizer(str(empty))
+    assert one_line_error(excinfo).startswith(
+        f"tokenizer directory '{empty}': no tokenizer.json in it"
+    )
 
 
 @pytest.mark.parametrize(

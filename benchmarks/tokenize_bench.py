@@ -17,10 +17,15 @@ hits all four alike:
   assembling the shards, the manifest); the interpreter's start and imports are not timed.
 - **tokentape, 2 workers**: the same with ``workers=2`` (pool start-up included).
 
+``--layout`` chooses what tokentape reads: the jsonl files (default), or the same documents as
+one big ``.jsonl.zst`` file (``zst``) or one big parquet file of a single row group
+(``parquet``): there, the speed-up of 2 workers comes from cutting the one file into units.
+
 Throughput is MB (10**6 bytes) of UTF-8 document text per second; each figure is the best of
 ``--rounds`` rounds. Ratios are what matter: absolute figures depend on the machine.
 
-    python benchmarks/tokenize_bench.py [--mb 24] [--rounds 3] [--json] [--out DIR]
+    python benchmarks/tokenize_bench.py [--mb 24] [--rounds 3] [--layout jsonl|zst|parquet]
+        [--json] [--out DIR]
 """
 
 from __future__ import annotations
@@ -142,6 +147,29 @@ def build_corpus(work: Path, mb: float, n_files: int) -> Corpus:
     corpus = Corpus(files, source, n_docs, text_bytes, file_bytes)
     stamp_path.write_text(json.dumps({"key": key, "corpus": asdict(corpus)}))
     return corpus
+
+
+def one_big_file(work: Path, corpus: Corpus, layout: str) -> list[str]:
+    """The corpus's documents, in order, as one ``.jsonl.zst`` or one parquet file of a single
+    row group (reused when present)."""
+    if layout == "jsonl":
+        return corpus.files
+    path = work / "corpus" / ("big.jsonl.zst" if layout == "zst" else "big.parquet")
+    if not path.exists():
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        if layout == "zst":
+            import zstandard
+
+            data = b"".join(Path(f).read_bytes() for f in corpus.files)
+            tmp.write_bytes(zstandard.ZstdCompressor(level=3).compress(data))
+        else:
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            texts = read_texts(corpus.files)
+            pq.write_table(pa.table({"text": texts}), tmp, row_group_size=len(texts))
+        tmp.replace(path)
+    return [str(path)]
 
 
 def read_texts(files: list[str]) -> list[str]:
@@ -396,9 +424,16 @@ class Row:
 
 
 def bench_tokenizer(
-    name: str, spec: str, corpus: Corpus, work: Path, rounds: int, unit_mb: float
+    name: str,
+    spec: str,
+    corpus: Corpus,
+    work: Path,
+    rounds: int,
+    unit_mb: float,
+    inputs: list[str],
 ) -> Row:
-    """Interleave the four measures, reversing their order every other round."""
+    """Interleave the four measures, reversing their order every other round (tokentape reads
+    ``inputs``, the bare tokenizer the corpus's documents)."""
     runs: dict[str, list[dict]] = {m: [] for m in MEASURES}
     for r in range(rounds):
         for what in MEASURES if r % 2 == 0 else MEASURES[::-1]:
@@ -407,7 +442,7 @@ def bench_tokenizer(
                 res = measure_bare(spec, corpus.files, procs, check=(r == 0 and procs == 1))
             else:
                 workers = 2 if what == "w2" else 1
-                res = measure_tokentape(spec, corpus.files, workers, work / "store", unit_mb)
+                res = measure_tokentape(spec, inputs, workers, work / "store", unit_mb)
             runs[what].append(res)
             note(f"  {name:<13} round {r + 1}/{rounds}  {what:<5} {res['seconds']:7.2f} s")
     best = {m: min(runs[m], key=lambda res: res["seconds"]) for m in MEASURES}
@@ -500,6 +535,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--gpt2", type=Path, default=DEFAULT_GPT2, help="GPT-2 tiktoken ranks file")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="work directory")
     p.add_argument("--only", choices=["hf", "tiktoken"], help="run one tokenizer only")
+    p.add_argument(
+        "--layout",
+        choices=["jsonl", "zst", "parquet"],
+        default="jsonl",
+        help="what tokentape reads: the jsonl files, or one big .jsonl.zst / parquet file",
+    )
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--bare-child", metavar="SPEC", help=argparse.SUPPRESS)
     p.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
@@ -528,6 +569,10 @@ def main(argv: list[str] | None = None) -> int:
     note(f"corpus: about {args.mb:g} MB in {args.n_files} jsonl files under {work}/corpus")
     corpus = build_corpus(work, args.mb, args.n_files)
     note(f"  {corpus.n_docs} documents, {corpus.text_bytes / MB:.1f} MB text ({corpus.source})")
+    inputs = one_big_file(work, corpus, args.layout)
+    if args.layout != "jsonl":
+        size = Path(inputs[0]).stat().st_size / MB
+        note(f"  tokentape reads one file: {inputs[0]} ({size:.1f} MB)")
 
     specs: list[tuple[str, str]] = []
     skipped: list[str] = []
@@ -547,7 +592,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name, spec in specs:
         note(f"{name}: {args.rounds} interleaved rounds of {' / '.join(MEASURES)}")
-        rows.append(bench_tokenizer(name, spec, corpus, work, args.rounds, args.unit_mb))
+        rows.append(bench_tokenizer(name, spec, corpus, work, args.rounds, args.unit_mb, inputs))
 
     elapsed = time.perf_counter() - started
     if args.json:
@@ -556,6 +601,7 @@ def main(argv: list[str] | None = None) -> int:
             "corpus": asdict(corpus),
             "rounds": args.rounds,
             "unit_mb": args.unit_mb,
+            "layout": args.layout,
             "seconds": elapsed,
             "rows": [asdict(r) for r in rows],
             "skipped": skipped,
@@ -565,7 +611,9 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"\nTokenization throughput, MB of UTF-8 text per second, best of {args.rounds} "
             f"interleaved rounds ({corpus.n_docs} documents, {corpus.text_bytes / MB:.1f} MB "
-            f"in {len(corpus.files)} jsonl files; {os.cpu_count()} CPUs)\n"
+            f"in {len(corpus.files)} jsonl files; tokentape reads "
+            f"{'them' if args.layout == 'jsonl' else 'one ' + args.layout + ' file of them'}; "
+            f"{os.cpu_count()} CPUs)\n"
         )
         print(render(rows))
         for line in skipped:

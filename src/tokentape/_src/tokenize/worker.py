@@ -23,6 +23,7 @@ from tokentape._src.store.tokenizers import Tokenizer
 from tokentape._src.store.writer import npy_bytes
 from tokentape._src.tokenize.filters import FilterSet
 from tokentape._src.tokenize.inputs import ReadPosition, Unit, UnitPart, read_documents
+from tokentape._src.tokenize.pieces import encode_documents
 from tokentape._src.util.progress import Counters
 from tokentape.errors import InputError, StoreError
 
@@ -156,7 +157,7 @@ def tokenize_unit(
     with atomic_writer(bin_path) as out:
         for batch in _batches(_documents(unit, settings, positions), BATCH_DOCS):
             texts = [text for _, text in batch]
-            flat, counts = tokenizer.encode_flat(texts)
+            flat, counts = encode_documents(tokenizer, texts)  # a long one in pieces
             reasons = [
                 EMPTY if not n else filters.text_reason(text) or filters.token_reason(int(n))
                 for text, n in zip(texts, counts, strict=True)

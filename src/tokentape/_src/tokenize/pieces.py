@@ -20,7 +20,9 @@ A document with no such place (no space between letters in a stretch) is encoded
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -93,18 +95,23 @@ def _splits(pre: Any) -> bool:
 def pieces(text: str, tokenizer: Tokenizer, piece_chars: int = PIECE_CHARS) -> list[str]:
     """``text`` cut into pieces of about ``piece_chars`` at safe places (itself if short, or
     if ``tokenizer`` is not one that is cut)."""
+    return list(iter_pieces(text, tokenizer, piece_chars))
+
+
+def iter_pieces(text: str, tokenizer: Tokenizer, piece_chars: int = PIECE_CHARS) -> Iterator[str]:
+    """``pieces``, one at a time (no second copy of the whole text)."""
     if len(text) <= piece_chars or not can_cut(tokenizer):
-        return [text]
+        yield text
+        return
     anywhere = tokenizer.kind == "bytes"
-    out, start = [], 0
+    start = 0
     while len(text) - start > piece_chars:
         cut = start + piece_chars if anywhere else _safe_cut(text, start + piece_chars, tokenizer)
         if cut is None:
             break
-        out.append(text[start:cut])
+        yield text[start:cut]
         start = cut
-    out.append(text[start:])
-    return out
+    yield text[start:]
 
 
 def _safe_cut(text: str, target: int, tokenizer: Tokenizer) -> int | None:
@@ -132,11 +139,12 @@ def _checked(text: str, cut: int, tokenizer: Tokenizer) -> bool:
     )
 
 
-def encode_pieces(tokenizer: Tokenizer, parts: list[str]) -> np.ndarray:
+def encode_pieces(tokenizer: Tokenizer, parts: Iterable[str]) -> np.ndarray:
     """The concatenated encodings of ``parts``, a few at a time (uint32)."""
     arrays = []
-    for k in range(0, len(parts), PIECES_PER_CALL):
-        flat, _ = tokenizer.encode_flat(parts[k : k + PIECES_PER_CALL])
+    it = iter(parts)
+    while group := list(itertools.islice(it, PIECES_PER_CALL)):
+        flat, _ = tokenizer.encode_flat(group)
         arrays.append(flat.astype(np.uint32, copy=False))
     return np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.uint32)
 
@@ -164,7 +172,7 @@ def encode_documents(
             short.append(text)
             continue
         flush()
-        tokens = encode_pieces(tokenizer, pieces(text, tokenizer, piece_chars))
+        tokens = encode_pieces(tokenizer, iter_pieces(text, tokenizer, piece_chars))
         arrays.append(tokens)
         lengths.append(len(tokens))
     flush()

@@ -1,0 +1,488 @@
+"""Adversarial review of one big input file cut into many units (issue 14 items 1 and 3):
+compressed jsonl cut in its decompressed text, parquet row groups cut into rows, the per-process
+stream cache (``tokenize.streams``) and progress inside a unit.
+
+Normal tests: behaviour that holds. ``xfail(strict=True)``: a bug, failing now."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+import tracemalloc
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+from helpers import make_documents, tree_bytes
+
+from tokentape._src.store.tokenizers import load_tokenizer
+from tokentape._src.tokenize import inputs, streams
+from tokentape._src.tokenize.driver import tokenize
+from tokentape._src.tokenize.filters import parse_filters
+from tokentape._src.tokenize.inputs import expand_inputs, plan_units, read_documents
+from tokentape._src.tokenize.job import TokenizeConfig
+from tokentape._src.tokenize.worker import WorkerSettings, tokenize_unit
+from tokentape._src.util.progress import Counters
+from tokentape.errors import InputError
+
+UNIT = 2000  # bytes of decompressed text (or row-group bytes) per unit
+
+
+def _jsonl(docs: list[str]) -> bytes:
+    return "".join(json.dumps({"text": t}) + "\n" for t in docs).encode()
+
+
+def _docs(n: int = 400, seed: int = 3) -> list[str]:
+    return [f"doc {i}: {t[:80]}" for i, t in enumerate(make_documents(n, seed=seed))]
+
+
+def _gz(data: bytes) -> bytes:
+    return gzip.compress(data, mtime=0)
+
+
+def _zst(data: bytes) -> bytes:
+    return zstandard.ZstdCompressor(level=3).compress(data)
+
+
+def _multi_frame_zst(data: bytes, frame: int = 999) -> bytes:
+    c = zstandard.ZstdCompressor(level=1)
+    return b"".join(c.compress(data[i : i + frame]) for i in range(0, len(data), frame))
+
+
+def _multi_member_gz(data: bytes, member: int = 777) -> bytes:
+    return b"".join(_gz(data[i : i + member]) for i in range(0, len(data), member))
+
+
+COMPRESSORS = {
+    "gz": (".jsonl.gz", _gz),
+    "zst": (".jsonl.zst", _zst),
+    "zst-frames": (".jsonl.zst", _multi_frame_zst),
+    "gz-members": (".jsonl.gz", _multi_member_gz),
+}
+
+
+def _write(tmp_path: Path, name: str, kind: str, text: bytes) -> Path:
+    suffix, compress = COMPRESSORS[kind]
+    path = tmp_path / f"{name}{suffix}"
+    path.write_bytes(compress(text))
+    return path
+
+
+def _units(path: Path, unit_bytes: int = UNIT) -> list:
+    return plan_units(expand_inputs([str(path)]), unit_bytes)
+
+
+def _read(unit) -> list[str]:
+    return [t for part in unit.parts for t in read_documents(part, "text")]
+
+
+def _starts(units) -> list[tuple[int, int]]:
+    return [(u.parts[0].start, u.parts[0].stop) for u in units]
+
+
+@pytest.fixture(autouse=True)
+def _no_stream_left_over():
+    """Each test starts and ends with no stream kept open in this process."""
+    streams.forget()
+    yield
+    streams.forget()
+
+
+# --- determinism: cuts are a function of the decompressed text only
+
+
+def test_line_cuts_do_not_depend_on_how_the_text_is_blocked():
+    text = _jsonl(_docs())
+    want = streams.line_cuts(iter([text]), UNIT)
+    assert len(want) > 5
+    for size in (1, 2, 3, 7, 64, 1000, 1999, 2000, 2001, 4096):
+        blocks = (text[i : i + size] for i in range(0, len(text), size))
+        assert streams.line_cuts(blocks, UNIT) == want, size
+    # Every cut is a line start, the last one the end of the text.
+    assert want[0] == 0 and want[-1] == len(text)
+    assert all(text[c - 1 : c] == b"\n" for c in want[1:])
+
+
+@pytest.mark.parametrize("kind", list(COMPRESSORS))
+def test_every_compression_of_the_same_text_is_cut_the_same_way(kind, tmp_path):
+    """gzip, zstd, several zstd frames, several gzip members: the same units."""
+    text = _jsonl(_docs())
+    reference = _starts(_units(_write(tmp_path, "ref", "zst", text)))
+    units = _units(_write(tmp_path, "c", kind, text))
+    assert _starts(units) == reference and len(units) > 5
+    assert [t for u in units for t in _read(u)] == _docs()
+
+
+# --- the per-process stream cache
+
+
+@pytest.mark.parametrize("kind", ["gz", "zst-frames"])
+def test_units_read_in_any_order_interleaved_with_other_files(kind, tmp_path):
+    """One process reads the units of two compressed files and a split parquet file in a
+    random order (more streams than it keeps open): each unit holds its own documents."""
+    docs = _docs(600, seed=9)
+    a = _write(tmp_path, "a", kind, _jsonl(docs[:200]))
+    b = _write(tmp_path, "b", "zst", _jsonl(docs[200:400]))
+    c = tmp_path / "c.parquet"
+    pq.write_table(pa.table({"text": docs[400:]}), c, row_group_size=200)  # one row group
+    units = plan_units(expand_inputs([str(a), str(b), str(c)]), UNIT)
+    assert len(units) > 10
+    want = {u.index: _read(u) for u in units}
+    streams.forget()
+    assert [t for u in units for t in want[u.index]] == docs
+    order = list(units) * 2
+    random.Random(5).shuffle(order)
+    for u in order:
+        assert _read(u) == want[u.index], u.index
+
+
+@pytest.mark.parametrize("kind", ["gz", "zst"])
+def test_a_bad_line_names_its_line_and_the_next_unit_reads_right(kind, tmp_path):
+    """A bad JSON line in a later unit: the message names the file and its 1-based line in the
+    whole decompressed text; the same process then reads the following unit (and the failed
+    one again) right."""
+    docs = _docs()
+    lines = _jsonl(docs).split(b"\n")
+    lines[200] = b'{"text": oops}'  # line 201
+    path = _write(tmp_path, "bad", kind, b"\n".join(lines))
+    units = _units(path)
+    bad = next(i for i, u in enumerate(units) if _read_or_error(u) is not None)
+    assert 0 < bad < len(units) - 1
+    # Read in order in one process: the error, then the next unit.
+    streams.forget()
+    for u in units[:bad]:
+        _read(u)
+    err = _read_or_error(units[bad])
+    assert err == f"{path}:201: invalid JSON (Expecting value at column 10)"
+    after = _read(units[bad + 1])
+    streams.forget()
+    assert after == _read(units[bad + 1])
+    assert _read_or_error(units[bad]) == err
+
+
+def _read_or_error(unit) -> str | None:
+    try:
+        _read(unit)
+    except InputError as exc:
+        return str(exc)
+    return None
+
+
+def test_a_unit_abandoned_midway_does_not_disturb_the_next(tmp_path):
+    """A reader dropped after a few documents (kept alive, then closed late) leaves the
+    following units of the same file intact."""
+    path = _write(tmp_path, "c", "zst", _jsonl(_docs()))
+    units = _units(path)
+    want = [_read(u) for u in units]
+    streams.forget()
+    it = read_documents(units[1].parts[0], "text")
+    first = [next(it), next(it)]
+    assert first == want[1][:2]
+    assert _read(units[2]) == want[2]
+    assert _read(units[1]) == want[1]
+    it.close()
+    assert _read(units[3]) == want[3]
+
+
+def test_a_changed_file_is_read_anew(tmp_path):
+    """The same path rewritten between two plans (a new modification time): the new text."""
+    docs = _docs()
+    path = _write(tmp_path, "c", "zst", _jsonl(docs))
+    old = _units(path)
+    _read(old[0])  # the stream is kept open after unit 0
+    new_docs = [d.upper() for d in docs]
+    path.write_bytes(_zst(_jsonl(new_docs)))
+    new = _units(path)
+    assert [t for u in new for t in _read(u)] == new_docs
+
+
+def _same_size_same_mtime_rewrite(path: Path, new_text: bytes) -> None:
+    """Rewrite ``path`` with other text of the same length, stored (gzip level 0: the file
+    keeps its size), and its modification time put back as tar, rsync -a or cp -p would."""
+    st = path.stat()
+    path.write_bytes(gzip.compress(new_text, compresslevel=0, mtime=0))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="streams._OPEN is keyed by (path, size, mtime_ns, version) and outlives the job: a "
+    "file rewritten with the same size and modification time is read from the stale stream "
+    "of the previous job in the same process (library use, a Ray worker reused across jobs)",
+)
+def test_a_file_rewritten_with_the_same_size_and_mtime_is_not_read_from_a_stale_stream(
+    tmp_path,
+):
+    docs = _docs()
+    text = _jsonl(docs)
+    path = tmp_path / "c.jsonl.gz"
+    path.write_bytes(gzip.compress(text, compresslevel=0, mtime=0))
+    old = _units(path)
+    assert len(old) > 3
+    _read(old[0])  # this process keeps the stream open after unit 0
+    new_docs = [d.swapcase() for d in docs]  # same byte length, same line breaks
+    _same_size_same_mtime_rewrite(path, _jsonl(new_docs))
+    new = _units(path)  # planning reads the new text: same cuts
+    assert _starts(new) == _starts(old)
+    got = _read(new[1])  # through the stream this process kept open
+    assert got == _read_fresh(new[1])
+
+
+def _read_fresh(unit) -> list[str]:
+    streams.forget()
+    return _read(unit)
+
+
+# --- edge cases of compressed files
+
+
+@pytest.mark.parametrize("kind", ["gz", "zst"])
+def test_a_bom_empty_and_newline_free_compressed_file(kind, tmp_path):
+    docs = _docs()
+    bom = _units(_write(tmp_path, "bom", kind, b"\xef\xbb\xbf" + _jsonl(docs)))
+    assert len(bom) > 5 and [t for u in bom for t in _read(u)] == docs
+    empty = _units(_write(tmp_path, "empty", kind, b""), 1)
+    assert len(empty) == 1 and _read(empty[0]) == []
+    one = json.dumps({"text": "z" * 10_000}).encode()  # no newline at all: one unit
+    units = _units(_write(tmp_path, "one", kind, one), 100)
+    assert len(units) == 1 and _read(units[0]) == ["z" * 10_000]
+    units = _units(_write(tmp_path, "blank", kind, b"\n" * 5000), 100)  # blank lines only
+    assert len(units) > 10 and all(_read(u) == [] for u in units)
+
+
+def test_a_truncated_split_file_is_refused_in_one_line(tmp_path):
+    """A file that shrank after planning (same size check fails) or is corrupt: one line."""
+    path = _write(tmp_path, "c", "zst", _jsonl(_docs()))
+    units = _units(path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(InputError) as info:
+        _read(units[-1])
+    assert "\n" not in str(info.value) and str(path) in str(info.value)
+
+
+# --- parquet
+
+
+def test_a_null_in_the_middle_of_a_split_row_group_names_its_row(tmp_path):
+    docs: list[str | None] = list(_docs(600))
+    docs[333] = None
+    path = tmp_path / "n.parquet"
+    pq.write_table(pa.table({"text": pa.array(docs, pa.string())}), path, row_group_size=600)
+    units = _units(path)
+    assert len(units) > 3
+    errors = [e for u in units if (e := _read_or_error(u)) is not None]
+    assert errors == [f"{path}: row 333: field 'text' is null"]
+
+
+def _mixed_parquet(path: Path, docs: list[str], empty_groups: bool) -> None:
+    """Tiny row groups, one huge one, and (optionally) row groups of 0 rows around it."""
+    empty = pa.table({"text": pa.array([], pa.string())})
+    with pq.ParquetWriter(path, pa.schema([("text", pa.string())])) as w:
+        for i in range(0, 40, 2):
+            w.write_table(pa.table({"text": docs[i : i + 2]}))
+        if empty_groups:
+            w.write_table(empty)
+        w.write_table(pa.table({"text": docs[40:380]}))
+        if empty_groups:
+            w.write_table(empty)
+        for i in range(380, len(docs), 2):
+            w.write_table(pa.table({"text": docs[i : i + 2]}))
+
+
+@pytest.mark.parametrize("unit_bytes", [50, 500, 2000, 10**9])
+def test_tiny_row_groups_around_a_huge_one_partition_the_rows(unit_bytes, tmp_path):
+    docs = _docs()
+    path = tmp_path / "m.parquet"
+    _mixed_parquet(path, docs, empty_groups=True)
+    units = _units(path, unit_bytes)
+    assert [t for u in units for t in _read(u)] == docs
+    assert [t for u in reversed(units) for t in reversed(_read(u))] == docs[::-1]
+    cuts = [c for u in units for c in (u.parts[0].start, u.parts[0].stop)]
+    assert cuts == sorted(cuts) and cuts[0] == 0 and cuts[-1] == len(docs)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="inputs._row_cuts: a row group of 0 rows whose column bytes exceed unit_bytes "
+    "appends its first row again as a cut, making a unit of no rows",
+)
+def test_row_groups_of_no_rows_make_no_empty_unit(tmp_path):
+    docs = _docs()
+    path = tmp_path / "m.parquet"
+    _mixed_parquet(path, docs, empty_groups=True)
+    units = _units(path, 1)
+    assert [t for u in units for t in _read(u)] == docs
+    assert all(p.start < p.stop for u in units for p in u.parts)
+
+
+# --- progress inside units
+
+
+class RecordingCounters(Counters):
+    """Real shared counters that also keep the input bytes of every report, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.input_reports: list[int] = []
+
+    def add(self, docs=0, tokens=0, text_bytes=0, input_bytes=0) -> None:
+        self.input_reports.append(input_bytes)
+        super().add(docs=docs, tokens=tokens, text_bytes=text_bytes, input_bytes=input_bytes)
+
+
+@pytest.mark.parametrize("kind", ["gz", "zst-frames", "parquet", "mixed"])
+def test_input_bytes_of_every_unit_add_up_exactly_and_never_go_back(kind, tmp_path):
+    docs = _docs(3000, seed=7)
+    if kind == "parquet":
+        path = tmp_path / "c.parquet"
+        pq.write_table(pa.table({"text": docs}), path, row_group_size=len(docs))
+        files = expand_inputs([str(path)])
+    elif kind == "mixed":  # small files sharing units, a bom, a split file, a .txt
+        (tmp_path / "a.jsonl").write_bytes(b"\xef\xbb\xbf" + _jsonl(docs[:3]))
+        (tmp_path / "b.txt").write_text(docs[3])
+        _write(tmp_path, "c", "gz", _jsonl(docs[4:2000]))
+        (tmp_path / "d.jsonl").write_bytes(_jsonl(docs[2000:]).rstrip(b"\n"))  # no final \n
+        files = expand_inputs([str(tmp_path)])
+    else:
+        files = expand_inputs([str(_write(tmp_path, "c", kind, _jsonl(docs)))])
+    units = plan_units(files, 20_000)
+    assert len(units) > 3
+    total = sum(u.n_bytes for u in units)
+    settings = WorkerSettings("text", "uint16", 257, str(tmp_path / "work"))
+    (tmp_path / "work").mkdir()
+    counters = RecordingCounters()
+    seen = 0
+    for unit in units:
+        before = len(counters.input_reports)
+        tokenize_unit(unit, load_tokenizer("bytes"), parse_filters(()), settings, counters)
+        reports = counters.input_reports[before:]
+        assert all(n >= 0 for n in reports)
+        assert sum(reports) == unit.n_bytes
+        seen += sum(reports)
+        assert seen <= total
+    assert seen == total == counters.snapshot()[3]
+    # The parts of a split file cover its size up to rounding (one byte per cut at most).
+    by_file: dict[str, int] = {}
+    for u in units:
+        for p in u.parts:
+            by_file[p.file.path] = by_file.get(p.file.path, 0) + p.n_bytes
+    for f in files:
+        assert f.size - len(units) <= by_file[f.path] <= f.size
+
+
+# --- memory
+
+
+def _peak_mb(work) -> float:
+    """Peak Python allocations (MiB) while ``work()`` runs."""
+    tracemalloc.start()
+    try:
+        work()
+        return tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("kind", ["gz", "zst-realistic"])
+def test_planning_and_reading_a_unit_hold_no_whole_decompressed_file(kind, tmp_path):
+    """~24 MiB of text cut into 4 MiB units: planning and reading a unit hold a few MiB."""
+    rng = random.Random(0)
+    words = ["alpha", "beta", "GET", "/api/v1/items", "200", "ms", "INFO", "δέλτα", "日本"]
+    line_docs = [" ".join(rng.choice(words) for _ in range(60)) for _ in range(2000)]
+    text = _jsonl(line_docs) * 40
+    path = _write(tmp_path, "big", "gz" if kind == "gz" else "zst", text)
+    files = expand_inputs([str(path)])
+    units: list = []
+    assert _peak_mb(lambda: units.extend(plan_units(files, 4 * 2**20))) < 8
+    assert len(units) >= 5
+    assert _peak_mb(lambda: _read(units[2])) < 16
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="inputs._zstd_blocks feeds 4 KiB of compressed input per call with no bound on the "
+    "output: a highly repetitive .zst (ratio ~10,000x) decompresses into one block of the whole "
+    "text, which planning holds whole, and read_range copies its remainder at every cut",
+)
+def test_a_highly_repetitive_zst_is_not_held_whole(tmp_path):
+    text = _jsonl(["the same log line, over and over " * 10]) * 80_000  # ~30 MiB
+    path = _write(tmp_path, "rep", "zst", text)
+    assert path.stat().st_size < 10_000
+    files = expand_inputs([str(path)])
+    units: list = []
+    assert _peak_mb(lambda: units.extend(plan_units(files, 4 * 2**20))) < 8
+    assert len(units) >= 5
+    assert _peak_mb(lambda: _read(units[2])) < 16
+
+
+# --- planning cost
+
+
+def test_planning_decompresses_each_compressed_file_once(tmp_path, monkeypatch):
+    """Counted by wrapping the real decompressor (it still does the work)."""
+    calls: list[str] = []
+    real = inputs._decompressed
+
+    def counting(part):
+        calls.append(part.file.path)
+        return real(part)
+
+    monkeypatch.setattr(inputs, "_decompressed", counting)
+    docs = _docs()
+    a = _write(tmp_path, "a", "gz", _jsonl(docs[:200]))
+    b = _write(tmp_path, "b", "zst", _jsonl(docs[200:]))
+    small = _write(tmp_path, "s", "zst", _jsonl(docs[:2]))
+    units = plan_units(expand_inputs([str(a), str(b), str(small)]), UNIT)
+    assert sorted(calls) == sorted([str(a), str(b), str(small)])
+    calls.clear()
+    assert [t for u in units for t in _read(u)] == docs + docs[:2]
+    assert sorted(calls) == sorted([str(a), str(b), str(small)])  # once each, read in order
+
+
+# --- whole runs: worker counts, object storage
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_split_files_of_every_kind_are_byte_identical_for_1_and_2_workers(tmp_path):
+    docs = _docs(900, seed=21)
+    root = tmp_path / "in"
+    root.mkdir()
+    _write(root, "a", "zst-frames", b"\xef\xbb\xbf" + _jsonl(docs[:300]))
+    _write(root, "b", "gz-members", _jsonl(docs[300:600]))
+    _mixed_parquet(root / "c.parquet", docs[600:], empty_groups=False)
+    trees = []
+    for workers in (1, 2):
+        streams.forget()
+        config = TokenizeConfig(inputs=(str(root),), out=str(tmp_path / f"w{workers}"),
+                                unit_mb=UNIT / 2**20, shard_mb=0.01, workers=workers)  # fmt: skip
+        summary = tokenize(config).to_json()
+        assert summary["units"] > 10 and summary["n_docs"] == len(docs)
+        trees.append(tree_bytes(tmp_path / f"w{workers}"))
+    assert trees[0] == trees[1]
+
+
+@pytest.mark.s3
+def test_split_compressed_and_parquet_objects_are_byte_identical_to_local(s3, tmp_path):
+    docs = _docs(600, seed=13)
+    root = tmp_path / "in"
+    root.mkdir()
+    _write(root, "a", "zst-frames", _jsonl(docs[:200]))
+    _write(root, "b", "gz", _jsonl(docs[200:400]))
+    pq.write_table(pa.table({"text": docs[400:]}), root / "c.parquet", row_group_size=200)
+    prefix = s3.upload_tree(root, f"{s3.url}/split")
+    local, remote = (
+        plan_units(expand_inputs([str(root)]), UNIT),
+        plan_units(expand_inputs([prefix]), UNIT),
+    )
+    assert _starts(local) == _starts(remote) and len(local) > 10
+    order = list(range(len(local)))
+    random.Random(1).shuffle(order)
+    for i in order:
+        assert _read(remote[i]) == _read(local[i]), i

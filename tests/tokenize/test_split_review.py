@@ -10,6 +10,7 @@ import gzip
 import json
 import os
 import random
+import signal
 import tracemalloc
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from helpers import make_documents, tree_bytes
+from helpers import make_documents, run_cli, tree_bytes
 
 from tokentape._src.store.tokenizers import load_tokenizer
 from tokentape._src.tokenize import inputs, streams
@@ -115,6 +116,46 @@ def test_every_compression_of_the_same_text_is_cut_the_same_way(kind, tmp_path):
     units = _units(_write(tmp_path, "c", kind, text))
     assert _starts(units) == reference and len(units) > 5
     assert [t for u in units for t in _read(u)] == _docs()
+
+
+@pytest.mark.parametrize("final_newline", [True, False])
+def test_compressed_text_is_cut_where_the_same_plain_jsonl_is(final_newline, tmp_path):
+    """Random line lengths and unit sizes: a .jsonl.gz, a .jsonl.zst and the plain .jsonl of
+    the same text make the same byte ranges."""
+    rng = random.Random(17)
+    docs = ["w" * rng.choice([0, 1, 5, 40, 300, 2500]) for _ in range(300)]
+    text = _jsonl(docs)
+    text = text if final_newline else text.rstrip(b"\n")
+    plain = tmp_path / "p.jsonl"
+    plain.write_bytes(text)
+    gz, zst = _write(tmp_path, "g", "gz", text), _write(tmp_path, "z", "zst", text)
+    for unit_bytes in (1, 50, 333, 2500, 2501, 9999, len(text) - 1):
+        want = _starts(_units(plain, unit_bytes))
+        for path in (gz, zst):
+            got = _units(path, unit_bytes)
+            if len(want) == 1:  # not cut: the whole file
+                assert unit_bytes == len(text) - 1 and len(got) == 1
+            else:
+                assert _starts(got) == want, (path, unit_bytes)
+
+
+@pytest.mark.parametrize("kind", ["gz-members", "zst-frames"])
+def test_an_error_on_the_first_line_of_each_unit_names_that_line(kind, tmp_path):
+    """A missing field on the first line of unit k (same length: the cuts stay): the message
+    names the line counted in the whole decompressed text, blank lines included."""
+    docs = _docs()
+    text = _jsonl(docs).replace(b"\n", b"\n\n", 7)  # a few blank lines early on
+    units = _units(_write(tmp_path, "ok", kind, text))
+    for k in (1, len(units) // 2, len(units) - 1):
+        start = units[k].parts[0].start
+        bad = text[:start] + text[start:].replace(b'{"text"', b'{"tExt"', 1)
+        path = _write(tmp_path, f"bad{k}", kind, bad)
+        bad_units = _units(path)
+        assert _starts(bad_units) == _starts(units)
+        line = text[:start].count(b"\n") + 1
+        assert _read_or_error(bad_units[k]) == (
+            f"{path}:{line}: no field 'text' (fields: tExt); choose the field with --text-key"
+        )
 
 
 # --- the per-process stream cache
@@ -451,12 +492,8 @@ def test_planning_decompresses_each_compressed_file_once(tmp_path, monkeypatch):
 @pytest.mark.subprocess
 @pytest.mark.slow
 def test_split_files_of_every_kind_are_byte_identical_for_1_and_2_workers(tmp_path):
-    docs = _docs(900, seed=21)
+    docs = _mixed_dir(tmp_path / "in")
     root = tmp_path / "in"
-    root.mkdir()
-    _write(root, "a", "zst-frames", b"\xef\xbb\xbf" + _jsonl(docs[:300]))
-    _write(root, "b", "gz-members", _jsonl(docs[300:600]))
-    _mixed_parquet(root / "c.parquet", docs[600:], empty_groups=False)
     trees = []
     for workers in (1, 2):
         streams.forget()
@@ -466,6 +503,51 @@ def test_split_files_of_every_kind_are_byte_identical_for_1_and_2_workers(tmp_pa
         assert summary["units"] > 10 and summary["n_docs"] == len(docs)
         trees.append(tree_bytes(tmp_path / f"w{workers}"))
     assert trees[0] == trees[1]
+
+
+def _mixed_dir(root: Path) -> list[str]:
+    """Split files of every kind (a BOM, zstd frames, gzip members, tiny/huge/empty row
+    groups) and small files between them; returns the documents in order."""
+    docs = _docs(900, seed=21)
+    root.mkdir()
+    _write(root, "a", "zst-frames", b"\xef\xbb\xbf" + _jsonl(docs[:300]))
+    (root / "b.jsonl").write_bytes(_jsonl(docs[300:302]))
+    _write(root, "c", "gz-members", _jsonl(docs[302:600]))
+    _mixed_parquet(root / "d.parquet", docs[600:], empty_groups=True)
+    return docs
+
+
+def test_progress_reports_of_a_job_end_exactly_at_the_total(tmp_path):
+    _mixed_dir(tmp_path / "in")
+    reports = []
+    config = TokenizeConfig(inputs=(str(tmp_path / "in"),), out=str(tmp_path / "out"),
+                            unit_mb=UNIT / 2**20, shard_mb=0.01)  # fmt: skip
+    tokenize(config, progress=reports.append)
+    assert reports and reports[-1].final
+    done = [r.done_bytes for r in reports]
+    assert done == sorted(done) and all(0 <= r.done_bytes <= r.total_bytes for r in reports)
+    assert done[-1] == reports[-1].total_bytes > 0
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_a_kill_after_a_unit_of_mixed_split_files_resumes_to_the_same_bytes(tmp_path):
+    _mixed_dir(tmp_path / "in")
+
+    def args(out: str, workers: str) -> list[str]:
+        unit_mb = str(UNIT / 2**20)
+        return ["tokenize", str(tmp_path / "in"), "--out", str(tmp_path / out), "--unit-mb",
+                unit_mb, "--shard-mb", "0.01", "--workers", workers, "--json"]  # fmt: skip
+
+    reference = run_cli(*args("ref", "1"))
+    assert reference.returncode == 0, reference.stderr
+    killed = run_cli(*args("s", "2"), env={"TOKENTAPE_CRASH_AT": "after-unit"})
+    assert killed.returncode == -signal.SIGKILL
+    rerun = run_cli(*args("s", "2"))
+    assert rerun.returncode == 0, rerun.stderr
+    summary = json.loads(rerun.stdout)
+    assert summary["status"] == "resumed" and summary["units_reused"] >= 1
+    assert tree_bytes(tmp_path / "s") == tree_bytes(tmp_path / "ref")
 
 
 @pytest.mark.s3

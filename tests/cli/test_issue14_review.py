@@ -580,3 +580,42 @@ def test_tokenizer_mismatch_names_what_differs(tmp_path, bpe_json, capsys):
     found = re.search(r"'two' with (.*), 'one' with (.*); re-tokenize", err)
     assert found, err
     assert found[1] != found[2], err
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="plan._tokenizer_words puts a store manifest's tokenizer.spec in the message as it "
+    "is: a crafted store's escape sequences reach the terminal",
+)
+def test_tokenizer_mismatch_escapes_a_crafted_spec(tmp_path, bpe_json, capsys):
+    mytok = tok_dir(tmp_path / "mytok", bpe_json, {"eos_token": "</s>"})
+    docs = docs_jsonl(tmp_path / "d.jsonl", CORPUS[:20])
+    assert cli(capsys, "tokenize", docs, "--tokenizer", mytok, "--out", tmp_path / "one")[0] == 0
+    two = tmp_path / "two"
+    assert (
+        cli(capsys, "tokenize", docs, "--tokenizer", mytok / "tokenizer.json", "--out", two)[0] == 0
+    )
+    manifest = json.loads((two / "manifest.json").read_text())
+    manifest["tokenizer"]["spec"] = "evil\x1b]0;pwned\x07/"
+    (two / "manifest.json").write_text(json.dumps(manifest))
+    (tmp_path / "p.toml").write_text(
+        "seq_len = 8\nseed = 1\ntotal_samples = 4\n"
+        + "".join(
+            f'[[source]]\nname = "{n}"\npath = "{tmp_path / n}"\nweight = 1\n'
+            for n in ("one", "two")
+        )
+    )
+    err = one_line_refusal(*cli(capsys, "plan", tmp_path / "p.toml"))
+    assert "another tokenizer" in err
+    assert "\x1b" not in err and "\x07" not in err
+
+
+@pytest.mark.parametrize("field", ["path", "name"])
+def test_info_of_a_plan_refuses_control_characters_in_it(tmp_path, capsys, field):
+    plan = byte_plan(tmp_path, capsys, ["abc", "defg"], seq_len=3)
+    data = json.loads(plan.read_text())
+    data["sources"][0][field] = "x\x1b]0;pwned\x07"
+    crafted = tmp_path / "crafted.json"
+    crafted.write_text(json.dumps(data))
+    err = one_line_refusal(*cli(capsys, "info", crafted))
+    assert f"field '{field}'" in err and "\x1b" not in err

@@ -275,6 +275,29 @@ def test_a_file_rewritten_with_the_same_size_and_mtime_is_not_read_from_a_stale_
     assert got == _read_fresh(new[1])
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="inputs._check_unchanged compares only the size of a local file (an object's version "
+    "is compared): a file rewritten with the same size during a job is read on, from the old "
+    "inode by a process whose stream is open and from the new text by any other, so the store "
+    "depends on which process read which unit",
+)
+@pytest.mark.parametrize("kept_open", [True, False])
+def test_a_file_rewritten_during_a_job_is_refused(kept_open, tmp_path):
+    docs = _docs()
+    path = tmp_path / "c.jsonl.gz"
+    path.write_bytes(gzip.compress(_jsonl(docs), compresslevel=0, mtime=0))
+    units = _units(path)
+    if kept_open:
+        _read(units[0])  # this process keeps the stream open after unit 0
+    st = path.stat()
+    path.write_bytes(gzip.compress(_jsonl([d.swapcase() for d in docs]), compresslevel=0))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # however coarse the clock
+    assert path.stat().st_size == st.st_size
+    with pytest.raises(InputError, match="changed since"):
+        _read(units[1])
+
+
 def _read_fresh(unit) -> list[str]:
     streams.forget()
     return _read(unit)
@@ -572,6 +595,29 @@ def test_a_kill_after_a_unit_of_mixed_split_files_resumes_to_the_same_bytes(tmp_
     summary = json.loads(rerun.stdout)
     assert summary["status"] == "resumed" and summary["units_reused"] >= 1
     assert tree_bytes(tmp_path / "s") == tree_bytes(tmp_path / "ref")
+
+
+@pytest.mark.ray
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_split_files_on_ray_are_byte_identical_to_the_local_executor(tmp_path):
+    """Ray workers take units in no fixed order and are reused from task to task: the
+    streams they keep open must still give each unit its own documents."""
+    ray = pytest.importorskip("ray")
+    docs = _mixed_dir(tmp_path / "in")
+    trees = []
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        for executor, workers in (("local", 1), ("ray", 2), ("ray", 2)):
+            out = tmp_path / f"{executor}{len(trees)}"
+            config = TokenizeConfig(inputs=(str(tmp_path / "in"),), out=str(out),
+                                    unit_mb=UNIT / 2**20, shard_mb=0.01, workers=workers,
+                                    executor=executor)  # fmt: skip
+            assert tokenize(config).to_json()["n_docs"] == len(docs)
+            trees.append(tree_bytes(out))
+    finally:
+        ray.shutdown()
+    assert trees[1] == trees[0] and trees[2] == trees[0]
 
 
 @pytest.mark.s3

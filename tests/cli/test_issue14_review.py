@@ -650,3 +650,29 @@ def test_a_config_eos_with_a_lone_surrogate_is_one_line(tmp_path, bpe_json, caps
     )
     assert "eos_token" in err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="cli/plan.cmd writes --out over the plan TOML it was given (exit 0): a newcomer's "
+    "`tokentape plan mix.toml --out mix.toml` loses the plan file",
+)
+def test_out_over_the_plan_file_is_refused(tmp_path, capsys):
+    plan = byte_plan(tmp_path, capsys, ["abc", "defg"], seq_len=3)
+    toml = plan.parent / "p.toml"
+    before = toml.read_bytes()
+    one_line_refusal(*cli(capsys, "plan", toml, "--out", toml))
+    assert toml.read_bytes() == before
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="cli/plan.cmd accepts --out and --plot naming one file: the PNG replaces the "
+    "resolved plan, exit 0",
+)
+def test_out_and_plot_naming_one_file_is_refused(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    plan = byte_plan(tmp_path, capsys, ["abc", "defg"], seq_len=3)
+    same = tmp_path / "same.png"
+    one_line_refusal(*cli(capsys, "plan", plan.parent / "p.toml", "--out", same, "--plot", same))
+    assert not same.exists()

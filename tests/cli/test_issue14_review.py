@@ -275,9 +275,13 @@ def test_a_garbage_hf_hub_variable_is_one_line(tmp_path, bpe_json):
         "tokenize", str(docs), "--out", str(tmp_path / "o"), "--tokenizer", "org/mini",
         env={"HF_HUB_CACHE": str(cache), "HF_HUB_ETAG_TIMEOUT": "abc"},
     )  # fmt: skip
-    assert r.returncode == 2, r.stderr[-500:]
-    assert r.stderr.startswith("tokentape: error: ") and r.stderr.count("\n") == 1, r.stderr
-    assert "Traceback" not in r.stderr and not (tmp_path / "o").exists()
+    assert "Traceback" not in r.stderr, r.stderr[-500:]
+    if r.returncode == 0:  # fixed by tolerating the variable: the model is read from the cache
+        assert (tmp_path / "o" / "manifest.json").is_file()
+    else:  # fixed by refusing it: one line, nothing written
+        assert r.returncode == 2, r.stderr[-500:]
+        assert r.stderr.startswith("tokentape: error: ") and r.stderr.count("\n") == 1
+        assert not (tmp_path / "o").exists()
 
 
 # --- replay --show-text on a byte store -------------------------------------------------------

@@ -12,6 +12,7 @@ import json
 import os
 import random
 import signal
+import struct
 import tracemalloc
 from pathlib import Path
 
@@ -352,6 +353,28 @@ def test_a_truncated_split_file_is_refused_in_one_line(tmp_path):
     with pytest.raises(InputError) as info:
         _read(units[-1])
     assert "\n" not in str(info.value) and str(path) in str(info.value)
+
+
+def test_skippable_zstd_frames_between_data_frames_are_ignored(tmp_path):
+    docs = _docs()
+    text = _jsonl(docs)
+    skip = struct.pack("<II", 0x184D2A50, 8) + b"metadata"
+    c = zstandard.ZstdCompressor()
+    path = tmp_path / "s.jsonl.zst"
+    path.write_bytes(skip + c.compress(text[:20000]) + skip + c.compress(text[20000:]) + skip)
+    units = _units(path)
+    assert len(units) > 5 and [t for u in units for t in _read(u)] == docs
+
+
+@pytest.mark.parametrize("kind", ["gz", "zst"])
+def test_a_file_corrupt_in_the_middle_is_refused_in_one_line_while_planning(kind, tmp_path):
+    path = _write(tmp_path, "c", kind, _jsonl(_docs()))
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(InputError, match="corrupt") as info:
+        _units(path)
+    assert "\n" not in str(info.value) and str(info.value).startswith(f"{path}: ")
 
 
 # --- parquet

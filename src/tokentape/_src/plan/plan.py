@@ -403,13 +403,26 @@ def _checked(s: SourceSpec, m: Manifest) -> Manifest:
     return m
 
 
+def _shown(value: object) -> str:
+    """``value`` as text for a one-line message: a character that is not printable (a crafted
+    manifest's escape sequence, a newline) is written as its escape (``\\x1b``)."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
 def _tokenizer_words(info: Mapping[str, Any]) -> str:
-    """A store's tokenizer in a few words: kind, file name and vocabulary size."""
+    """A store's tokenizer in a few words: kind, file name, vocabulary size and EOD (id and
+    token), every manifest field escaped (see ``_shown``)."""
     spec = str(info.get("spec", "?"))
-    kind = str(info.get("kind", "?"))
+    kind = _shown(info.get("kind", "?"))
     path = spec.removeprefix("tiktoken:").removeprefix("hf:").rstrip("/\\")
-    name = "" if kind == "bytes" else f" '{(os.path.basename(path) or spec)[:60]}'"
-    return f"{kind}{name} (vocabulary {info.get('vocab_size', '?')})"
+    name = "" if kind == "bytes" else f" '{_shown((os.path.basename(path) or spec)[:60])}'"
+    eod = f"EOD {_shown(info.get('eod_id', '?'))}"
+    if info.get("eod_token") is not None:
+        eod += f" '{_shown(str(info['eod_token'])[:60])}'"
+    return f"{kind}{name} (vocabulary {_shown(info.get('vocab_size', '?'))}) and {eod}"
 
 
 def resolve_plan(
@@ -442,8 +455,8 @@ def resolve_plan(
         if m.tokenizer.get("fingerprint") != first.tokenizer.get("fingerprint"):
             raise PlanError(
                 f"{where}: source '{name}' was tokenized with another tokenizer than "
-                f"'{first_name}' ({m.tokenizer.get('fingerprint')} vs "
-                f"{first.tokenizer.get('fingerprint')}): '{name}' with "
+                f"'{first_name}' ({_shown(m.tokenizer.get('fingerprint'))} vs "
+                f"{_shown(first.tokenizer.get('fingerprint'))}): '{name}' with "
                 f"{_tokenizer_words(m.tokenizer)}, '{first_name}' with "
                 f"{_tokenizer_words(first.tokenizer)}; re-tokenize it"
             )

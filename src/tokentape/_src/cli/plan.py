@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import os
+from contextlib import ExitStack
 
 from tokentape._src.cli.progress import terminal_bar
 from tokentape._src.plan.plan import check_budgets, resolve_plan
 from tokentape._src.plan.spec import load_plan_spec
 from tokentape._src.render.text import plan_text
-from tokentape._src.store.atomic import write_atomic
+from tokentape._src.store.atomic import atomic_writer, write_atomic
 from tokentape.errors import OutputError, PlanError, _reworded
 
 PLAN_EPILOG = """\
@@ -49,6 +50,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd(args: argparse.Namespace) -> int:
+    _refuse_one_file_twice(args.plan, [("--out", args.out), ("--plot", args.plot)])
     plan = resolve_plan(load_plan_spec(args.plan), args.plan, terminal_bar(quiet=args.json))
     for path in (args.out, args.plot):
         _check_output_file(path)  # both, before either is written
@@ -64,10 +66,8 @@ def cmd(args: argparse.Namespace) -> int:
             raise
         write_atomic(args.plot, drawing)
         raise _reworded(exc, f"{exc}; the refused plan's plot is in '{args.plot}'") from None
-    if args.out:
-        write_atomic(args.out, plan.to_json().encode())
-    if drawing is not None:
-        write_atomic(args.plot, drawing)
+    outputs = [(args.plot, drawing), (args.out, plan.to_json().encode() if args.out else None)]
+    _write_together([(path, data) for path, data in outputs if path and data is not None])
     print(plan.to_json() if args.json else plan_text(plan), end="" if args.json else "\n")
     return 0
 
@@ -81,3 +81,37 @@ def _check_output_file(path: str | None) -> None:
         raise OutputError(f"'{path}': Is a directory")
     if not os.path.isdir(os.path.dirname(os.path.abspath(path))):
         raise OutputError(f"'{path}': No such file or directory")
+
+
+def _refuse_one_file_twice(plan: str, outputs: list[tuple[str, str | None]]) -> None:
+    """Refuse an output naming the plan file itself, or both outputs naming one file (the
+    same real path, or one file under two names)."""
+    taken = [(plan, f"the plan file '{plan}'")]
+    for flag, path in outputs:
+        if path is None:
+            continue
+        for other, what in taken:
+            if _same_file(path, other):
+                raise OutputError(f"{flag} '{path}' is {what}: name another file")
+        taken.append((path, f"the file of {flag} too"))
+
+
+def _same_file(a: str, b: str) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)  # hard links: two names of one file
+    except OSError:  # one of them does not exist (yet): not the same file
+        return False
+
+
+def _write_together(files: list[tuple[str, bytes]]) -> None:
+    """Write each ``(path, data)`` atomically, every file complete and durable under its
+    temporary name before any is renamed into place: an output that cannot be written (no
+    directory, no permission, no space) leaves none of them written."""
+    with ExitStack() as stack:
+        for path, data in files:
+            f = stack.enter_context(atomic_writer(path))
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())

@@ -252,12 +252,6 @@ def _same_size_same_mtime_rewrite(path: Path, new_text: bytes) -> None:
     assert path.stat().st_size == st.st_size
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="streams._OPEN is keyed by (path, size, mtime_ns, version) and outlives the job: a "
-    "file rewritten with the same size and modification time is read from the stale stream "
-    "of the previous job in the same process (library use, a Ray worker reused across jobs)",
-)
 def test_a_file_rewritten_with_the_same_size_and_mtime_is_not_read_from_a_stale_stream(
     tmp_path,
 ):
@@ -276,13 +270,6 @@ def test_a_file_rewritten_with_the_same_size_and_mtime_is_not_read_from_a_stale_
     assert got == _read_fresh(new[1])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="inputs._check_unchanged compares only the size of a local file (an object's version "
-    "is compared): a file rewritten with the same size during a job is read on, from the old "
-    "inode by a process whose stream is open and from the new text by any other, so the store "
-    "depends on which process read which unit",
-)
 @pytest.mark.parametrize("kept_open", [True, False])
 def test_a_file_rewritten_during_a_job_is_refused(kept_open, tmp_path):
     docs = _docs()
@@ -313,12 +300,6 @@ def _open_paths() -> list[str]:
     return found
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the process that ran tokenize() (library use, workers=1 or the pool's own process) "
-    "keeps its last streams in streams._OPEN after the job: the input file stays open (its "
-    "space is not freed when deleted; Windows cannot delete it) until the process exits",
-)
 def test_no_input_file_stays_open_after_a_job(tmp_path):
     path = _write(tmp_path, "c", "gz", _jsonl(_docs()))
     config = TokenizeConfig(inputs=(str(path),), out=str(tmp_path / "out"),
@@ -418,11 +399,6 @@ def test_tiny_row_groups_around_a_huge_one_partition_the_rows(unit_bytes, tmp_pa
     assert cuts == sorted(cuts) and cuts[0] == 0 and cuts[-1] == len(docs)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="inputs._row_cuts: a row group of 0 rows whose column bytes exceed unit_bytes "
-    "appends its first row again as a cut, making a unit of no rows",
-)
 def test_row_groups_of_no_rows_make_no_empty_unit(tmp_path):
     docs = _docs()
     path = tmp_path / "m.parquet"

@@ -359,6 +359,8 @@ def _row_cuts(meta: pq.FileMetaData, unit_bytes: int) -> list[int]:
     total = 0  # compressed bytes since the last cut
     for i in range(meta.num_row_groups):
         size, rows = _row_group_bytes(meta, i), meta.row_group(i).num_rows
+        if rows == 0:  # no row to cut at (its bytes count for nothing)
+            continue
         if size > unit_bytes:  # a unit (or several) of its own
             if row > cuts[-1]:
                 cuts.append(row)
@@ -502,9 +504,15 @@ def _check_unchanged(file: InputFile) -> None:
         remote_inputs.check_unchanged(file.path, file.size, file.version, file.storage_options)
         return
     try:
-        size = os.stat(file.path).st_size
+        st = os.stat(file.path)
     except OSError as err:
         raise InputError(f"{file.path}: cannot open ({err.strerror})") from None
+    size = st.st_size
+    if size == file.size and st.st_mtime_ns != file.mtime_ns:
+        raise InputError(
+            f"{file.path}: changed since the inputs were planned (the same size, another "
+            "modification time); re-run to plan again"
+        )
     if size != file.size:
         raise InputError(
             f"{file.path}: size changed since the inputs were planned "
@@ -716,8 +724,18 @@ def _decompressed(part: UnitPart) -> Iterator[bytes]:
     return _gzip_blocks(part) if part.file.kind == "jsonl.gz" else _zstd_blocks(part)
 
 
-def _stream_key(file: InputFile) -> tuple[str, int, int, str]:
-    return (file.path, file.size, file.mtime_ns, file.version)
+def _stream_key(file: InputFile) -> tuple[object, ...]:
+    """What a stream kept open stands for: the file as planned and, for a local file, the one
+    on disk now (device, inode and change time: a rewrite changes the last, whatever its size
+    and modification time), so that a stream of another version is never read on."""
+    key: tuple[object, ...] = (file.path, file.size, file.mtime_ns, file.version)
+    if not is_url(file.path):
+        try:
+            st = os.stat(file.path)
+        except OSError as err:
+            raise InputError(f"{file.path}: cannot open ({err.strerror})") from None
+        key += (st.st_dev, st.st_ino, st.st_ctime_ns)
+    return key
 
 
 def _blocks(part: UnitPart) -> Iterator[bytes]:

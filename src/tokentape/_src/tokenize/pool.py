@@ -21,6 +21,7 @@ from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
 from tokentape._src.store.tokenizers import Tokenizer, load_tokenizer
+from tokentape._src.tokenize import streams
 from tokentape._src.tokenize.filters import FilterSet, parse_filters
 from tokentape._src.tokenize.inputs import Unit
 from tokentape._src.tokenize.worker import WorkerSettings, tokenize_unit
@@ -171,6 +172,7 @@ def run_units(
         abort.value = 1
         raise
     finally:
+        streams.forget()  # this process's streams of the job's files: closed with the job
         for p in helpers:
             p.join()
     if not errors.empty():

@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +58,10 @@ BYTE_EOD_ID = 256
 HF_CONFIG_NAME = "tokenizer_config.json"
 """Read beside a ``tokenizer.json`` given as a directory or model name: its ``eos_token`` is
 the end-of-document token (unless ``--eod-token`` names one)."""
+
+HF_CONFIG_MAX_BYTES = 16 * 1024 * 1024
+"""The largest ``tokenizer_config.json`` read (real ones are a few KiB; a bigger one is refused
+rather than read whole)."""
 
 HF_STORED_NAME = "tokenizer.json"
 TIKTOKEN_STORED_NAME = "tokenizer.tiktoken"
@@ -378,12 +383,26 @@ EOD_NAMED = "named by --eod-token"
 EOD_FROM_CANDIDATES = "the first of " + ", ".join(HF_EOD_CANDIDATES) + " in its vocabulary"
 
 
+def _is_utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (no lone surrogate): ``token_to_id`` raises otherwise."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _hf_eod(
     backend: tokenizers.Tokenizer, spec: str, eod_token: str | None, config_eos: str | None
 ) -> tuple[str, int, str]:
     """The EOD token, its id and how it was chosen: the one named, else the ``eos_token`` of
     ``tokenizer_config.json`` (``config_eos``), else the first known candidate present."""
     if eod_token is not None:
+        if not _is_utf8(eod_token):
+            raise InputError(
+                f"tokenizer {spec!r}: --eod-token {eod_token!r} is not valid text (not UTF-8), "
+                "so it is not in its vocabulary"
+            )
         eod_id = backend.token_to_id(eod_token)
         if eod_id is None:
             raise InputError(
@@ -391,6 +410,11 @@ def _hf_eod(
             )
         return eod_token, eod_id, EOD_NAMED
     if config_eos is not None:
+        if not _is_utf8(config_eos):
+            raise InputError(
+                f"tokenizer {spec!r}: the eos_token {config_eos!r} of its {HF_CONFIG_NAME} is "
+                "not valid text (not UTF-8); name the end-of-document token with --eod-token"
+            )
         eod_id = backend.token_to_id(config_eos)
         if eod_id is None:
             raise InputError(
@@ -591,8 +615,15 @@ def hf_cache_dir() -> Path:
 def _from_hf_cache(name: str, lead: str) -> Path:
     """The snapshot directory holding model ``name``'s ``tokenizer.json`` in the local cache
     (revision ``main``); never downloads. ``lead`` starts the error message."""
-    # Imported here: it costs 0.1 s at startup, and only a model name needs it.
-    from huggingface_hub import try_to_load_from_cache
+    # Imported here: it costs 0.1 s at startup, and only a model name needs it. It parses its
+    # HF_HUB_* environment variables at import, and raises ValueError on a malformed one.
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ValueError as exc:
+        raise InputError(
+            f"{lead}huggingface_hub cannot start, an environment variable of its is malformed "
+            f"({_one_line(exc)}); check the HF_HUB_* and HF_* variables"
+        ) from None
 
     cache = hf_cache_dir()
     try:
@@ -609,12 +640,48 @@ def _from_hf_cache(name: str, lead: str) -> Path:
     return Path(found).parent
 
 
+def _config_error(path: Path, detail: str) -> InputError:
+    return InputError(
+        f"tokenizer config '{path}': {detail}; fix or remove it, or name the end-of-document "
+        "token with --eod-token"
+    )
+
+
+def _read_config(path: Path) -> bytes:
+    """The bytes of a ``tokenizer_config.json`` that exists as a path: it must be a readable
+    regular file (links are followed: a cache snapshot links into its blobs) of at most
+    ``HF_CONFIG_MAX_BYTES``. Opened without blocking, so a FIFO is refused, not waited on."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise _config_error(path, "a dangling link (its target is missing)") from None
+    except OSError as exc:
+        raise _config_error(path, f"cannot read ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(f.fileno()).st_mode
+        if stat.S_ISDIR(mode):
+            raise _config_error(path, "is a directory")
+        if not stat.S_ISREG(mode):
+            raise _config_error(path, "not a regular file")
+        try:
+            data = f.read(HF_CONFIG_MAX_BYTES + 1)
+        except OSError as exc:
+            raise _config_error(path, f"cannot read ({exc.strerror})") from None
+    if len(data) > HF_CONFIG_MAX_BYTES:
+        raise _config_error(path, f"larger than {HF_CONFIG_MAX_BYTES // (1024 * 1024)} MiB")
+    return data
+
+
 def _config_eos(directory: Path) -> str | None:
-    """The ``eos_token`` of ``directory/tokenizer_config.json``; None without that file or key."""
+    """The ``eos_token`` of ``directory/tokenizer_config.json``; None without that file or key.
+
+    A path of that name that is not a readable regular file (a dangling link, a directory) is
+    refused, not ignored: ignoring it would silently change the end-of-document token."""
     path = directory / HF_CONFIG_NAME
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
-    data = _read_file(path, "the tokenizer's config")
+    data = _read_config(path)
     try:
         config = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -623,7 +690,13 @@ def _config_eos(directory: Path) -> str | None:
         raise InputError(f"tokenizer config '{path}': expected a JSON object")
     eos = config.get("eos_token")
     if isinstance(eos, dict):  # a serialized AddedToken: {"content": "</s>", ...}
-        eos = eos.get("content")
+        if eos.get("content") is None:  # not "no eos_token": refused, not ignored
+            raise InputError(
+                f"tokenizer config '{path}': eos_token is an added token without a 'content' "
+                f"({_one_line(repr(eos))}); expected a token string (or name the "
+                "end-of-document token with --eod-token)"
+            )
+        eos = eos["content"]  # a content that is not a string is refused below
     if eos is not None and (not isinstance(eos, str) or not eos):
         raise InputError(
             f"tokenizer config '{path}': eos_token is {_one_line(repr(eos))}; expected a token "

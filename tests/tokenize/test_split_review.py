@@ -491,12 +491,6 @@ def test_planning_and_reading_a_unit_hold_no_whole_decompressed_file(kind, tmp_p
     assert _peak_mb(lambda: _read(units[2])) < 16
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="inputs._zstd_blocks feeds 4 KiB of compressed input per call with no bound on the "
-    "output: a highly repetitive .zst (ratio ~10,000x) decompresses into one block of the whole "
-    "text, which planning holds whole, and read_range copies its remainder at every cut",
-)
 def test_a_highly_repetitive_zst_is_not_held_whole(tmp_path):
     text = _jsonl(["the same log line, over and over " * 10]) * 80_000  # ~30 MiB
     path = _write(tmp_path, "rep", "zst", text)

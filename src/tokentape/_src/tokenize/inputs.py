@@ -80,7 +80,9 @@ from tokentape.errors import InputError
 SUPPORTED_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".txt")
 
 READ_BLOCK = 1 << 20  # bytes read (or decompressed) per step of the jsonl reader
-ZSTD_INPUT_BLOCK = 1 << 12  # compressed bytes per zstandard call (bounds its output: ~30,000x)
+ZSTD_INPUT_BLOCK = 1 << 12  # compressed bytes per zstandard call, at most
+ZSTD_FIRST_STEP = 1 << 8  # compressed bytes of the first call (before the ratio is known)
+ZSTD_MIN_STEP = 16  # the fewest compressed bytes per call (a ratio of 65,536: 1 MiB out)
 SCAN_BLOCK = 1 << 16  # bytes read per step when looking for a line break to cut at
 REMOTE_BLOCK = 8 << 20  # an object's largest read-ahead (bytes per ranged GET, at most)
 PARQUET_BUFFER = 1 << 16  # an object's read-ahead for parquet (column chunks are read whole)
@@ -684,7 +686,9 @@ def _zstd_blocks(part: UnitPart) -> Iterator[bytes]:
     """Decompressed bytes of every frame; a truncated last frame is an error.
 
     ``decompressobj`` is used frame by frame (rather than ``stream_reader``) because it tells
-    when a frame is complete: ``stream_reader`` silently ends early on a truncated file.
+    when a frame is complete: ``stream_reader`` silently ends early on a truncated file. Its
+    output has no bound, so the compressed bytes fed per call follow the ratio seen: about a
+    block (``READ_BLOCK``) of text per call however repetitive the text.
     """
     path = part.file.path
     dctx = zstandard.ZstdDecompressor()
@@ -692,9 +696,11 @@ def _zstd_blocks(part: UnitPart) -> Iterator[bytes]:
     in_frame = False
     pending: list[bytes] = []
     n_pending = 0
+    step = min(ZSTD_FIRST_STEP, ZSTD_INPUT_BLOCK)  # compressed bytes per call (output ~ a block)
     try:
         with _open_input(part.file) as f:
-            while data := f.read(ZSTD_INPUT_BLOCK):
+            while data := f.read(step):
+                before = n_pending
                 while data:
                     in_frame = True
                     out = dobj.decompress(data)
@@ -706,6 +712,8 @@ def _zstd_blocks(part: UnitPart) -> Iterator[bytes]:
                     data = dobj.unused_data
                     dobj = dctx.decompressobj()
                     in_frame = False
+                ratio = max(1, (n_pending - before) // step)  # of this step's bytes
+                step = max(ZSTD_MIN_STEP, min(ZSTD_INPUT_BLOCK, READ_BLOCK // ratio))
                 if n_pending >= READ_BLOCK:
                     yield b"".join(pending)
                     pending, n_pending = [], 0

@@ -616,13 +616,14 @@ def _from_hf_cache(name: str, lead: str) -> Path:
     """The snapshot directory holding model ``name``'s ``tokenizer.json`` in the local cache
     (revision ``main``); never downloads. ``lead`` starts the error message."""
     # Imported here: it costs 0.1 s at startup, and only a model name needs it. It parses its
-    # HF_HUB_* environment variables at import, and raises ValueError on a malformed one.
+    # HF_HUB_* environment variables at import, and raises ValueError on a malformed one
+    # (imported from its module: the package's lazy loader would also print that to stdout).
     try:
-        from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub.file_download import try_to_load_from_cache
     except ValueError as exc:
         raise InputError(
-            f"{lead}huggingface_hub cannot start, an environment variable of its is malformed "
-            f"({_one_line(exc)}); check the HF_HUB_* and HF_* variables"
+            f"{lead}huggingface_hub cannot start: one of its environment variables is "
+            f"malformed ({_one_line(exc)}); check the HF_HUB_* and HF_* variables"
         ) from None
 
     cache = hf_cache_dir()
@@ -658,16 +659,18 @@ def _read_config(path: Path) -> bytes:
         raise _config_error(path, "a dangling link (its target is missing)") from None
     except OSError as exc:
         raise _config_error(path, f"cannot read ({exc.strerror})") from None
-    with os.fdopen(fd, "rb") as f:
-        mode = os.fstat(f.fileno()).st_mode
+    try:
+        mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):
             raise _config_error(path, "is a directory")
         if not stat.S_ISREG(mode):
             raise _config_error(path, "not a regular file")
-        try:
+        with os.fdopen(fd, "rb", closefd=False) as f:
             data = f.read(HF_CONFIG_MAX_BYTES + 1)
-        except OSError as exc:
-            raise _config_error(path, f"cannot read ({exc.strerror})") from None
+    except OSError as exc:
+        raise _config_error(path, f"cannot read ({exc.strerror})") from None
+    finally:
+        os.close(fd)
     if len(data) > HF_CONFIG_MAX_BYTES:
         raise _config_error(path, f"larger than {HF_CONFIG_MAX_BYTES // (1024 * 1024)} MiB")
     return data

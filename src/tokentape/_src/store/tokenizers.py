@@ -656,7 +656,8 @@ def _read_config(path: Path) -> bytes:
     try:
         fd = os.open(path, flags)
     except FileNotFoundError:
-        raise _config_error(path, "a dangling link (its target is missing)") from None
+        gone = "a dangling link (its target is missing)" if path.is_symlink() else "not found"
+        raise _config_error(path, gone) from None
     except OSError as exc:
         raise _config_error(path, f"cannot read ({exc.strerror})") from None
     try:

@@ -122,3 +122,19 @@ def test_a_unit_reports_its_input_bytes_as_it_reads_them(kind, tmp_path):
     assert result.docs_in > 5 * 256 // (2 if kind == "zst" else 1)
     assert len(reports) >= 4  # a batch of 256 documents at a time, not once at the end
     assert sum(counters.input_reports) == unit.n_bytes and max(reports) < unit.n_bytes
+
+
+def test_a_long_document_moves_the_progress_while_its_pieces_are_encoded(tmp_path):
+    """A heartbeat (issue 14 item 3): one document of 5 MB is encoded in pieces of 1 MiB, and
+    the unit's input bytes are reported piece by piece, not once when it is done."""
+    words = "some words of a very long log dump " * 150_000  # 5.25 MB, spaces between letters
+    path = tmp_path / "one.jsonl"
+    path.write_bytes(_jsonl([words]))
+    [file] = expand_inputs([str(path)])
+    [unit] = plan_units([file], file.size + 1)
+    settings = WorkerSettings("text", "uint16", 257, str(tmp_path))
+    counters = RecordingCounters()
+    result = tokenize_unit(unit, load_tokenizer("bytes"), parse_filters(()), settings, counters)
+    reports = [n for n in counters.input_reports if n > 0]
+    assert result.docs_in == 1 and result.n_tokens == len(words) + 1
+    assert len(reports) >= 4 and sum(counters.input_reports) == unit.n_bytes

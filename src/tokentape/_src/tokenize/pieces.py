@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -150,29 +150,44 @@ def encode_pieces(tokenizer: Tokenizer, parts: Iterable[str]) -> np.ndarray:
 
 
 def encode_documents(
-    tokenizer: Tokenizer, texts: list[str], piece_chars: int = PIECE_CHARS
+    tokenizer: Tokenizer,
+    texts: list[str],
+    piece_chars: int = PIECE_CHARS,
+    encoded: Callable[[int], None] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``tokenizer.encode_flat(texts)``, with every document longer than ``piece_chars``
-    encoded in pieces (the same tokens, bounded memory)."""
+    encoded in pieces (the same tokens, bounded memory); ``encoded`` hears the characters
+    encoded so far as a long document's pieces go (a heartbeat for progress)."""
     if all(len(t) <= piece_chars for t in texts):
         return tokenizer.encode_flat(texts)
+    done = 0  # characters of ``texts`` encoded
     arrays: list[np.ndarray] = []
     lengths: list[int] = []
     short: list[str] = []  # short documents since the last long one, encoded together
 
     def flush() -> None:
+        nonlocal done
         if short:
             flat, counts = tokenizer.encode_flat(short)
             arrays.append(flat.astype(np.uint32, copy=False))
             lengths.extend(counts.tolist())
+            done += sum(len(t) for t in short)
             short.clear()
+
+    def heard(piece: str) -> str:
+        nonlocal done
+        done += len(piece)
+        if encoded is not None:
+            encoded(done)
+        return piece
 
     for text in texts:
         if len(text) <= piece_chars:
             short.append(text)
             continue
         flush()
-        tokens = encode_pieces(tokenizer, iter_pieces(text, tokenizer, piece_chars))
+        parts = (heard(p) for p in iter_pieces(text, tokenizer, piece_chars))
+        tokens = encode_pieces(tokenizer, parts)
         arrays.append(tokens)
         lengths.append(len(tokens))
     flush()

@@ -137,6 +137,25 @@ def _overflow(
     )
 
 
+@dataclass
+class _Heartbeat:
+    """Reports a batch's input bytes (``told`` .. ``read``) in proportion to the characters
+    of its documents encoded, as a long document's pieces are."""
+
+    counters: Counters
+    told: int
+    read: int
+    chars: int
+
+    def __call__(self, encoded: int) -> None:
+        if self.chars <= 0:
+            return
+        target = self.told + (self.read - self.told) * min(encoded, self.chars) // self.chars
+        if target > self.told:
+            self.counters.add(input_bytes=target - self.told)
+            self.told = target
+
+
 def tokenize_unit(
     unit: Unit,
     tokenizer: Tokenizer,
@@ -157,7 +176,12 @@ def tokenize_unit(
     with atomic_writer(bin_path) as out:
         for batch in _batches(_documents(unit, settings, positions), BATCH_DOCS):
             texts = [text for _, text in batch]
-            flat, counts = encode_documents(tokenizer, texts)  # a long one in pieces
+            heartbeat = None
+            if counters is not None:  # a long document's pieces move the bar as they go
+                parts = zip(positions, unit.parts, strict=False)  # the parts begun so far
+                read = sum(p.share(part.n_bytes) for p, part in parts)
+                heartbeat = _Heartbeat(counters, told, max(told, read), sum(map(len, texts)))
+            flat, counts = encode_documents(tokenizer, texts, encoded=heartbeat)
             reasons = [
                 EMPTY if not n else filters.text_reason(text) or filters.token_reason(int(n))
                 for text, n in zip(texts, counts, strict=True)
@@ -176,12 +200,11 @@ def tokenize_unit(
             docs_in += len(batch)
             text_bytes += batch_bytes
             n_tokens += len(tokens)
-            if counters is not None:  # input bytes as read, so a big unit moves the bar too
-                parts = zip(positions, unit.parts, strict=False)  # the parts begun so far
-                read = sum(p.share(part.n_bytes) for p, part in parts)
+            if counters is not None and heartbeat is not None:  # input bytes as read
+                told = max(told, heartbeat.told)
                 counters.add(docs=len(batch), tokens=len(tokens), text_bytes=batch_bytes,
-                             input_bytes=max(0, read - told))  # fmt: skip
-                told = max(told, read)
+                             input_bytes=max(0, heartbeat.read - told))  # fmt: skip
+                told = max(told, heartbeat.read)
     write_atomic(len_path, npy_bytes(np.asarray(lengths, dtype="<i8")))
     result = UnitResult(
         index=unit.index,

@@ -39,6 +39,9 @@ DEFAULT_TEXT_CHARS = 500
 EOD_MARK = "⟦EOD⟧"
 """Where a window's end-of-document token falls, in its decoded text (the token itself is not
 decoded: the marker stands for it)."""
+EOD_MARK_ESCAPED = "\\u27e6EOD\\u27e7"
+"""What a document's own literal ``EOD_MARK`` text is shown as, so that every marker in a
+window's text is a real end-of-document token."""
 
 
 @dataclass(frozen=True)
@@ -187,17 +190,31 @@ def _decoded(batcher: Batcher, source: int, tokens: np.ndarray, eod_at: list[int
     src = batcher.sources[source]
     parts, start = [], 0
     for at in (a for a in eod_at if a < tokens.size):
-        parts.append(src.decode(tokens[start:at]) if at > start else "")
+        parts.append(_escape_mark(src.decode(tokens[start:at])) if at > start else "")
         parts.append(EOD_MARK)
         start = at + 1
     if start < tokens.size:
-        parts.append(src.decode(tokens[start:]))
+        parts.append(_escape_mark(src.decode(tokens[start:])))
     return "".join(parts)
 
 
-def window_text(r: Replayed, batcher: Batcher, i: int, chars: int) -> WindowText:
-    """Window ``i`` of the step decoded, its first ``chars`` characters (0: all of it). Only a
-    prefix of the tokens is decoded when that already gives more than ``chars`` characters."""
+def _escape_mark(text: str) -> str:
+    """``text`` (decoded from a document) with its literal ``EOD_MARK`` escaped."""
+    return text.replace(EOD_MARK, EOD_MARK_ESCAPED)
+
+
+def _cut(text: str, chars: int) -> str:
+    """The first ``chars`` characters of ``text``, less a marker the cut would fall inside."""
+    inside = text.find(EOD_MARK, max(0, chars - len(EOD_MARK) + 1), chars + len(EOD_MARK) - 1)
+    return text[: inside if 0 <= inside < chars else chars]
+
+
+def window_text(
+    r: Replayed, batcher: Batcher, i: int, chars: int, whole_marks: bool = False
+) -> WindowText:
+    """Window ``i`` of the step decoded, its first ``chars`` characters (0: all of it), less a
+    marker cut in two when ``whole_marks``. Only a prefix of the tokens is decoded when that
+    already gives more than ``chars`` characters."""
     if chars < 0:
         raise ArgumentError(f"chars must be >= 0, got {chars}")
     tokens = r.batch.tokens[i]
@@ -206,11 +223,13 @@ def window_text(r: Replayed, batcher: Batcher, i: int, chars: int) -> WindowText
     n = tokens.size if chars == 0 else min(tokens.size, chars + 8)
     while True:
         text = _decoded(batcher, source, tokens[:n], eod_at)
-        if chars == 0 or len(text) > chars or n == tokens.size:
+        # A prefix may end inside a character or a literal marker (escaped once whole): only
+        # the text a marker's length before its end is final.
+        if chars == 0 or len(text) >= chars + len(EOD_MARK) or n == tokens.size:
             break
         n = min(tokens.size, 4 * n)
     if chars and len(text) > chars:
-        return WindowText(text[:chars], True, eod_at)
+        return WindowText(_cut(text, chars) if whole_marks else text[:chars], True, eod_at)
     return WindowText(text, False, eod_at)
 
 

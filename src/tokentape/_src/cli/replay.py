@@ -14,6 +14,7 @@ from tokentape._src.audit.replay import (
     DEFAULT_TEXT_CHARS,
     DEFAULT_TOP,
     EOD_MARK,
+    EOD_MARK_ESCAPED,
     DocHits,
     Replayed,
     eod_offsets,
@@ -44,8 +45,14 @@ the text trained on (--show-text):
   seq_len + 1 tokens; an end-of-document token is shown as the marker """
     + EOD_MARK
     + """, so the text
-  between two markers is one document (a window starts and ends inside documents). At most
-  --text-chars characters are shown per window (0: the whole window).
+  between two markers is one document (a window starts and ends inside documents); a
+  document's own text """
+    + EOD_MARK
+    + " is shown as "
+    + EOD_MARK_ESCAPED
+    + """. At most --text-chars characters
+  are shown per window (0: the whole window), never cutting a marker. Control characters
+  other than newline and tab are escaped (in the preview column too).
 
 examples:
   tokentape replay mix.json --step 41200 --log run/steps.jsonl
@@ -295,7 +302,7 @@ def _text(v: _View) -> str:
             h.windows,
             f"{h.windows / n:.1%}",
             h.tokens,
-            preview(batcher, h.source, h.doc, args.preview_chars),
+            _printable(preview(batcher, h.source, h.doc, args.preview_chars)),
         ]
         for h in hits[: args.top]
     ]
@@ -323,7 +330,7 @@ def _window_block(v: _View, i: int) -> str:
         f"{plan.sources[int(r.batch.source[i])].name} sample {fmt_int(int(r.batch.sample[i]))} "
         f"(pass {int(r.batch.epoch[i])}), docs {first}" + (f"..{last}" if last > first else "")
     )
-    text = window_text(r, batcher, i, args.text_chars)
+    text = window_text(r, batcher, i, args.text_chars, whole_marks=True)
     body = "\n".join("    " + line for line in _printable(text.text).split("\n"))
     tail = (
         "\n    … (more of this window not shown: raise --text-chars, 0 for all)"

@@ -9,6 +9,7 @@ reader refuses), a torn last line, and the times of the first and last lines.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,7 +82,7 @@ def scan_lines(path: str | os.PathLike[str]) -> LineScan:
                 continue
             out.lines += 1
             t = data.get("time")
-            if type(t) in (int, float):
+            if _finite(t):
                 out.first_time = t if out.first_time is None else out.first_time
                 out.last_time = t
             if expected is not None and step < expected:
@@ -91,6 +92,16 @@ def scan_lines(path: str | os.PathLike[str]) -> LineScan:
             expected = step + 1
             out.last_step = step
     return out
+
+
+def _finite(t: object) -> bool:
+    """``t`` is a number a float holds, not NaN or infinite (a line's time, else ignored)."""
+    if type(t) not in (int, float):
+        return False
+    try:
+        return math.isfinite(float(t))  # type: ignore[arg-type]
+    except OverflowError:  # an int beyond any float
+        return False
 
 
 @dataclass(frozen=True)

@@ -34,9 +34,22 @@ def plan_info_text(path: str, plan: Plan) -> str:
 
 
 def _when(t: float | None) -> str:
+    """A logged time (seconds since the epoch) as a UTC date, or the number itself when no
+    date has it."""
     if t is None:
         return "?"
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:
+        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, ValueError, OSError):
+        return f"{t:g} s (not a date)"
+
+
+def _span(first: float, last: float) -> str:
+    span = last - first
+    seconds = f"{abs(span):.0f}" if abs(span) < 1e15 else f"{abs(span):g}"
+    if span < 0:
+        return f"{seconds} s backwards: the last line's time is before the first's"
+    return f"{seconds} s"
 
 
 def _restarts(n: int) -> str:
@@ -60,10 +73,8 @@ def run_info_text(info: RunInfo) -> str:
         ]
     rows.append(("lines", "; ".join(line_note)))
     if lines.first_time is not None and lines.last_time is not None:
-        span = lines.last_time - lines.first_time
-        rows.append(
-            ("time", f"{_when(lines.first_time)} .. {_when(lines.last_time)} ({span:.0f} s)")
-        )
+        span = _span(lines.first_time, lines.last_time)
+        rows.append(("time", f"{_when(lines.first_time)} .. {_when(lines.last_time)} ({span})"))
     if log is not None and last is not None:
         rows += [
             (

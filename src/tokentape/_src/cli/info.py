@@ -9,10 +9,11 @@ from pathlib import Path
 
 from tokentape._src.audit.runinfo import STEP_LOG_NAME, plan_json, run_info, run_json
 from tokentape._src.plan.load import load_plan
+from tokentape._src.plan.plan import Plan
 from tokentape._src.render.runinfo import plan_info_text, run_info_text
 from tokentape._src.render.text import manifest_text
 from tokentape._src.store.format import MANIFEST_NAME, read_manifest
-from tokentape.errors import InputError
+from tokentape.errors import InputError, PlanError
 
 EPILOG = f"""\
 what PATH is:
@@ -67,6 +68,20 @@ def _kind(path: str) -> str:
     return "plan" if p.is_file() or p.suffix == ".json" else "store"
 
 
+def _load_plan(path: str) -> Plan:
+    """The plan at ``path``; a store's manifest given instead is refused naming its store."""
+    try:
+        return load_plan(path)
+    except (InputError, PlanError):
+        p = Path(path)
+        if p.name != MANIFEST_NAME:
+            raise
+        raise InputError(
+            f"{path}: not a resolved plan but a store's manifest: `tokentape info "
+            f"{p.parent}` shows the store"
+        ) from None
+
+
 def cmd(args: argparse.Namespace) -> int:
     if (args.store is None) == (args.log is None):
         raise InputError("give one of PATH (a store, PLAN.json or run directory) or --log FILE")
@@ -76,7 +91,7 @@ def cmd(args: argparse.Namespace) -> int:
         print(json.dumps(run_json(info), indent=2) if args.json else run_info_text(info))
         return 0 if info.refused is None else 1
     if kind == "plan":
-        plan = load_plan(args.store)
+        plan = _load_plan(args.store)
         print(
             json.dumps(plan_json(args.store, plan), indent=2)
             if args.json

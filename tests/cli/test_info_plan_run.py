@@ -94,7 +94,7 @@ def test_run_text(run, capsys):
     assert "consumed      36 samples" in out
     assert "redone steps  1 (1 restart)" in out
     assert "gaps          none" in out
-    assert "batch shapes (1 changes)" in out and "plans (1 changes)" in out
+    assert "batch shapes (1 change)" in out and "plans (1 change)" in out
     assert first.index_hash in out and annealed.index_hash in out
     assert json.loads(log.read_text().splitlines()[-1])["tokens_hash"] in out
 

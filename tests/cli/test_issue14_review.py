@@ -1,8 +1,8 @@
 """Adversarial review of issue 14 items 4-7, as a new user and as a hostile one: tokenizer
 specs (a save_pretrained directory, a model in the local Hugging Face cache), replay
 --show-text, info of a plan and of a run, did-you-mean, a refused plan's --plot, and the
-tokenizer-mismatch message. What holds is tested as such; each bug found is a strict xfail that
-passes once it is fixed."""
+tokenizer-mismatch message. What holds is tested as such; the bugs found were strict xfails,
+and pass since the fixes."""
 
 from __future__ import annotations
 
@@ -150,11 +150,6 @@ def test_a_config_eos_not_in_vocab_yields_to_a_named_eod_token(tmp_path, bpe_jso
     assert "id 0 '<|endoftext|>' (named by --eod-token)" in out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_config_eos ignores a tokenizer_config.json that is a dangling link (a cleaned "
-    "HF blob) and silently falls back to another EOD",
-)
 def test_a_dangling_tokenizer_config_is_refused_not_ignored(tmp_path, bpe_json, capsys):
     d = tok_dir(tmp_path / "tok", bpe_json)
     (d / "tokenizer_config.json").symlink_to(tmp_path / "gone.json")  # its blob was removed
@@ -166,11 +161,6 @@ def test_a_dangling_tokenizer_config_is_refused_not_ignored(tmp_path, bpe_json, 
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_config_eos takes an eos_token AddedToken dict without 'content' for no eos_token "
-    "and silently falls back to the candidates' EOD",
-)
 def test_an_added_token_eos_without_content_is_refused(tmp_path, bpe_json, capsys):
     d = tok_dir(tmp_path / "tok", bpe_json, {"eos_token": {"lstrip": False}})
     docs = docs_jsonl(tmp_path / "d.jsonl", ["hello world"])
@@ -262,11 +252,6 @@ def test_a_cache_variable_at_garbage_is_a_miss_naming_it(
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="huggingface_hub parses its HF_HUB_* variables at import; _from_hf_cache imports it "
-    "outside any guard, so a bad HF_HUB_ETAG_TIMEOUT is a ValueError traceback, exit 1",
-)
 def test_a_garbage_hf_hub_variable_is_one_line(tmp_path, bpe_json):
     cache = tmp_path / "hub"
     hub_model(cache, "org/mini", {"tokenizer.json": bpe_json.read_bytes()})
@@ -338,11 +323,6 @@ def test_a_window_that_starts_on_an_eod_and_one_cut_inside_a_character(tmp_path,
     assert cut, rows  # a window cut inside a UTF-8 character decodes to U+FFFD, not an error
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="replay --show-text prints a document's literal '⟦EOD⟧' exactly like a document "
-    "boundary: a window shows more boundaries than it holds",
-)
 def test_show_text_marks_only_real_document_boundaries(tmp_path, capsys):
     plan = byte_plan(tmp_path, capsys, HOSTILE)
     code, out, err = cli(capsys, "replay", plan, "--step", 0, "--global-batch", 1, "--show-text",
@@ -352,11 +332,6 @@ def test_show_text_marks_only_real_document_boundaries(tmp_path, capsys):
     assert text.count(EOD_MARK) == len(HOSTILE)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="replay's table of documents prints each preview raw: a document's ESC/BEL/RLO reach "
-    "the terminal (--show-text escapes them, the preview column does not)",
-)
 def test_replay_preview_column_escapes_control_characters(tmp_path, capsys):
     plan = byte_plan(tmp_path, capsys, HOSTILE)
     code, out, err = cli(capsys, "replay", plan, "--step", 0, "--global-batch", 1)
@@ -424,11 +399,6 @@ def test_info_log_bad_input_is_one_line(tmp_path, capsys, bad):
     one_line_refusal(*cli(capsys, "info", "--log", path))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the step-log reader accepts any finite 'time'; render/runinfo._when raises "
-    "OverflowError on 1e300 (traceback, exit 1)",
-)
 @pytest.mark.parametrize("time", [1e300, -1e20])
 def test_info_log_with_an_out_of_range_time_is_no_traceback(tmp_path, capsys, time):
     log = write_log(tmp_path / "t.jsonl", [record(0, 0), record(1, 4, time=time)])
@@ -546,11 +516,6 @@ def test_a_refused_plan_with_an_unwritable_plot_is_one_line(tmp_path, capsys, re
     assert not (tmp_path / "r.json").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli/plan.cmd writes --out before --plot: a --plot that cannot be written fails "
-    "(exit 2) after --out was written",
-)
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc (unwritable)")
 def test_an_unwritable_plot_leaves_no_out(tmp_path, capsys):
     pytest.importorskip("matplotlib")
@@ -562,11 +527,6 @@ def test_an_unwritable_plot_leaves_no_out(tmp_path, capsys):
     assert not out.exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="plan._tokenizer_words gives kind, file name and vocabulary only: two stores of the "
-    "same tokenizer.json with another EOD are described in the same words",
-)
 def test_tokenizer_mismatch_names_what_differs(tmp_path, bpe_json, capsys):
     mytok = tok_dir(tmp_path / "mytok", bpe_json, {"eos_token": "</s>"})
     docs = docs_jsonl(tmp_path / "d.jsonl", CORPUS[:20])
@@ -586,11 +546,6 @@ def test_tokenizer_mismatch_names_what_differs(tmp_path, bpe_json, capsys):
     assert found[1] != found[2], err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="plan._tokenizer_words puts a store manifest's tokenizer.spec in the message as it "
-    "is: a crafted store's escape sequences reach the terminal",
-)
 def test_tokenizer_mismatch_escapes_a_crafted_spec(tmp_path, bpe_json, capsys):
     mytok = tok_dir(tmp_path / "mytok", bpe_json, {"eos_token": "</s>"})
     docs = docs_jsonl(tmp_path / "d.jsonl", CORPUS[:20])
@@ -625,11 +580,6 @@ def test_info_of_a_plan_refuses_control_characters_in_it(tmp_path, capsys, field
     assert f"field '{field}'" in err and "\x1b" not in err
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="store/tokenizers._hf_eod passes --eod-token to token_to_id as it is: a lone "
-    "surrogate (non-UTF-8 bytes in argv) is a UnicodeEncodeError traceback",
-)
 def test_a_non_utf8_eod_token_is_one_line(tmp_path, bpe_json, capsys):
     d = tok_dir(tmp_path / "tok", bpe_json, {"eos_token": "</s>"})
     docs = docs_jsonl(tmp_path / "d.jsonl", ["hello world"])
@@ -641,11 +591,6 @@ def test_a_non_utf8_eod_token_is_one_line(tmp_path, bpe_json, capsys):
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="store/tokenizers._config_eos accepts an eos_token holding a lone surrogate "
-    "(JSON '\\udcff'); _hf_eod's token_to_id then raises UnicodeEncodeError (traceback)",
-)
 def test_a_config_eos_with_a_lone_surrogate_is_one_line(tmp_path, bpe_json, capsys):
     d = tok_dir(tmp_path / "tok", bpe_json, '{"eos_token": "\\udcff"}')
     docs = docs_jsonl(tmp_path / "d.jsonl", ["hello world"])
@@ -656,11 +601,6 @@ def test_a_config_eos_with_a_lone_surrogate_is_one_line(tmp_path, bpe_json, caps
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli/plan.cmd writes --out over the plan TOML it was given (exit 0): a newcomer's "
-    "`tokentape plan mix.toml --out mix.toml` loses the plan file",
-)
 def test_out_over_the_plan_file_is_refused(tmp_path, capsys):
     plan = byte_plan(tmp_path, capsys, ["abc", "defg"], seq_len=3)
     toml = plan.parent / "p.toml"
@@ -669,11 +609,6 @@ def test_out_over_the_plan_file_is_refused(tmp_path, capsys):
     assert toml.read_bytes() == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli/plan.cmd accepts --out and --plot naming one file: the PNG replaces the "
-    "resolved plan, exit 0",
-)
 def test_out_and_plot_naming_one_file_is_refused(tmp_path, capsys):
     pytest.importorskip("matplotlib")
     plan = byte_plan(tmp_path, capsys, ["abc", "defg"], seq_len=3)

@@ -296,3 +296,12 @@ def test_scanning_keeps_neither_the_text_nor_the_steps(tmp_path) -> None:
     assert scanned.steps == n and len(scanned.schedule.changes) == 4
     assert scanned.records[n - 1].consumed == consumed - SHAPES[3].global_batch
     assert peak < size / 20, (peak, size)
+
+
+@pytest.mark.parametrize("time", [10**400, -(10**400), 2**1023])
+def test_a_time_no_float_can_hold_is_named_not_a_crash(tmp_path, time) -> None:
+    """An integer time beyond a float's range (json.loads reads any integer) was converted to
+    float on the way and crashed with OverflowError; it is a bad field like NaN."""
+    log = write(tmp_path / "steps.jsonl", record(0, 0, time=time))
+    with pytest.raises(TokentapeError, match=r"steps.jsonl:1: field 'time': expected a number"):
+        scan_step_log(log)

@@ -101,13 +101,13 @@ def run_info_text(info: RunInfo) -> str:
     if shapes:
         body = [[c.step, c.consumed, c.dp_size, c.micro, c.accum,
                  c.dp_size * c.micro * c.accum] for c in shapes]  # fmt: skip
-        title = "batch shape" if len(shapes) == 1 else f"batch shapes ({len(shapes) - 1} changes)"
+        title = "batch shape" if len(shapes) == 1 else f"batch shapes ({_changes(len(shapes) - 1)})"
         header = ["from step", "consumed", "dp", "micro", "accum", "global batch"]
         parts.append(f"  {title}\n" + table(header, body))
     if log is not None and len(log.plans) > 1:
         body = [[step, h] for step, h in log.plans]
         parts.append(
-            f"  plans ({len(log.plans) - 1} changes)\n" + table(["from step", "index hash"], body)
+            f"  plans ({_changes(len(log.plans) - 1)})\n" + table(["from step", "index hash"], body)
         )
     if lines.redos:
         body = [[r.line, r.step, r.superseded] for r in lines.redos[:SHOWN_REDOS]]
@@ -122,3 +122,7 @@ def run_info_text(info: RunInfo) -> str:
         body = [[g.line, g.step, g.expected] for g in lines.gaps]
         parts.append("  gaps\n" + table(["line", "step", "expected step"], body))
     return "\n\n".join(parts)
+
+
+def _changes(n: int) -> str:
+    return f"{n} change" + ("" if n == 1 else "s")

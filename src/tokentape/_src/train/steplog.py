@@ -96,6 +96,11 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:39] + "…"
 
 
+def _time_ok(t: Any) -> bool:
+    """A Unix time a float holds: an int of float range, or a finite float."""
+    return (type(t) is int and abs(t) < 2**1023) or (type(t) is float and math.isfinite(t))
+
+
 def _problem(data: Any) -> str:
     """Why ``data`` is not a step record: the first bad field (the slow path, for errors)."""
     if not isinstance(data, dict):
@@ -112,7 +117,7 @@ def _problem(data: Any) -> str:
         if type(value) is not int or value < low:
             return f"field '{name}': expected an integer >= {low}, found {_shown(value)}"
     t = data.get("time", 0.0)
-    if type(t) not in (int, float) or not math.isfinite(t):
+    if not _time_ok(t):
         return f"field 'time': expected a number (Unix time), found {_shown(t)}"
     dp, micro, accum, b = data["dp"], data["micro"], data["accum"], data["global_batch"]
     if b != dp * micro * accum:
@@ -191,7 +196,7 @@ class _Scan:
                     and type(b) is int
                     and b == dp * micro * accum
                     and consumed + b <= MAX_POSITION
-                    and (type(t) is int or (type(t) is float and math.isfinite(t)))
+                    and _time_ok(t)
                 ):
                     raise PlanError(f"{p}:{line_no}: {_problem(data)}")
                 if step == self.next and consumed == self.end and self.first >= 0:

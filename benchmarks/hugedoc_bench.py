@@ -54,7 +54,8 @@ def document(mb: float) -> str:
     sources = write_builtin_corpora(OUT / "corpora")
     base = " ".join(corpus_texts(list(sources.values())))
     target = int(mb * 1e6)
-    return (base * (target // len(base) + 1))[:target]
+    whole, rest = divmod(target, len(base))
+    return "".join([base] * whole + [base[:rest]])  # one copy of the text, no slice of it
 
 
 def child(spec: str, mb: float, how: str) -> dict:

@@ -191,10 +191,12 @@ def tokenize_unit(
                     dropped_docs[reason] += 1
                     dropped_tokens[reason] += int(n)
             keep = np.array([r is None for r in reasons], dtype=bool)
-            tokens = with_eod(flat[np.repeat(keep, counts)], counts[keep], eod)
+            kept = flat if keep.all() else flat[np.repeat(keep, counts)]  # no copy when all kept
+            tokens = with_eod(kept, counts[keep], eod)
+            del kept, flat  # a long document's tokens: held once, not three times
             if len(tokens) and int(tokens.max()) >= settings.id_limit:
                 raise _overflow(batch, keep, counts, tokens, settings, tokenizer)
-            out.write(tokens.astype(dtype, copy=False).tobytes())
+            out.write(np.ascontiguousarray(tokens.astype(dtype, copy=False)).data)
             lengths.extend((counts[keep] + 1).tolist())
             batch_bytes = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
             docs_in += len(batch)

@@ -776,10 +776,18 @@ def _line_chunks(blocks: Iterable[bytes]) -> Iterator[bytes | memoryview]:
             continue
         view = memoryview(block)
         head = view[: nl + 1]
-        yield b"".join([*pending, head]) if pending else head
+        yield _joined(pending, head) if pending else head  # ``pending`` emptied first
         pending = [block[nl + 1 :]] if nl + 1 < len(block) else []
     if pending:
-        yield b"".join(pending)
+        yield _joined(pending, b"")
+
+
+def _joined(pending: list[bytes], head: bytes | memoryview) -> bytes:
+    """``pending`` and ``head`` as one run, ``pending`` emptied: while a run of one huge line
+    is read, its blocks are not kept beside it."""
+    out = b"".join([*pending, head])
+    pending.clear()
+    return out
 
 
 @dataclass(frozen=True)
@@ -881,19 +889,32 @@ def _read_jsonl(part: UnitPart, text_key: str, position: ReadPosition) -> Iterat
             first = False
             if chunk[:3] == _BOM:
                 chunk = chunk[3:]
+        check_surrogates = _SURROGATE_ESCAPE.search(chunk) is not None
         lines = bytes(chunk).split(b"\n")
+        chunk = b""  # the lines are copies: a run of one huge line is not kept twice
         if lines[-1] == b"":
             lines.pop()
-        check_surrogates = _SURROGATE_ESCAPE.search(chunk) is not None
-        for i, line in enumerate(lines, start=done + 1):
+        for k in range(len(lines)):
+            i = done + 1 + k
+            line = lines[k]
             position.done += len(line) + 1
             try:
-                value = loads(line.decode("utf-8"))[text_key]
-            except (ValueError, KeyError, TypeError, IndexError, RecursionError):
+                text = line.decode("utf-8")
+            except UnicodeDecodeError:
                 err = _diagnose(ctx, line, i)
                 if err is None:
                     continue
                 raise err from None
+            lines[k] = b""  # decoded: a huge line's bytes are not kept beside its text
+            del line
+            try:
+                value = loads(text)[text_key]
+            except (ValueError, KeyError, TypeError, IndexError, RecursionError):
+                err = _diagnose(ctx, text.encode("utf-8", "surrogateescape"), i)
+                if err is None:
+                    continue
+                raise err from None
+            del text  # parsed: only the document's text is kept while it is tokenized
             if type(value) is not str or (check_surrogates and _has_lone_surrogate(value)):
                 raise _field_error(ctx, value, i)
             yield value

@@ -140,13 +140,22 @@ def _checked(text: str, cut: int, tokenizer: Tokenizer) -> bool:
 
 
 def encode_pieces(tokenizer: Tokenizer, parts: Iterable[str]) -> np.ndarray:
-    """The concatenated encodings of ``parts``, a few at a time (uint32)."""
+    """The concatenated encodings of ``parts``, a few at a time, in the narrowest unsigned
+    type that holds every id of the vocabulary (uint16 up to 65,536 ids, else uint32)."""
+    dtype = np.uint16 if tokenizer.vocab_size <= 2**16 else np.uint32
     arrays = []
     it = iter(parts)
     while group := list(itertools.islice(it, PIECES_PER_CALL)):
         flat, _ = tokenizer.encode_flat(group)
-        arrays.append(flat.astype(np.uint32, copy=False))
-    return np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.uint32)
+        arrays.append(flat.astype(dtype))
+    return _joined(arrays, dtype)
+
+
+def _joined(arrays: list[np.ndarray], dtype: type = np.uint32) -> np.ndarray:
+    """One array of ``arrays`` in order (the array itself when there is one: no copy)."""
+    if len(arrays) == 1:
+        return arrays[0]
+    return np.concatenate(arrays) if arrays else np.zeros(0, dtype=dtype)
 
 
 def encode_documents(
@@ -191,5 +200,4 @@ def encode_documents(
         arrays.append(tokens)
         lengths.append(len(tokens))
     flush()
-    flat = np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.uint32)
-    return flat, np.asarray(lengths, dtype=np.int64)
+    return _joined(arrays), np.asarray(lengths, dtype=np.int64)

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import numpy as np
 
@@ -137,6 +137,40 @@ def _overflow(
     )
 
 
+WRITE_BLOCK = 1 << 20
+"""Tokens converted to the store's dtype and written at a time (a long document's tokens are
+not copied whole)."""
+
+
+def _write_tokens(
+    out: BinaryIO, kept: np.ndarray, counts: np.ndarray, eod: int, dtype: np.dtype
+) -> None:
+    """The documents of ``kept`` (sizes ``counts``), each followed by the ``eod`` id, written
+    to ``out`` in ``dtype``: a batch of small documents at once, a long one block by block."""
+    if len(kept) <= WRITE_BLOCK:
+        out.write(np.ascontiguousarray(with_eod(kept, counts, eod).astype(dtype)).data)
+        return
+    end_of_doc = np.asarray([eod], dtype=dtype)
+    start = 0
+    for n in counts.tolist():
+        for a in range(start, start + n, WRITE_BLOCK):
+            piece = kept[a : min(a + WRITE_BLOCK, start + n)]
+            out.write(np.ascontiguousarray(piece.astype(dtype, copy=False)).data)
+        out.write(end_of_doc.data)
+        start += n
+
+
+def _utf8_length(text: str, block: int = 1 << 20) -> int:
+    """Bytes of ``text`` in UTF-8 (lone surrogates as 3 each), a block at a time: a long
+    document is not copied whole to count them."""
+    if text.isascii():
+        return len(text)
+    return sum(
+        len(text[i : i + block].encode("utf-8", "surrogatepass"))
+        for i in range(0, len(text), block)
+    )
+
+
 @dataclass
 class _Heartbeat:
     """Reports a batch's input bytes (``told`` .. ``read``) in proportion to the characters
@@ -192,19 +226,21 @@ def tokenize_unit(
                     dropped_tokens[reason] += int(n)
             keep = np.array([r is None for r in reasons], dtype=bool)
             kept = flat if keep.all() else flat[np.repeat(keep, counts)]  # no copy when all kept
-            tokens = with_eod(kept, counts[keep], eod)
-            del kept, flat  # a long document's tokens: held once, not three times
-            if len(tokens) and int(tokens.max()) >= settings.id_limit:
+            del flat
+            if len(kept) and max(int(kept.max()), eod) >= settings.id_limit:
+                tokens = with_eod(kept, counts[keep], eod)
                 raise _overflow(batch, keep, counts, tokens, settings, tokenizer)
-            out.write(np.ascontiguousarray(tokens.astype(dtype, copy=False)).data)
+            _write_tokens(out, kept, counts[keep], eod, dtype)
+            n_kept = len(kept) + int(keep.sum())  # each kept document ends with the EOD id
+            del kept
             lengths.extend((counts[keep] + 1).tolist())
-            batch_bytes = sum(len(t.encode("utf-8", "surrogatepass")) for t in texts)
+            batch_bytes = sum(map(_utf8_length, texts))
             docs_in += len(batch)
             text_bytes += batch_bytes
-            n_tokens += len(tokens)
+            n_tokens += n_kept
             if counters is not None and heartbeat is not None:  # input bytes as read
                 told = max(told, heartbeat.told)
-                counters.add(docs=len(batch), tokens=len(tokens), text_bytes=batch_bytes,
+                counters.add(docs=len(batch), tokens=n_kept, text_bytes=batch_bytes,
                              input_bytes=max(0, heartbeat.read - told))  # fmt: skip
                 told = max(told, heartbeat.read)
     write_atomic(len_path, npy_bytes(np.asarray(lengths, dtype="<i8")))

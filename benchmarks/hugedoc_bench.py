@@ -14,6 +14,10 @@ itself included), and whether the two token sequences are identical (sha256 of t
 "whole" is skipped above ``--whole-max-mb`` (default 40): a Hugging Face tokenizer needs about
 150 bytes per character for it, more than this machine has at 200 MB.
 
+- **tokenize**: ``tokentape tokenize`` end to end on a ``.jsonl`` file holding the document as
+  its one line (reading, parsing, encoding in pieces, writing the store), in a fresh process;
+  its tokens are checked against "pieces".
+
     python benchmarks/hugedoc_bench.py [--mb 40,200] [--whole-max-mb 40] [--json]
 """
 
@@ -23,6 +27,7 @@ import argparse
 import hashlib
 import json
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -62,6 +67,8 @@ def child(spec: str, mb: float, how: str) -> dict:
     from tokentape._src.store.tokenizers import load_tokenizer
     from tokentape._src.tokenize.pieces import encode_documents
 
+    if how == "tokenize":  # its own process: the text is not held here
+        return tokenize_child(spec, mb)
     tok = load_tokenizer(spec)
     text = document(mb)
     started = time.perf_counter()
@@ -73,6 +80,33 @@ def child(spec: str, mb: float, how: str) -> dict:
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     digest = hashlib.sha256(flat.astype("<u4").tobytes()).hexdigest()[:16]
     return {"seconds": seconds, "peak_mb": peak_mb, "tokens": int(flat.size), "sha": digest}
+
+
+def tokenize_child(spec: str, mb: float) -> dict:
+    """``tokentape tokenize`` of the document as one jsonl line; its peak RSS and its tokens."""
+    import numpy as np
+
+    from tokentape import open_source
+
+    path = OUT / f"one-{mb:g}.jsonl"
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"text": document(mb)}) + "\n")
+        tmp.replace(path)
+    store = OUT / "store"
+    cmd = [sys.executable, "-m", "tokentape", "tokenize", str(path), "--out", str(store),
+           "--tokenizer", spec, "--overwrite", "--json"]  # fmt: skip
+    shutil.rmtree(store, ignore_errors=True)
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr.strip()[-300:])
+    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    src = open_source(store)
+    ids = np.asarray(src.tokens(0, src.n_tokens - 1)).astype("<u4")  # without the final EOD
+    digest = hashlib.sha256(ids.tobytes()).hexdigest()[:16]
+    return {"seconds": seconds, "peak_mb": peak_mb, "tokens": int(ids.size), "sha": digest}
 
 
 def run(spec: str, mb: float, how: str) -> dict:
@@ -101,7 +135,7 @@ def main(argv: list[str]) -> int:
     rows = []
     for name, spec in specs:
         for mb in (float(x) for x in args.mb.split(",")):
-            got = {"pieces": run(spec, mb, "pieces")}
+            got = {"pieces": run(spec, mb, "pieces"), "tokenize": run(spec, mb, "tokenize")}
             if mb <= args.whole_max_mb:
                 got["whole"] = run(spec, mb, "whole")
             rows.append({"tokenizer": name, "mb": mb, **got})
@@ -113,14 +147,17 @@ def main(argv: list[str]) -> int:
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         same = "whole" in r and r["whole"].get("sha") == r["pieces"].get("sha")
-        for how in ("whole", "pieces"):
+        for how in ("whole", "pieces", "tokenize"):
             if how not in r:
                 continue
             x = r[how]
             if "error" in x:
                 print(f"| {r['tokenizer']} | {r['mb']:g} | {how} | failed: {x['error']} | | | |")
                 continue
-            mark = ("yes" if same else "NO") if "whole" in r else "(whole not run)"
+            if how == "tokenize":  # against the pieces (the whole is not run at every size)
+                mark = "= pieces: " + ("yes" if x.get("sha") == r["pieces"].get("sha") else "NO")
+            else:
+                mark = ("yes" if same else "NO") if "whole" in r else "(whole not run)"
             print(f"| {r['tokenizer']} | {r['mb']:g} | {how} | {x['seconds']:.1f} | "
                   f"{x['peak_mb']:.0f} | {x['tokens']:,} | {mark} |")  # fmt: skip
     return 0

@@ -237,8 +237,7 @@ class Plan:
             [s.name for s in self.sources],
             [s.n_samples for s in self.sources],
             self.seed,
-            [(0, tuple(s.weight_units for s in self.sources))]
-            + [(p.start, p.weight_units) for p in self.phases],
+            list(zip(self.phase_starts, self.phase_units, strict=True)),
         )
 
     @property
@@ -250,6 +249,17 @@ class Plan:
     def phase_units(self) -> list[tuple[int, ...]]:
         """Every phase's weight units, the first phase (the sources' weights) included."""
         return [tuple(s.weight_units for s in self.sources), *(p.weight_units for p in self.phases)]
+
+    @property
+    def phase_denominators(self) -> tuple[int, ...]:
+        """Every phase's period (its units' sum), the first phase's included."""
+        return (self.denominator, *(p.denominator for p in self.phases))
+
+    @property
+    def phase_spans(self) -> list[tuple[int, int]]:
+        """Every phase's positions [start, end) up to the horizon (the last ends there)."""
+        ends = (*self.phase_starts[1:], self.horizon_samples)
+        return list(zip(self.phase_starts, ends, strict=True))
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the plan as ``PLAN.json`` (what ``tokentape plan --out`` writes), atomically.

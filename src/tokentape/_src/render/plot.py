@@ -79,15 +79,13 @@ def _draw_cumulative(plan: Plan, ax: Any) -> None:
 
 def _draw_phases(plan: Plan, ax: Any) -> None:
     """A plan in phases: each source's share of the samples in each stretch of the run (about
-    400 stretches of whole periods, none across a phase start), the
-    phases' targets dotted and their starts marked."""
+    400 stretches of whole periods, none across a phase start), the phases' targets dotted
+    and their starts marked."""
     tape = plan.tape()
     horizon = plan.horizon_samples
-    starts = np.asarray(plan.phase_starts, dtype=np.int64)
-    ends = np.append(starts[1:], horizon)
-    dens = [plan.denominator, *(p.denominator for p in plan.phases)]
+    spans, dens = plan.phase_spans, plan.phase_denominators
     pieces = []
-    for a, b, den in zip(starts.tolist(), ends.tolist(), dens, strict=True):
+    for (a, b), den in zip(spans, dens, strict=True):
         bins = max(1, round(400 * (b - a) / horizon))
         width = den * max(1, -(-(b - a) // (bins * den)))  # whole periods: no ripple
         cuts = np.arange(a, b, width, dtype=np.int64)
@@ -99,7 +97,7 @@ def _draw_phases(plan: Plan, ax: Any) -> None:
         counts = np.asarray(tape.blend.count(d, edges))
         share = np.diff(counts) / np.diff(edges)
         (line,) = ax.plot(edges[1:], share, label=s.name, lw=1.2, drawstyle="steps-pre")
-        for units, den, a, b in zip(plan.phase_units, dens, starts, ends, strict=True):
+        for units, den, (a, b) in zip(plan.phase_units, dens, spans, strict=True):
             ax.hlines(units[d] / den, a, b, color=line.get_color(), ls=":", lw=1)
     for i, start in enumerate(plan.phase_starts[1:], start=2):
         ax.axvline(start, color="0.4", ls="--", lw=0.8)
@@ -107,4 +105,4 @@ def _draw_phases(plan: Plan, ax: Any) -> None:
                     xytext=(3, -12), textcoords="offset points", fontsize="small")  # fmt: skip
     ax.set_xlim(0, horizon)
     ax.set_ylabel("share of the samples in each stretch")
-    ax.set_title(f"share per source over the run, {len(starts)} phases (dotted: targets)")
+    ax.set_title(f"share per source over the run, {len(spans)} phases (dotted: targets)")

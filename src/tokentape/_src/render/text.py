@@ -82,19 +82,14 @@ def plan_text(plan: Plan) -> str:
     ]  # fmt: skip
     header = ["source", "tokens", "samples", "draws", "passes", "budget", "tokens trained"]
     parts = [head, "  whole run\n" + table(header, rows)]
-    ends = [*plan.phase_starts[1:], plan.horizon_samples]
-    for i, (start, end) in enumerate(zip(plan.phase_starts, ends, strict=True)):
+    for i, (start, end) in enumerate(plan.phase_spans):
         span = (
             f"  phase {i + 1}: samples [{fmt_int(start)}, {fmt_int(end)}) = "
             f"{fmt_int((end - start) * plan.seq_len)} tokens, exact rationals over "
-            f"{fmt_int(_denominators(plan)[i])}"
+            f"{fmt_int(plan.phase_denominators[i])}"
         )
         parts.append(span + "\n" + _shares_table(plan, tape, i))
     return "\n\n".join(parts)
-
-
-def _denominators(plan: Plan) -> list[int]:
-    return [plan.denominator, *(p.denominator for p in plan.phases)]
 
 
 def _stated(plan: Plan, phase: int) -> list[Fraction]:
@@ -109,9 +104,8 @@ def _shares_table(plan: Plan, tape: Tape, phase: int, extra: bool = False) -> st
     with the store sizes, budgets and tokens trained too."""
     stated = _stated(plan, phase)
     total = sum(stated)
-    units, den = plan.phase_units[phase], _denominators(plan)[phase]
-    ends = [*plan.phase_starts[1:], plan.horizon_samples]
-    start, end = plan.phase_starts[phase], ends[phase]
+    units, den = plan.phase_units[phase], plan.phase_denominators[phase]
+    start, end = plan.phase_spans[phase]
     rows = []
     for d, s in enumerate(plan.sources):
         draws = s.draws if extra else int(tape.blend.count(d, end) - tape.blend.count(d, start))
@@ -130,7 +124,7 @@ def _shares_table(plan: Plan, tape: Tape, phase: int, extra: bool = False) -> st
 def _weights_line(plan: Plan) -> str:
     """How the stated weights became the plan's: exactly, or rounded over the period."""
     units = plan.phase_units
-    dens = _denominators(plan)
+    dens = plan.phase_denominators
     rounded = [
         i + 1
         for i in range(len(units))

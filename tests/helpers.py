@@ -26,6 +26,7 @@ from tokentape._src.store.tokenizers import Tokenizer, load_tokenizer, tokenizer
 from tokentape._src.store.writer import ShardWriter
 from tokentape._src.tokenize.driver import tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
+from tokentape._src.util.progress import Counters
 
 # --- a store written with the shard writer -----------------------------------------------------
 
@@ -81,6 +82,18 @@ def finish_store(
     )
     write_atomic(directory / MANIFEST_NAME, manifest.to_json().encode())
     return manifest
+
+
+class RecordingCounters(Counters):
+    """Real shared counters that also keep the input bytes of every report, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.input_reports: list[int] = []
+
+    def add(self, docs=0, tokens=0, text_bytes=0, input_bytes=0) -> None:
+        self.input_reports.append(input_bytes)
+        super().add(docs=docs, tokens=tokens, text_bytes=text_bytes, input_bytes=input_bytes)
 
 
 # --- the three-source plan over small stores --------------------------------------------------

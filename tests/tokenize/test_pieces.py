@@ -16,9 +16,13 @@ from hypothesis import strategies as st
 from tokenizers import models, normalizers, pre_tokenizers, trainers
 
 from tokentape._src.store.tokenizers import load_tokenizer
-from tokentape._src.tokenize.pieces import can_cut, encode_documents, pieces
+from tokentape._src.tokenize.pieces import can_cut, encode_documents, iter_pieces
 
 PIECE = 64  # characters per piece in these tests: many cuts in a short text
+
+
+def pieces(text: str, tok, piece_chars: int) -> list[str]:
+    return list(iter_pieces(text, tok, piece_chars))
 
 
 def _save(tok: tokenizers.Tokenizer, path: Path) -> Path:

@@ -15,14 +15,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from helpers import make_documents, run_cli, tree_bytes
+from helpers import RecordingCounters, make_documents, run_cli, tree_bytes
 
 from tokentape import open_source
 from tokentape._src.store.tokenizers import load_tokenizer
 from tokentape._src.tokenize.filters import parse_filters
 from tokentape._src.tokenize.inputs import expand_inputs, plan_units
 from tokentape._src.tokenize.worker import WorkerSettings, tokenize_unit
-from tokentape._src.util.progress import Counters
 
 UNIT_MB = "0.004"  # about 4 KB of input (text or row-group bytes) per unit
 
@@ -83,18 +82,6 @@ def test_a_kill_after_a_unit_of_a_split_file_resumes_to_the_same_bytes(big_file,
     summary = json.loads(rerun.stdout)
     assert summary["status"] == "resumed" and summary["units_reused"] >= 1
     assert tree_bytes(tmp_path / "s") == tree_bytes(tmp_path / "ref")
-
-
-class RecordingCounters(Counters):
-    """Real shared counters that also keep the input bytes of every report, in order."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.input_reports: list[int] = []
-
-    def add(self, docs=0, tokens=0, text_bytes=0, input_bytes=0) -> None:
-        self.input_reports.append(input_bytes)
-        super().add(docs=docs, tokens=tokens, text_bytes=text_bytes, input_bytes=input_bytes)
 
 
 @pytest.mark.parametrize("kind", ["jsonl", "zst", "parquet"])

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import zstandard
-from helpers import make_documents, run_cli, tree_bytes
+from helpers import RecordingCounters, make_documents, run_cli, tree_bytes
 
 from tokentape._src.store.tokenizers import load_tokenizer
 from tokentape._src.tokenize import inputs, streams
@@ -29,7 +29,6 @@ from tokentape._src.tokenize.filters import parse_filters
 from tokentape._src.tokenize.inputs import expand_inputs, plan_units, read_documents
 from tokentape._src.tokenize.job import TokenizeConfig
 from tokentape._src.tokenize.worker import WorkerSettings, tokenize_unit
-from tokentape._src.util.progress import Counters
 from tokentape.errors import InputError
 
 UNIT = 2000  # bytes of decompressed text (or row-group bytes) per unit
@@ -411,18 +410,6 @@ def test_row_groups_of_no_rows_make_no_empty_unit(tmp_path):
 # --- progress inside units
 
 
-class RecordingCounters(Counters):
-    """Real shared counters that also keep the input bytes of every report, in order."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.input_reports: list[int] = []
-
-    def add(self, docs=0, tokens=0, text_bytes=0, input_bytes=0) -> None:
-        self.input_reports.append(input_bytes)
-        super().add(docs=docs, tokens=tokens, text_bytes=text_bytes, input_bytes=input_bytes)
-
-
 @pytest.mark.parametrize("kind", ["gz", "zst-frames", "parquet", "mixed"])
 def test_input_bytes_of_every_unit_add_up_exactly_and_never_go_back(kind, tmp_path):
     docs = _docs(3000, seed=7)
@@ -510,9 +497,9 @@ def test_planning_decompresses_each_compressed_file_once(tmp_path, monkeypatch):
     calls: list[str] = []
     real = inputs._decompressed
 
-    def counting(part):
-        calls.append(part.file.path)
-        return real(part)
+    def counting(file):
+        calls.append(file.path)
+        return real(file)
 
     monkeypatch.setattr(inputs, "_decompressed", counting)
     docs = _docs()

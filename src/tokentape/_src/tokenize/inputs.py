@@ -78,6 +78,8 @@ from tokentape._src.tokenize import remote_inputs, streams
 from tokentape.errors import InputError
 
 SUPPORTED_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".txt")
+COMPRESSED_JSONL = ("jsonl.gz", "jsonl.zst")
+"""Kinds cut in their decompressed text, which is reached by decompressing what precedes."""
 
 READ_BLOCK = 1 << 20  # bytes read (or decompressed) per step of the jsonl reader
 ZSTD_INPUT_BLOCK = 1 << 12  # compressed bytes per zstandard call, at most
@@ -122,7 +124,7 @@ class UnitPart:
     @property
     def n_bytes(self) -> int:
         """Input bytes covered: the part's share of the file's size (for progress)."""
-        if self.file.kind in ("parquet", "jsonl.gz", "jsonl.zst"):
+        if self.file.kind == "parquet" or self.file.kind in COMPRESSED_JSONL:
             if self.total == 0:
                 return self.file.size
             return self.file.size * (self.stop - self.start) // self.total
@@ -392,9 +394,8 @@ def _file_parts(file: InputFile, unit_bytes: int) -> list[UnitPart]:
     if file.kind == "jsonl" and file.size > unit_bytes:
         cuts = _line_cuts(file, unit_bytes)
         return [UnitPart(file, a, b) for a, b in itertools.pairwise(cuts)]
-    if file.kind in ("jsonl.gz", "jsonl.zst"):
-        whole = UnitPart(file, 0, file.size)
-        cuts = streams.line_cuts(_decompressed(whole), unit_bytes)
+    if file.kind in COMPRESSED_JSONL:
+        cuts = streams.line_cuts(_decompressed(file), unit_bytes)
         if len(cuts) > 2:
             return [UnitPart(file, a, b, cuts[-1]) for a, b in itertools.pairwise(cuts)]
     return [UnitPart(file, 0, file.size)]
@@ -457,7 +458,7 @@ def read_documents(
         part = replace(part, file=replace(part.file, storage_options=dict(storage_options)))
     _check_unchanged(part.file)
     position = position if position is not None else ReadPosition()
-    whole_compressed = part.file.kind in ("jsonl.gz", "jsonl.zst") and part.total == 0
+    whole_compressed = part.file.kind in COMPRESSED_JSONL and part.total == 0
     position.extent = 0 if whole_compressed else max(1, part.stop - part.start)
     if part.file.kind == "txt":
         position.extent = 1
@@ -672,17 +673,17 @@ def _plain_blocks(part: UnitPart) -> Iterator[bytes]:
             yield block
 
 
-def _gzip_blocks(part: UnitPart) -> Iterator[bytes]:
-    path = part.file.path
+def _gzip_blocks(file: InputFile) -> Iterator[bytes]:
+    path = file.path
     try:
-        with _open_input(part.file) as raw, gzip.open(raw, "rb") as f:
+        with _open_input(file) as raw, gzip.open(raw, "rb") as f:
             while block := f.read(READ_BLOCK):
                 yield block
     except (OSError, EOFError, zlib.error) as err:
         raise InputError(f"{path}: corrupt or truncated gzip file ({_one_line(err)})") from None
 
 
-def _zstd_blocks(part: UnitPart) -> Iterator[bytes]:
+def _zstd_blocks(file: InputFile) -> Iterator[bytes]:
     """Decompressed bytes of every frame; a truncated last frame is an error.
 
     ``decompressobj`` is used frame by frame (rather than ``stream_reader``) because it tells
@@ -690,7 +691,7 @@ def _zstd_blocks(part: UnitPart) -> Iterator[bytes]:
     output has no bound, so the compressed bytes fed per call follow the ratio seen: about a
     block (``READ_BLOCK``) of text per call however repetitive the text.
     """
-    path = part.file.path
+    path = file.path
     dctx = zstandard.ZstdDecompressor()
     dobj = dctx.decompressobj()
     in_frame = False
@@ -698,7 +699,7 @@ def _zstd_blocks(part: UnitPart) -> Iterator[bytes]:
     n_pending = 0
     step = min(ZSTD_FIRST_STEP, ZSTD_INPUT_BLOCK)  # compressed bytes per call (output ~ a block)
     try:
-        with _open_input(part.file) as f:
+        with _open_input(file) as f:
             while data := f.read(step):
                 before = n_pending
                 while data:
@@ -727,9 +728,9 @@ def _zstd_blocks(part: UnitPart) -> Iterator[bytes]:
         yield b"".join(pending)
 
 
-def _decompressed(part: UnitPart) -> Iterator[bytes]:
-    """The whole decompressed text of the compressed file of ``part``, in blocks."""
-    return _gzip_blocks(part) if part.file.kind == "jsonl.gz" else _zstd_blocks(part)
+def _decompressed(file: InputFile) -> Iterator[bytes]:
+    """The whole decompressed text of a compressed jsonl file, in blocks."""
+    return _gzip_blocks(file) if file.kind == "jsonl.gz" else _zstd_blocks(file)
 
 
 def _stream_key(file: InputFile) -> tuple[object, ...]:
@@ -748,10 +749,9 @@ def _stream_key(file: InputFile) -> tuple[object, ...]:
 
 def _blocks(part: UnitPart) -> Iterator[bytes]:
     kind = part.file.kind
-    if kind in ("jsonl.gz", "jsonl.zst"):
+    if kind in COMPRESSED_JSONL:
         if part.total == 0:  # the whole file, read once
-            return _decompressed(part)
-        whole = replace(part, start=0, stop=part.file.size, total=0)
+            return _decompressed(part.file)
 
         def short(pos: int) -> InputError:
             return InputError(
@@ -760,7 +760,7 @@ def _blocks(part: UnitPart) -> Iterator[bytes]:
             )
 
         return streams.read_range(
-            _stream_key(part.file), part.start, part.stop, lambda: _decompressed(whole),
+            _stream_key(part.file), part.start, part.stop, lambda: _decompressed(part.file),
             lambda b, lo, hi: b[lo:hi], short,
         )  # fmt: skip
     return _plain_blocks(part)
@@ -808,10 +808,9 @@ class _JsonlContext:
 def _newlines_before(part: UnitPart) -> int:
     if part.start == 0:
         return 0
-    if part.file.kind in ("jsonl.gz", "jsonl.zst"):  # in the decompressed text
-        whole = replace(part, start=0, stop=part.file.size, total=0)
+    if part.file.kind in COMPRESSED_JSONL:  # in the decompressed text
         count, left = 0, part.start
-        for block in _decompressed(whole):
+        for block in _decompressed(part.file):
             count += block[:left].count(b"\n")
             left -= len(block)
             if left <= 0:

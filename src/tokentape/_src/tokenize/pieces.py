@@ -92,14 +92,9 @@ def _splits(pre: Any) -> bool:
     return pre.get("type") in _SPLITTING
 
 
-def pieces(text: str, tokenizer: Tokenizer, piece_chars: int = PIECE_CHARS) -> list[str]:
-    """``text`` cut into pieces of about ``piece_chars`` at safe places (itself if short, or
-    if ``tokenizer`` is not one that is cut)."""
-    return list(iter_pieces(text, tokenizer, piece_chars))
-
-
 def iter_pieces(text: str, tokenizer: Tokenizer, piece_chars: int = PIECE_CHARS) -> Iterator[str]:
-    """``pieces``, one at a time (no second copy of the whole text)."""
+    """``text`` cut into pieces of about ``piece_chars`` at safe places (itself if short, or
+    if ``tokenizer`` is not one that is cut), one at a time (no second copy of the text)."""
     if len(text) <= piece_chars or not can_cut(tokenizer):
         yield text
         return

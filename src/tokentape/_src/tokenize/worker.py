@@ -148,7 +148,7 @@ def _write_tokens(
     """The documents of ``kept`` (sizes ``counts``), each followed by the ``eod`` id, written
     to ``out`` in ``dtype``: a batch of small documents at once, a long one block by block."""
     if len(kept) <= WRITE_BLOCK:
-        out.write(np.ascontiguousarray(with_eod(kept, counts, eod).astype(dtype)).data)
+        out.write(np.ascontiguousarray(with_eod(kept, counts, eod).astype(dtype, copy=False)).data)
         return
     end_of_doc = np.asarray([eod], dtype=dtype)
     start = 0
@@ -238,11 +238,10 @@ def tokenize_unit(
             docs_in += len(batch)
             text_bytes += batch_bytes
             n_tokens += n_kept
-            if counters is not None and heartbeat is not None:  # input bytes as read
-                told = max(told, heartbeat.told)
-                counters.add(docs=len(batch), tokens=n_kept, text_bytes=batch_bytes,
-                             input_bytes=max(0, heartbeat.read - told))  # fmt: skip
-                told = max(told, heartbeat.read)
+            if heartbeat is not None:  # the rest of the input bytes read for this batch
+                heartbeat.counters.add(docs=len(batch), tokens=n_kept, text_bytes=batch_bytes,
+                                       input_bytes=heartbeat.read - heartbeat.told)  # fmt: skip
+                told = heartbeat.read
     write_atomic(len_path, npy_bytes(np.asarray(lengths, dtype="<i8")))
     result = UnitResult(
         index=unit.index,

@@ -161,18 +161,23 @@ def _phases(value: Any, n_sources: int) -> list[tuple[int, list[int]]] | None:
     return out
 
 
+def _phase_units(identity: dict[str, Any]) -> list[tuple[Any, list[Any]]]:
+    """Every phase's (start, weight units), the first (the sources' own, at 0) included."""
+    first = (0, [s["weight_units"] for s in identity["sources"]])
+    return [first, *((p["start"], p["weight_units"]) for p in identity.get("phases", []))]
+
+
 def _starts(identity: dict[str, Any]) -> list[Any]:
     """Every phase's start (an identity ``identity_hash`` accepted)."""
-    return [0, *(p["start"] for p in identity.get("phases", []))]
+    return [start for start, _ in _phase_units(identity)]
 
 
 def identity_tape(identity: dict[str, Any]) -> Tape:
     """The tape of a plan identity (one ``identity_hash`` accepts)."""
     sources = identity["sources"]
     n_samples = [(s["n_tokens"] - 1) // identity["seq_len"] for s in sources]
-    phases = [(0, [s["weight_units"] for s in sources])]
-    phases += [(p["start"], p["weight_units"]) for p in identity.get("phases", [])]
-    return build_tape([s["name"] for s in sources], n_samples, identity["seed"], phases)
+    names = [s["name"] for s in sources]
+    return build_tape(names, n_samples, identity["seed"], _phase_units(identity))
 
 
 def past_change(old: dict[str, Any], new: dict[str, Any], consumed: int) -> tuple[int, str] | None:
@@ -237,9 +242,7 @@ def _mixture_change(old: dict[str, Any], new: dict[str, Any], consumed: int) -> 
 def _named_phases(identity: dict[str, Any]) -> list[tuple[int, dict[str, str]]]:
     """Each phase's start and its positive weights by name (as 'units/period')."""
     names = [s["name"] for s in identity["sources"]]
-    units = [(0, [s["weight_units"] for s in identity["sources"]])]
-    units += [(p["start"], p["weight_units"]) for p in identity.get("phases", [])]
     return [
         (start, {n: f"{u}/{sum(w)}" for n, u in zip(names, w, strict=True) if u})
-        for start, w in units
+        for start, w in _phase_units(identity)
     ]

@@ -39,6 +39,7 @@ import tiktoken
 import tokenizers
 
 from tokentape._src.store.confine import open_inside
+from tokentape._src.util.text import is_utf8
 from tokentape.errors import ArgumentError, InputError, StoreError, TokentapeError
 
 GPT2_SPLIT_PATTERN = (
@@ -383,22 +384,13 @@ EOD_NAMED = "named by --eod-token"
 EOD_FROM_CANDIDATES = "the first of " + ", ".join(HF_EOD_CANDIDATES) + " in its vocabulary"
 
 
-def _is_utf8(text: str) -> bool:
-    """Whether ``text`` encodes as UTF-8 (no lone surrogate): ``token_to_id`` raises otherwise."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _hf_eod(
     backend: tokenizers.Tokenizer, spec: str, eod_token: str | None, config_eos: str | None
 ) -> tuple[str, int, str]:
     """The EOD token, its id and how it was chosen: the one named, else the ``eos_token`` of
     ``tokenizer_config.json`` (``config_eos``), else the first known candidate present."""
     if eod_token is not None:
-        if not _is_utf8(eod_token):
+        if not is_utf8(eod_token):
             raise InputError(
                 f"tokenizer {spec!r}: --eod-token {eod_token!r} is not valid text (not UTF-8), "
                 "so it is not in its vocabulary"
@@ -410,7 +402,7 @@ def _hf_eod(
             )
         return eod_token, eod_id, EOD_NAMED
     if config_eos is not None:
-        if not _is_utf8(config_eos):
+        if not is_utf8(config_eos):
             raise InputError(
                 f"tokenizer {spec!r}: the eos_token {config_eos!r} of its {HF_CONFIG_NAME} is "
                 "not valid text (not UTF-8); name the end-of-document token with --eod-token"

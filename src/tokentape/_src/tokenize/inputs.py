@@ -75,6 +75,7 @@ import zstandard
 
 from tokentape._src.store.objects import is_url
 from tokentape._src.tokenize import remote_inputs, streams
+from tokentape._src.util.text import is_utf8
 from tokentape.errors import InputError
 
 SUPPORTED_SUFFIXES = (".jsonl", ".jsonl.gz", ".jsonl.zst", ".parquet", ".txt")
@@ -865,14 +866,6 @@ def _field_error(ctx: _JsonlContext, value: object, line_in_part: int) -> InputE
     return ctx.fail(line_in_part, f"field '{key}' is {_json_type(value)}, expected a string")
 
 
-def _has_lone_surrogate(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
 def _read_jsonl(part: UnitPart, text_key: str, position: ReadPosition) -> Iterator[str]:
     """Fast path: split byte blocks into lines, decode and parse each line, take the field.
 
@@ -914,7 +907,7 @@ def _read_jsonl(part: UnitPart, text_key: str, position: ReadPosition) -> Iterat
                     continue
                 raise err from None
             del text  # parsed: only the document's text is kept while it is tokenized
-            if type(value) is not str or (check_surrogates and _has_lone_surrogate(value)):
+            if type(value) is not str or (check_surrogates and not is_utf8(value)):
                 raise _field_error(ctx, value, i)
             yield value
         done += len(lines)

@@ -101,7 +101,8 @@ def _line_start(f: BinaryIO, end: int, block: int = 1 << 16) -> int:
 
 def _last_record(path: Path, before: int) -> Any:
     """The last line of ``path`` as JSON (a log whose torn tail was cut: it ends with a
-    newline); with ``before`` > 0, the last line whose step is below it (None: none is)."""
+    newline); with ``before`` > 0, the last line whose step is below it (ValueError: none
+    is, so every line will be rewritten)."""
     with open(path, "rb") as f:
         end = f.seek(0, os.SEEK_END) - 1  # the last line's newline
         while end >= 0:

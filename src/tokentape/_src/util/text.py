@@ -6,6 +6,16 @@ from collections.abc import Sequence
 from typing import Any
 
 
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8: it holds no lone surrogate (which JSON escapes and
+    Python strings can carry, and tokenizer libraries refuse)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def fmt_int(n: int) -> str:
     return f"{n:,}"
 

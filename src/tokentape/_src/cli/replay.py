@@ -32,7 +32,7 @@ from tokentape._src.train.loader import hash_dtype
 from tokentape._src.train.partition import BatchConfig
 from tokentape._src.train.schedule import Schedule
 from tokentape._src.train.steplog import StepRecord
-from tokentape._src.util.text import fmt_int, key_values, table
+from tokentape._src.util.text import escaped, fmt_int, key_values, table
 from tokentape.errors import InputError
 
 EPILOG = (
@@ -343,6 +343,4 @@ def _window_block(v: _View, i: int) -> str:
 def _printable(text: str) -> str:
     """``text`` with control characters other than newline and tab escaped (safe on a
     terminal)."""
-    return "".join(
-        c if c.isprintable() or c in "\n\t" else c.encode("unicode_escape").decode() for c in text
-    )
+    return escaped(text, keep="\n\t")

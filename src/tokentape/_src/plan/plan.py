@@ -42,6 +42,7 @@ from tokentape._src.tape.blend import exact_weights, rational_weights
 from tokentape._src.tape.resolve import Tape
 from tokentape._src.util.checks import check_path
 from tokentape._src.util.progress import ProgressCallback
+from tokentape._src.util.text import escaped
 from tokentape.errors import ArgumentError, PlanError, TokentapeError, _reworded
 
 ALGORITHM_VERSION = 2
@@ -414,12 +415,9 @@ def _checked(s: SourceSpec, m: Manifest) -> Manifest:
 
 
 def _shown(value: object) -> str:
-    """``value`` as text for a one-line message: a character that is not printable (a crafted
-    manifest's escape sequence, a newline) is written as its escape (``\\x1b``)."""
-    text = str(value)
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+    """``value`` as text for a one-line message (a crafted manifest's escape sequence, a
+    newline: escaped)."""
+    return escaped(str(value))
 
 
 def _tokenizer_words(info: Mapping[str, Any]) -> str:

@@ -16,6 +16,16 @@ def is_utf8(text: str) -> bool:
     return True
 
 
+def escaped(text: str, keep: str = "") -> str:
+    """``text`` with every character that is not printable (and not in ``keep``) written as its
+    escape (``\\x1b``): safe in a one-line message or on a terminal."""
+    if text.isprintable():
+        return text
+    return "".join(
+        c if c.isprintable() or c in keep else c.encode("unicode_escape").decode() for c in text
+    )
+
+
 def fmt_int(n: int) -> str:
     return f"{n:,}"
 

@@ -10,17 +10,6 @@ and a dataset; ``tokentape.megatron`` reads and converts Megatron-LM data. Every
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from tokentape._src.megatron.source import MegatronSource
-from tokentape._src.plan.load import load_plan
-from tokentape._src.plan.open import open_store
-from tokentape._src.plan.plan import Plan
-from tokentape._src.store.reader import Source, open_source
-from tokentape._src.store.remote import FetchConfig
-from tokentape._src.train.batch import Batch
-from tokentape._src.train.loader import Loader, Step
-from tokentape._src.train.partition import BatchConfig
-from tokentape._src.train.state import DataState
-from tokentape._src.util.version import __version__
 from tokentape.errors import (
     ArgumentError,
     InputError,
@@ -36,21 +25,46 @@ from tokentape.errors import (
 
 if TYPE_CHECKING:
     from tokentape._src.api import locate, replay, tokenize, verify
+    from tokentape._src.megatron.source import MegatronSource
+    from tokentape._src.plan.load import load_plan
+    from tokentape._src.plan.open import open_store
+    from tokentape._src.plan.plan import Plan
+    from tokentape._src.store.reader import Source, open_source
+    from tokentape._src.store.remote import FetchConfig
     from tokentape._src.tokenize.driver import TokenizeSummary
+    from tokentape._src.train.batch import Batch
+    from tokentape._src.train.loader import Loader, Step
+    from tokentape._src.train.partition import BatchConfig
+    from tokentape._src.train.state import DataState
+    from tokentape._src.util.version import __version__
 
 _LAZY = {
+    "MegatronSource": "tokentape._src.megatron.source",
+    "load_plan": "tokentape._src.plan.load",
+    "open_store": "tokentape._src.plan.open",
+    "Plan": "tokentape._src.plan.plan",
+    "Source": "tokentape._src.store.reader",
+    "open_source": "tokentape._src.store.reader",
+    "FetchConfig": "tokentape._src.store.remote",
+    "Batch": "tokentape._src.train.batch",
+    "Loader": "tokentape._src.train.loader",
+    "Step": "tokentape._src.train.loader",
+    "BatchConfig": "tokentape._src.train.partition",
+    "DataState": "tokentape._src.train.state",
     "tokenize": "tokentape._src.api",
     "replay": "tokentape._src.api",
     "locate": "tokentape._src.api",
     "verify": "tokentape._src.api",
     "TokenizeSummary": "tokentape._src.tokenize.driver",
+    "__version__": "tokentape._src.util.version",
 }
-"""The command-line jobs load on first use: they need the input readers (pyarrow, zstandard)
-and the audits, which a training process never does (``import tokentape`` stays light)."""
+"""Where each public name lives: loaded on first use. A training process loads the loader and
+the plan, never the tokenizer's input readers (pyarrow, zstandard) or the audits; a tokenizing
+helper process (which imports this package first) loads none of the training side."""
 
 
 def __getattr__(name: str) -> Any:
-    """Load one of the jobs (``_LAZY``) on first use."""
+    """Load a public name (``_LAZY``) on first use."""
     if name not in _LAZY:
         raise AttributeError(f"module 'tokentape' has no attribute {name!r}")
     value = getattr(importlib.import_module(_LAZY[name]), name)

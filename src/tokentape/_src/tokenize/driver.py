@@ -81,7 +81,7 @@ from tokentape._src.tokenize.job import (
     summary_problem,
     units_dir,
 )
-from tokentape._src.tokenize.pool import PoolJob, WorkerDied, run_units
+from tokentape._src.tokenize.pool import Pool, PoolJob, WorkerDied
 from tokentape._src.tokenize.ray_executor import ray_session, run_ray_tasks
 from tokentape._src.tokenize.worker import (
     UnitResult,
@@ -238,6 +238,18 @@ def tokenize(config: TokenizeConfig, progress: ProgressCallback | None = None) -
     drawn by the library: the command line passes a terminal bar)."""
     check_callback(progress)
     started = time.monotonic()
+    with ExitStack() as stack:
+        pool = None
+        if config.executor == "local":  # its helpers start now, while this process plans
+            pool = stack.enter_context(
+                Pool(config.tokenizer, config.eod_token, config.filters, config.workers)
+            )
+        return _tokenize(config, progress, started, pool)
+
+
+def _tokenize(
+    config: TokenizeConfig, progress: ProgressCallback | None, started: float, pool: Pool | None
+) -> TokenizeSummary:
     tokenizer = load_tokenizer(config.tokenizer, config.eod_token)
     filters = parse_filters(config.filters)
     files = expand_inputs(config.inputs, config.storage_options)
@@ -262,6 +274,7 @@ def tokenize(config: TokenizeConfig, progress: ProgressCallback | None = None) -
         job_hash=job_hash,
         resume_key={"job": job_hash, "mtime_ns": [f.mtime_ns for f in files]},
         started=started,
+        pool=pool,
     )
     if is_url(config.out):
         return _to_url(job, config.out, progress)
@@ -339,6 +352,8 @@ class _Job:
     job_hash: str
     resume_key: dict[str, Any]
     started: float
+    pool: Pool | None
+    """The local executor's processes, helpers already starting (None: Ray)."""
 
 
 def _run(
@@ -386,19 +401,20 @@ def _run(
         )
         finished = {u.index: _finished(unit_dir, u, job.dtype) for u in units}
         pending = [u for u in units if finished[u.index] is None]
-        counters = Counters()
+        counters = job.pool.counters if job.pool is not None else Counters()
         reused_bytes = sum(u.n_bytes for u in units if finished[u.index] is not None)
         counters.add(input_bytes=reused_bytes)
         total_bytes = sum(u.n_bytes for u in units)
         with watch(counters, total_bytes, "tokenize", progress):
-            pool_job = PoolJob(
-                config.tokenizer, config.eod_token, config.filters, settings, tuple(pending)
-            )
-            if ray is None:
-                dead = run_units(pool_job, job.tokenizer, job.filters, config.workers, counters)
-            else:
+            if ray is not None:
                 dead = []
+                pool_job = PoolJob(
+                    config.tokenizer, config.eod_token, config.filters, settings, tuple(pending)
+                )
                 run_ray_tasks(ray, pool_job, job.tokenizer.fingerprint, config.workers, counters)
+            else:
+                assert job.pool is not None  # the local executor's
+                dead = job.pool.run(pending, settings, job.tokenizer, job.filters)
         session.close()  # a private Ray instance goes before assembly
         results = [load_result(unit_paths(unit_dir, u.index)[2]) for u in units]
         missing = [u.index for u, r in zip(units, results, strict=True) if r is None]

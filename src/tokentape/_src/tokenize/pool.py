@@ -1,8 +1,10 @@
 """Run units of work on ``workers`` processes: this one plus ``workers - 1`` spawned helpers.
 
-Every process claims the next unfinished unit from a shared counter, in order, until none is
-left, so the calling process starts at once while the helpers are still starting up, and no
-unit is handed out twice. A unit's output depends only on the unit, never on who made it.
+The helpers are started before the job is planned (``Pool``), so that their start-up (a fresh
+interpreter, imports, the tokenizer) overlaps the calling process's own. Every process claims
+the next unfinished unit from a shared counter, in order, until none is left, so the calling
+process starts at once while late helpers are still starting up, and no unit is handed out
+twice. A unit's output depends only on the unit, never on who made it.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from multiprocessing import get_context
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
 from multiprocessing.sharedctypes import Synchronized
-from typing import Any
 
 from tokentape._src.store.tokenizers import Tokenizer, load_tokenizer
 from tokentape._src.tokenize import streams
@@ -66,27 +69,25 @@ def single_threaded_tokenizers() -> Iterator[None]:
 
 
 def _drain(
-    job: PoolJob,
+    units: Sequence[Unit],
+    settings: WorkerSettings,
     tokenizer: Tokenizer,
     filters: FilterSet,
-    next_unit: Synchronized,
-    abort: Synchronized,
-    counters: Counters,
+    shared: _Shared,
     helper: bool,
 ) -> None:
     """Claim and tokenize units until none is left or another process failed."""
     if not helper and os.environ.get(CRASH_ENV) == HELPER_CRASH:
-        _let_a_helper_claim_first(next_unit)
-    while not abort.value:
-        with next_unit.get_lock():
-            i = next_unit.value
-            next_unit.value += 1
-        if i >= len(job.units):
+        _let_a_helper_claim_first(shared.next_unit)
+    while not shared.abort.value:
+        with shared.next_unit.get_lock():
+            i = shared.next_unit.value
+            shared.next_unit.value += 1
+        if i >= len(units):
             return
-        unit = job.units[i]
         if helper:
             crashpoint(HELPER_CRASH)
-        tokenize_unit(unit, tokenizer, filters, job.settings, counters)
+        tokenize_unit(units[i], tokenizer, filters, settings, shared.counters)
         if not helper:
             crashpoint("after-unit")
 
@@ -124,57 +125,165 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _helper_main(
-    job: PoolJob,
-    next_unit: Synchronized,
-    abort: Synchronized,
-    counters: Counters,
-    errors: Any,
+    tokenizer_spec: str,
+    eod_token: str | None,
+    filter_specs: tuple[str, ...],
+    conn: Connection,
+    shared: _Shared,
     parent: int,
 ) -> None:
+    """A helper: load the tokenizer and filters at once, then wait on ``conn`` for the units
+    (or None: nothing to do) and drain them; an error goes back on ``conn``."""
     _die_with_parent(parent)
     os.environ.update(SINGLE_THREAD_ENV)
     try:
-        tokenizer = load_tokenizer(job.tokenizer_spec, job.eod_token)
-        filters = parse_filters(job.filter_specs)
-        _drain(job, tokenizer, filters, next_unit, abort, counters, helper=True)
+        tokenizer = load_tokenizer(tokenizer_spec, eod_token)
+        filters = parse_filters(filter_specs)
+        work = conn.recv()
+        if work is not None:
+            units, settings = work
+            _drain(units, settings, tokenizer, filters, shared, helper=True)
     except TokentapeError as exc:
-        abort.value = 1
-        errors.put(exc)  # our own exception, pickled: its subtype comes back
+        shared.abort.value = 1
+        conn.send(exc)  # our own exception, pickled: its subtype comes back
 
 
-def run_units(
-    job: PoolJob, tokenizer: Tokenizer, filters: FilterSet, workers: int, counters: Counters
-) -> list[int]:
-    """Tokenize the units of ``job`` on ``workers`` processes (this one included).
+@dataclass(frozen=True)
+class _Shared:
+    """What the processes of one pool share: the next unit to claim, the abort flag and the
+    progress counters. A helper touches them only once handed work."""
 
-    Raises the first ``TokentapeError`` any process met. Returns the exit codes of helpers that
-    died; a unit such a helper had claimed is left unfinished (its marker file is missing).
-    """
-    ctx = get_context("spawn")
-    next_unit = ctx.Value("q", 0)
-    abort = ctx.Value("b", 0)
-    errors = ctx.SimpleQueue()
-    n_helpers = min(workers, len(job.units)) - 1
-    helpers = [
-        ctx.Process(
-            target=_helper_main,
-            args=(job, next_unit, abort, counters, errors, os.getpid()),
-            daemon=True,
-        )
-        for _ in range(n_helpers)
-    ]
-    for p in helpers:
-        p.start()
+    next_unit: Synchronized
+    abort: Synchronized
+    counters: Counters
+
+
+@dataclass
+class _Helper:
+    process: BaseProcess
+    conn: Connection
+    told: bool = False
+
+    def finish(self) -> TokentapeError | None:
+        """Wait for the helper to exit; the error it sent back, if any."""
+        error = None
+        listening = True
+        while True:
+            ready = wait([self.process.sentinel, *([self.conn] if listening else [])])
+            if self.conn in ready:  # read before the exit: a helper never blocks on sending
+                try:
+                    error = self.conn.recv()
+                except (EOFError, OSError):
+                    listening = False
+            elif self.process.sentinel in ready:
+                break
+        self.process.join()
+        self.conn.close()
+        return error
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on."""
     try:
-        with single_threaded_tokenizers():
-            _drain(job, tokenizer, filters, next_unit, abort, counters, helper=False)
-    except BaseException:
-        abort.value = 1
-        raise
-    finally:
-        streams.forget()  # this process's streams of the job's files: closed with the job
-        for p in helpers:
-            p.join()
-    if not errors.empty():
-        raise errors.get()
-    return [code for p in helpers if (code := p.exitcode)]  # joined: every exit code is set
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+class Pool:
+    """``workers - 1`` helper processes for one job, started before the job is planned.
+
+    A spawned helper takes about half a second to import tokentape and load the tokenizer;
+    started first, it does that while the calling process loads its own tokenizer, lists and
+    cuts the inputs and looks at the output, instead of after. A helper writes nothing before
+    ``run`` hands it the units. Helpers are started at once only up to the CPUs this process
+    may use (the units needing more are started by ``run``); those ``run`` does not need, and
+    all of them if it is never called, are killed by ``close``, having done nothing. Nothing a
+    helper shares with the others is touched before it is handed work, so killing one then
+    leaves no lock held.
+    """
+
+    def __init__(
+        self,
+        tokenizer_spec: str,
+        eod_token: str | None,
+        filter_specs: tuple[str, ...],
+        workers: int,
+    ) -> None:
+        self._ctx = get_context("spawn")
+        self._spec = (tokenizer_spec, eod_token, filter_specs)
+        self._workers = workers
+        self.shared = _Shared(self._ctx.Value("q", 0), self._ctx.Value("b", 0), Counters(self._ctx))
+        self._helpers: list[_Helper] = []
+        self.started = 0
+        """Helper processes started so far."""
+        self._start(min(workers, usable_cpus()) - 1)
+
+    @property
+    def counters(self) -> Counters:
+        return self.shared.counters
+
+    def _start(self, n: int) -> None:
+        for _ in range(n):
+            ours, theirs = self._ctx.Pipe()
+            process = self._ctx.Process(
+                target=_helper_main,
+                args=(*self._spec, theirs, self.shared, os.getpid()),
+                daemon=True,
+            )
+            process.start()
+            theirs.close()
+            self._helpers.append(_Helper(process, ours))
+            self.started += 1
+
+    def run(
+        self,
+        units: Sequence[Unit],
+        settings: WorkerSettings,
+        tokenizer: Tokenizer,
+        filters: FilterSet,
+    ) -> list[int]:
+        """Tokenize ``units`` on this process and ``min(workers, len(units)) - 1`` helpers.
+
+        Raises the first ``TokentapeError`` any process met. Returns the exit codes of helpers
+        that died; a unit such a helper had claimed is left unfinished (its marker file is
+        missing). Call once.
+        """
+        need = max(0, min(self._workers, len(units)) - 1)
+        self._start(need - len(self._helpers))
+        self.close(keep=need)
+        working = list(self._helpers)
+        for h in working:
+            with suppress(OSError):  # a helper that died meanwhile: its exit code tells
+                h.conn.send((tuple(units), settings))
+            h.told = True
+        errors: list[TokentapeError] = []
+        try:
+            with single_threaded_tokenizers():
+                _drain(units, settings, tokenizer, filters, self.shared, helper=False)
+        except BaseException:
+            self.shared.abort.value = 1
+            raise
+        finally:
+            streams.forget()  # this process's streams of the job's files: closed with the job
+            errors = [e for h in working if (e := h.finish()) is not None]
+            del self._helpers[:]
+        if errors:
+            raise errors[0]
+        # joined: every exit code is set
+        return [code for h in working if (code := h.process.exitcode)]
+
+    def close(self, keep: int = 0) -> None:
+        """Kill the helpers from the ``keep``-th on, which were never handed work."""
+        for h in self._helpers[keep:]:
+            if not h.told:
+                h.process.kill()
+        for h in self._helpers[keep:]:
+            h.finish()
+        del self._helpers[keep:]
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

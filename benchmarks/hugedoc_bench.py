@@ -36,6 +36,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_GPT2 = REPO.parent / "shared" / "tokenizers" / "gpt2.tiktoken"
 OUT = REPO / "bench-out" / "hugedoc"
+WHOLE_MAX_MB = 40.0
+"""Above this, the whole-document encoding is not run (a Hugging Face tokenizer needs about 150
+bytes per character for it)."""
 
 
 def build_tokenizer() -> Path:
@@ -120,7 +123,7 @@ def run(spec: str, mb: float, how: str) -> dict:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--mb", default="40,200", help="document sizes, MB, comma-separated")
-    p.add_argument("--whole-max-mb", type=float, default=40.0)
+    p.add_argument("--whole-max-mb", type=float, default=WHOLE_MAX_MB)
     p.add_argument("--gpt2", type=Path, default=DEFAULT_GPT2)
     p.add_argument("--json", action="store_true")
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -132,19 +135,28 @@ def main(argv: list[str]) -> int:
     specs = [("hf-bpe-16k", f"hf:{build_tokenizer()}")]
     if args.gpt2.is_file():
         specs.append(("tiktoken-gpt2", f"tiktoken:{args.gpt2.resolve()}"))
+    rows = measure(specs, [float(x) for x in args.mb.split(",")], args.whole_max_mb)
+    print(json.dumps(rows, indent=2) if args.json else render(rows))
+    return 0
+
+
+def measure(specs: list[tuple[str, str]], sizes: list[float], whole_max_mb: float) -> list[dict]:
+    """For each (name, tokenizer spec) and document size: the ways measured."""
     rows = []
     for name, spec in specs:
-        for mb in (float(x) for x in args.mb.split(",")):
+        for mb in sizes:
             got = {"pieces": run(spec, mb, "pieces"), "tokenize": run(spec, mb, "tokenize")}
-            if mb <= args.whole_max_mb:
+            if mb <= whole_max_mb:
                 got["whole"] = run(spec, mb, "whole")
             rows.append({"tokenizer": name, "mb": mb, **got})
             print(f"  {name} {mb:g} MB: {got}", file=sys.stderr, flush=True)
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    print("| tokenizer | document MB | way | seconds | peak RSS MB | tokens | same tokens |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+    return rows
+
+
+def render(rows: list[dict]) -> str:
+    """The rows as a Markdown table."""
+    lines = ["| tokenizer | document MB | way | seconds | peak RSS MB | tokens | same tokens |"]
+    lines.append("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         same = "whole" in r and r["whole"].get("sha") == r["pieces"].get("sha")
         for how in ("whole", "pieces", "tokenize"):
@@ -152,15 +164,17 @@ def main(argv: list[str]) -> int:
                 continue
             x = r[how]
             if "error" in x:
-                print(f"| {r['tokenizer']} | {r['mb']:g} | {how} | failed: {x['error']} | | | |")
+                lines.append(
+                    f"| {r['tokenizer']} | {r['mb']:g} | {how} | failed: {x['error']} | | | |"
+                )
                 continue
             if how == "tokenize":  # against the pieces (the whole is not run at every size)
                 mark = "= pieces: " + ("yes" if x.get("sha") == r["pieces"].get("sha") else "NO")
             else:
                 mark = ("yes" if same else "NO") if "whole" in r else "(whole not run)"
-            print(f"| {r['tokenizer']} | {r['mb']:g} | {how} | {x['seconds']:.1f} | "
-                  f"{x['peak_mb']:.0f} | {x['tokens']:,} | {mark} |")  # fmt: skip
-    return 0
+            lines.append(f"| {r['tokenizer']} | {r['mb']:g} | {how} | {x['seconds']:.1f} | "
+                         f"{x['peak_mb']:.0f} | {x['tokens']:,} | {mark} |")  # fmt: skip
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,29 @@
-"""PyTorch integration: tensors, a sampler, a dataset, and a rank check.
+"""PyTorch integration: tensors, samplers, a dataset, and a rank check.
 
-``to_torch``, ``TapeSampler``, ``TapeDataset``; ``check_step`` has every rank check, in one
-collective, that it read its own slice of the step.
+``to_torch``, ``TapeSampler``, ``TapeBatchSampler``, ``TapeDataset`` (with ``collate`` for a
+``DataLoader``'s batches); ``check_step`` has every rank check, in one collective, that it read
+its own slice of the step.
 
 Importing this module imports ``torch`` (the ``tokentape[torch]`` extra); ``import tokentape``
 alone never does.
 """
 
 from tokentape._src.train.smoke import check_step
-from tokentape._src.train.torch_data import TapeDataset, TapeSampler, to_torch
+from tokentape._src.train.torch_data import (
+    TapeBatchSampler,
+    TapeDataset,
+    TapeSampler,
+    TapeSamples,
+    collate,
+    to_torch,
+)
 
-__all__ = ["TapeDataset", "TapeSampler", "check_step", "to_torch"]
+__all__ = [
+    "TapeBatchSampler",
+    "TapeDataset",
+    "TapeSampler",
+    "TapeSamples",
+    "check_step",
+    "collate",
+    "to_torch",
+]

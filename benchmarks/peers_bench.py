@@ -1,12 +1,52 @@
-"""Peers side by side (issue 15, item 3). So far: mixture deviation, issue 13's Grain row.
+"""Peers side by side (issue 15, item 3): tokentape, Grain, MosaicML Streaming and LitData.
 
+    pip install -e '.[peers]'   # documents the pins; the peers run in their own venv (below)
     python benchmarks/peers_bench.py [--quick] [--json] [--peers-venv PATH] [--grain-budget S]
 
-Three sources mixed 60/30/10. For each system, the sequence of sources of the first N
-elements, and the largest deviation over every prefix n <= N of any source's count from
-n * w_d with w = 0.6 / 0.3 / 0.1 exactly. The arithmetic is exact integer arithmetic:
+The peers pull their own torch and numpy (Streaming 0.13 pins numpy < 2.2), so they never run
+in the project's environment: ``bench-out/peers-venv`` (``--peers-venv``) is created with
+``python -m venv`` and ``pip install`` of ``PEERS_PINS`` when missing (the one benchmark that
+downloads); a peer that cannot install is skipped with a note. Each system runs in child
+processes (``benchmarks/peers/<system>_child.py``; tokentape's with this python), one per
+measure, bounded in time; progress goes to stderr.
+
+**The same tokens everywhere.** A synthetic corpus of three sources of 6,000 / 3,000 / 1,000
+samples (60/30/10) of ``seq_len + 1 = 2049`` uint16 ids, sample k of source d carrying (d, k)
+in its tokens 1..4, so that every batch read is checked by identity: tokentape's stores (one
+document per source; sample k is the window ``[k L, k L + L + 1)``), one MDS dataset per source
+(``MDSWriter``), one LitData dataset per source (``optimize``), and Grain reading the same
+windows through a random-access source. Measured, per system (one column each):
+
+- **mixture**: the largest deviation of any prefix from the stated shares (below).
+- **start-up**: seconds from after the imports to the first batch of 64, in a fresh process,
+  and the peak resident memory added over the imports, at horizons 10^5 / 10^6 / 10^7. A
+  horizon is what the run is configured for: tokentape, the plan's ``total_samples``; Grain,
+  the mixture cut at that length (sources repeated as needed); Streaming, ``epoch_size``;
+  LitData has no such setting (an epoch ends when a source runs out), so its three cells are
+  the same configuration.
+- **throughput**: samples/s at batch 64 after the first batch, 0 and 2 workers (tokentape:
+  ``Loader`` with prefetch 0 / 2, and in brackets ``TapeDataset`` + ``TapeBatchSampler`` in a
+  torch ``DataLoader`` with 0 / 2 worker processes; Grain: ``batched[i]`` / ``mp_prefetch``;
+  Streaming and LitData: their loaders' ``num_workers``); and how random the order is: the
+  median over batches of the span (max - min) of the 60 % source's sample indices in a batch.
+- **resume 2 -> 2, 3, 1 ranks**: 2 ranks read 5 steps of 64 each and rank 0's state is saved
+  (as JSON); then 2, 3 or 1 ranks resume from it for 768 samples in all; the samples read are
+  compared as a multiset with an uninterrupted 2-rank run of the same length: "exact", or how
+  many were lost, repeated or extra, or "refused" with the system's message. Ranks are
+  separate processes (Streaming: ``RANK``/``WORLD_SIZE`` and gloo; LitData: gloo).
+- **determinism**: the identities of two 0-worker runs in fresh processes, and of a 2-worker
+  run, compared.
+- **state JSON round trip**: the state after 5 batches, through JSON into a fresh process:
+  are the next 3 batches those of the uninterrupted run?
+
+Figures, not assertions: the machine is shared and noisy; ratios in the same run matter.
+
+**Mixture deviation.** For each system, the sequence of sources of the first N elements, and
+the largest deviation over every prefix n <= N of any source's count from n * w_d with
+w = 0.6 / 0.3 / 0.1 exactly. The arithmetic is exact integer arithmetic:
 |10 * count_d(n) - n * W_d| / 10 with W = 6 / 3 / 1. "n at worst" is the first prefix where
-the largest deviation occurs.
+the largest deviation occurs. Streaming and LitData: the sources of the samples their 0-worker
+loaders read (LitData: epoch after epoch), cut at ``--grain-budget`` seconds.
 
 - **Grain** (``grain.MapDataset.mix``): one ``MapDataset.range(N)`` per source, each element
   mapped to ``(source, index)``, mixed with weights ``[60, 30, 10]``, read by index
@@ -44,6 +84,10 @@ from typing import Any
 import numpy as np
 
 from tokentape import __version__ as tokentape_version
+from tokentape._src.store.atomic import write_atomic
+from tokentape._src.store.format import MANIFEST_NAME, Manifest, content_hash
+from tokentape._src.store.tokenizers import load_tokenizer, tokenizer_manifest
+from tokentape._src.store.writer import ShardWriter
 from tokentape._src.tape.blend import Blend, exact_weights, rational_weights
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -282,9 +326,241 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+# --- the shared corpus and tokentape's stores -----------------------------------------------
+
+SEQ_LEN = 2048
+CORPUS = (6000, 3000, 1000)  # samples per source, 60/30/10
+CHILDREN = ROOT / "benchmarks" / "peers"
+
+
+def build_corpus(out: Path, sizes: Sequence[int]) -> None:
+    """``out/corpus/src<d>.npy``: source d's uint16 stream of ``sizes[d] * L + 1`` random byte
+    ids, window k carrying (d, k) in its tokens 1..4 (benchmarks/peers/common.py); and
+    tokentape's store of each stream (one document, then EOD) under ``out/tokentape/s<d>``."""
+    meta = out / "corpus" / "meta.json"
+    want = {"sizes": list(sizes), "seq_len": SEQ_LEN}
+    if meta.exists() and json.loads(meta.read_text()) == want:
+        return
+    (out / "corpus").mkdir(parents=True, exist_ok=True)
+    tok = load_tokenizer("bytes")
+    for d, n in enumerate(sizes):
+        stream = np.random.default_rng(d).integers(0, 256, n * SEQ_LEN + 1, dtype=np.uint16)
+        k = np.arange(n)
+        stream[k * SEQ_LEN + 1] = d
+        for i, shift in enumerate((16, 8, 0)):
+            stream[k * SEQ_LEN + 2 + i] = (k >> shift) & 0xFF
+        tmp = out / "corpus" / f"src{d}.tmp.npy"
+        np.save(tmp, stream)
+        tmp.replace(out / "corpus" / f"src{d}.npy")
+        write_store(out / "tokentape" / f"s{d}", stream, tok)
+        _say(f"corpus: source {d}, {n:,} samples of {SEQ_LEN + 1} tokens")
+    meta.write_text(json.dumps(want))
+
+
+def write_store(directory: Path, stream: np.ndarray, tok: Any) -> None:
+    """A tokentape store of one document, ``stream`` then EOD (replaced if present)."""
+    if directory.exists():
+        for f in directory.iterdir():
+            f.unlink()
+    directory.mkdir(parents=True, exist_ok=True)
+    writer = ShardWriter(directory, "uint16", 1 << 26)
+    writer.add(np.append(stream, tok.eod_id), np.array([len(stream) + 1]))
+    shards = writer.finish()
+    stored = tok.stored_file()
+    if stored is not None:
+        write_atomic(directory / stored[0], stored[1])
+    manifest = Manifest(
+        dtype="uint16",
+        vocab_size=tok.vocab_size,
+        eod_id=tok.eod_id,
+        tokenizer=tokenizer_manifest(tok),
+        shards=tuple(shards),
+        n_tokens=sum(s.n_tokens for s in shards),
+        n_docs=sum(s.n_docs for s in shards),
+        content_hash=content_hash(shards, "uint16"),
+        filters={},
+        inputs={},
+        job="peers_bench",
+        created_by="peers_bench",
+    )
+    write_atomic(directory / MANIFEST_NAME, manifest.to_json().encode())
+
+
+def _say(message: str) -> None:
+    print(f"[peers_bench] {message}", file=sys.stderr, flush=True)
+
+
+# --- the peers side by side ----------------------------------------------------------------
+
+PEERS_PINS = ("grain==0.2.18", "mosaicml-streaming==0.13.0", "litdata==0.2.76")
+MODULES = {"grain": "grain", "streaming": "mosaicml-streaming", "litdata": "litdata"}
+SYSTEMS = ("tokentape", "grain", "streaming", "litdata")
+START_HORIZONS = (10**5, 10**6, 10**7)
+RESUME_TO = [2, 3, 1]
+RESUME_BEFORE, RESUME_AFTER = 5, 768  # steps of 2 x 64 before; samples after (all ranks)
+
+
+def ensure_peers(venv: Path) -> tuple[Path | None, dict[str, str]]:
+    """The peers venv's python with ``PEERS_PINS`` (installed when missing: one pip call, then
+    one per pin if that fails), and per peer its version or why it is skipped."""
+    python, how = ensure_grain(venv)
+    if python is None:
+        return None, {name: f"skipped ({how})" for name in MODULES}
+    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    if any(_version(python, dist) != pin.split("==")[1] for pin, dist in _pins()):
+        _say(f"installing {' '.join(PEERS_PINS[1:])} into {venv} (a few minutes)")
+        try:
+            if _run([*pip, *PEERS_PINS], 1800).returncode != 0:
+                for pin in PEERS_PINS[1:]:
+                    _run([*pip, pin], 1800)
+        except subprocess.TimeoutExpired:
+            pass
+    got = {}
+    for name, dist in MODULES.items():
+        pin = next(p for p in PEERS_PINS if p.startswith(dist + "=="))
+        have = _version(python, dist)
+        got[name] = have if have else f"skipped (pip install {pin} failed)"
+    return python, got
+
+
+def _pins() -> list[tuple[str, str]]:
+    return [(pin, pin.split("==")[0]) for pin in PEERS_PINS]
+
+
+def _version(python: Path, dist: str) -> str | None:
+    probe = f"from importlib.metadata import version; print(version({dist!r}))"
+    try:
+        got = _run([str(python), "-c", probe], 120)
+    except subprocess.TimeoutExpired:
+        return None
+    return got.stdout.strip() if got.returncode == 0 else None
+
+
+class Child:
+    """One system's child script (benchmarks/peers/<system>_child.py) and its python."""
+
+    def __init__(self, system: str, python: Path, root: Path) -> None:
+        self.system, self.python, self.root = system, python, root
+        self.script = CHILDREN / f"{system}_child.py"
+
+    def __call__(self, measure: str, timeout: float = 180, **fields: Any) -> dict[str, Any]:
+        """The child's reply, or ``{"error": line}``."""
+        args = json.dumps(dict(fields, root=str(self.root), measure=measure))
+        _say(f"{self.system}: {measure} {json.dumps(fields)}")
+        try:
+            proc = _run([str(self.python), "-W", "ignore", str(self.script), args], timeout)
+        except subprocess.TimeoutExpired:
+            return {"error": f"over {timeout:.0f} s"}
+        if proc.returncode != 0:
+            return {"error": _last_line(proc)}
+        return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def measure_system(child: Child, quick: bool, budget: float) -> dict[str, Any]:
+    """Every measure of one system (a dict of cells; errors as text)."""
+    out: dict[str, Any] = {}
+    if child.system in ("streaming", "litdata"):
+        out["write"] = child("write")
+    out["startup"] = {h: child("startup", horizon=h) for h in START_HORIZONS}
+    batches = 60 if quick else 300
+    horizon = 10**6
+    paths = ["loader", "torch"] if child.system == "tokentape" else [""]
+    tp: dict[str, Any] = {}
+    for path in paths:
+        for workers in (0, 2):
+            tp[f"{path}{workers}"] = child(
+                "throughput", horizon=horizon, workers=workers, batches=batches, path=path
+            )
+        tp[f"{path}0again"] = child(
+            "throughput", horizon=horizon, workers=0, batches=batches, path=path
+        )
+    out["throughput"] = tp
+    if child.system in ("streaming", "litdata"):
+        for n in (10**5,) if quick else (10**5, 10**6):
+            path = OUT / f"{child.system}-sources-{n}.npy"
+            got = child("order", horizon=n, budget=budget, out=str(path))
+            if "error" not in got:
+                src = np.load(path, allow_pickle=False)
+                dev, at = prefix_deviation(iter([src]), [len(src)])[0]
+                got.update(max_dev=dev, at=at)
+            out[f"order{n}"] = got
+    fields = {"horizon": horizon, "before": RESUME_BEFORE, "after": RESUME_AFTER}
+    out["resume"] = child("resume", timeout=600, to=RESUME_TO, **fields)
+    out["roundtrip"] = child("roundtrip", horizon=horizon, before=5, after=3)
+    return out
+
+
+def determinism(tp: dict[str, Any], path: str) -> tuple[str, str]:
+    """(across restarts, across 0 / 2 workers) from the identities of the throughput runs."""
+    runs = [tp.get(f"{path}0"), tp.get(f"{path}0again"), tp.get(f"{path}2")]
+    if any(r is None or "error" in r for r in runs):
+        return "n/a", "n/a"
+    a, b, c = (np.asarray(r["ids"], dtype=np.int64) for r in runs)
+    restart = "same order" if np.array_equal(a, b) else "differs"
+    n = min(len(a), len(c))
+    if np.array_equal(a[:n], c[:n]):
+        workers = "same order"
+    else:
+        key = lambda z: sorted(map(tuple, z.tolist()))  # noqa: E731
+        workers = "same samples, other order" if key(a[:n]) == key(c[:n]) else "differs"
+    return restart, workers
+
+
+def cells(system: str, m: dict[str, Any], devs: dict[str, str]) -> dict[str, str]:
+    """One column of the side-by-side table."""
+    col: dict[str, str] = {}
+    col["mixture: max prefix deviation"] = devs.get(system, "n/a")
+    for h, r in m["startup"].items():
+        label = f"10^{len(str(h)) - 1}"
+        col[f"start-up to 1st batch @{label} (s)"] = _err(r) or f"{r['seconds']:.2f}"
+        col[f"peak RSS over imports @{label} (MiB)"] = (
+            _err(r) or f"{r['rss_peak'] - r['rss_base']:.0f}"
+        )
+    tp = m["throughput"]
+    first = "loader" if system == "tokentape" else ""
+    for w in (0, 2):
+        r = tp[f"{first}{w}"]
+        cell = _err(r) or f"{r['samples_per_s']:,.0f}"
+        if system == "tokentape":
+            t = tp[f"torch{w}"]
+            cell += " (torch " + (_err(t) or f"{t['samples_per_s']:,.0f}") + ")"
+        col[f"samples/s, batch 64, {w} workers"] = cell
+    r = tp[f"{first}0"]
+    col["batch span (median, samples)"] = _err(r) or f"{r['span']:,.0f}"
+    res = m["resume"]
+    for to in RESUME_TO:
+        col[f"resume 2 -> {to} ranks"] = _err(res) or res["result"][str(to)]
+    restart, workers = determinism(tp, first)
+    col["same order across restarts"] = restart
+    col["same order, 0 vs 2 workers"] = workers
+    rt = m["roundtrip"]
+    col["state JSON round trip resumes"] = _err(rt) or rt["result"]
+    return col
+
+
+def _err(r: dict[str, Any]) -> str | None:
+    return f"error: {r['error'][:60]}" if "error" in r else None
+
+
+def side_by_side(columns: dict[str, dict[str, str]]) -> str:
+    names = list(columns)
+    rows = list(next(iter(columns.values())))
+    width = [max(len(n), *(len(c.get(r, "")) for r in rows)) for n, c in columns.items()]
+    left = max(len(r) for r in rows)
+    lines = [
+        f"{'measure':<{left}} | "
+        + " | ".join(f"{n:<{w}}" for n, w in zip(names, width, strict=True))
+    ]
+    lines.append("-" * len(lines[0]))
+    for r in rows:
+        vals = [f"{columns[n].get(r, ''):<{w}}" for n, w in zip(names, width, strict=True)]
+        lines.append(f"{r:<{left}} | " + " | ".join(vals))
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="horizons 10^5 and 10^6 only")
+    parser.add_argument("--quick", action="store_true", help="fewer batches, smaller horizons")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     parser.add_argument(
         "--peers-venv",
@@ -296,27 +572,82 @@ def main(argv: list[str]) -> int:
         "--grain-budget",
         type=float,
         default=180.0,
-        help="seconds Grain may take to reach a horizon before it is skipped (default 180)",
+        help="seconds a peer may take to reach a mixture horizon before it is cut (default 180)",
     )
     args = parser.parse_args(argv)
     horizons = QUICK if args.quick else HORIZONS
     notes: list[str] = []
     rows: list[dict] = []
-    python, how = ensure_grain(args.peers_venv.absolute())
-    notes.append(f"grain: {how}" if python else f"grain: skipped ({how})")
-    if python:
+    started = time.perf_counter()
+    OUT.mkdir(parents=True, exist_ok=True)
+    build_corpus(OUT, CORPUS)
+    python, versions = ensure_peers(args.peers_venv.absolute())
+    versions["tokentape"] = tokentape_version
+    if python and not versions["grain"].startswith("skipped"):
         got, more = grain_rows(python, horizons, args.grain_budget)
         rows += got
         notes += more
     rows += tokentape_rows("exact", exact_weights(WEIGHTS, NAMES)[0], horizons)
     rows += tokentape_rows("2^16", rational_weights(WEIGHTS, NAMES, 65536), horizons)
+    devs = {
+        system: ", ".join(
+            f"{r['max_prefix_deviation']:.1f} @{r['N']:.0e}"
+            for r in rows
+            if r["system"] == system and not r["weights"].startswith("2^16")
+        )
+        for system in ("tokentape", "grain")
+    }
+    measured: dict[str, dict[str, Any]] = {}
+    for system in SYSTEMS:
+        if versions[system].startswith("skipped"):
+            notes.append(f"{system}: {versions[system]}")
+            continue
+        py = Path(sys.executable) if system == "tokentape" else python
+        assert py is not None
+        measured[system] = measure_system(Child(system, py, OUT), args.quick, args.grain_budget)
+        for key, r in measured[system].items():
+            if key.startswith("order"):
+                if "error" in r:
+                    notes.append(f"{system}: mixture order failed: {r['error']}")
+                    continue
+                devs[system] = (devs.get(system, "") + ", " if system in devs else "") + (
+                    f"{r['max_dev']:.1f} @{r['samples']:.0e}"
+                )
+                if r["samples"] < int(key[5:]):
+                    notes.append(
+                        f"{system}: mixture read {r['samples']:,} of {int(key[5:]):,} samples "
+                        f"in the {args.grain_budget:.0f} s budget"
+                    )
+    columns = {f"{s} {versions[s]}": cells(s, m, devs) for s, m in measured.items()}
     if args.json:
-        print(json.dumps({"rows": rows, "notes": notes}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "mixture_rows": rows,
+                    "table": columns,
+                    "raw": _strip_ids(measured),
+                    "versions": versions,
+                    "notes": notes,
+                },
+                indent=2,
+            )
+        )
     else:
         print("Mixture 60/30/10: largest deviation of any prefix n <= N from n * (0.6, 0.3, 0.1)")
         print(table(rows))
+        print()
+        print("Side by side (same tokens; 3 sources 60/30/10, seq_len 2048, batch 64 x 2049):")
+        print(side_by_side(columns))
         print("\n".join(notes))
+    _say(f"done in {time.perf_counter() - started:.0f} s")
     return 0
+
+
+def _strip_ids(measured: dict[str, Any]) -> Any:
+    """The measures without the identity lists (kept out of --json)."""
+    if isinstance(measured, dict):
+        return {k: _strip_ids(v) for k, v in measured.items() if k != "ids"}
+    return measured
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import overload
 
 import numpy as np
@@ -109,7 +110,7 @@ def round_keys(seed: int, name: str, epoch: int, rounds: int = ROUNDS) -> tuple[
 
 def _round(
     half: np.ndarray, key: np.unsignedinteger | np.ndarray, word: _Word,
-    out_shift: np.unsignedinteger, z: np.ndarray, tmp: np.ndarray,
+    out_shift: np.unsignedinteger | np.ndarray, z: np.ndarray, tmp: np.ndarray,
 ) -> np.ndarray:  # fmt: skip
     """F(half, key) into ``z``: a well-mixed ``h``-bit value (``tmp`` is scratch).
 
@@ -129,15 +130,24 @@ def _round(
 
 
 def _feistel(
-    v: np.ndarray, keys: Sequence[np.unsignedinteger | np.ndarray], h: int, word: _Word,
-    forward: bool,
+    v: np.ndarray, keys: Sequence[np.unsignedinteger | np.ndarray], h: int | np.ndarray,
+    word: _Word, forward: bool,
 ) -> np.ndarray:  # fmt: skip
     """One pass of the network (or its inverse) over ``[0, 4**h)``; ``v`` has ``word.dtype``.
-    A key is one word for every value, or an array of per-value words (``permute_epochs``)."""
-    shift = word.dtype(h)
-    out_shift = word.dtype(word.bits - h)
+    A key is one word for every value, or an array of per-value words; ``h`` is one half width
+    for every value, or an array of per-value widths (values of several domains at once)."""
+    shift: np.unsignedinteger | np.ndarray
+    low: np.unsignedinteger | np.ndarray
+    out_shift: np.unsignedinteger | np.ndarray
+    if isinstance(h, np.ndarray):
+        shift = h
+        low = (word.dtype(1) << h) - word.dtype(1)
+        out_shift = word.dtype(word.bits) - h
+    else:
+        shift, low = word.dtype(h), word.dtype((1 << h) - 1)
+        out_shift = word.dtype(word.bits - h)
     left = v >> shift
-    right = v & word.dtype((1 << h) - 1)
+    right = v & low
     spare = np.empty_like(v)
     tmp = np.empty_like(v)
     if forward:  # (L, R) -> (R, L ^ F(R))
@@ -286,40 +296,144 @@ class Permutation:
         return out
 
 
+@lru_cache(maxsize=4096)
+def _cached_keys(seed: int, name: str, epoch: int) -> tuple[int, ...]:
+    return round_keys(seed, name, epoch)
+
+
+SCALAR_TAIL = 8
+"""When this few values are left to cycle-walk, they finish in Python integers."""
+
+MERGE_BELOW = 2048
+"""A domain with fewer values than this shares one walk with the other small ones (per-value
+keys: fewer numpy calls); one with more walks alone (scalar keys, in cache-sized blocks)."""
+
+
+def permute_many(
+    seed: int,
+    domains: Sequence[tuple[int, str, int]],
+    group: np.ndarray,
+    x: np.ndarray,
+    forward: bool = True,
+) -> np.ndarray:
+    """``x[i]`` through the permutation of ``domains[group[i]]`` (or its inverse), every
+    domain an (n, source name, epoch) under ``seed``: for all ``i`` in one vectorised walk, each
+    value with its own domain's round keys and width. Equal to calling
+    ``Permutation.for_epoch(n, seed, name, epoch)`` per domain, with a few numpy calls per
+    round for all the domains together instead of per domain (what a small batch pays)."""
+    x = np.asarray(x, dtype=np.int64).reshape(-1)
+    group = np.asarray(group, dtype=np.intp).reshape(-1)
+    out = np.empty_like(x)
+    if x.size == 0:
+        return out
+    top = np.array([n - 1 for n, _, _ in domains], dtype=np.int64)  # n itself may be 2**63
+    if int(x.min()) < 0 or bool(np.any(x > top[group])):
+        bad = int(np.flatnonzero((x < 0) | (x > top[group]))[0])
+        raise IndexOutOfRange(
+            f"permutation: index {int(x[bad])} is outside [0, {int(top[group[bad]]) + 1})"
+        )
+    halves = [half_bits_for(n) for n, _, _ in domains]
+    counts = np.bincount(group, minlength=len(domains))
+    large = counts >= MERGE_BELOW
+    if large.any():  # domains with many values: their own walk, scalar keys, cache blocks
+        for g in np.flatnonzero(large).tolist():
+            n, name, e = domains[g]
+            perm = Permutation(n, _cached_keys(seed, name, e), halves[g])
+            rows = np.flatnonzero(group == g)
+            out[rows] = perm._walk(x[rows].astype(perm._word.dtype), forward).astype(np.int64)
+    # The rest share walks: all of them in one (per-value widths) when they are few, else one
+    # walk per width (a width for every value: fewer memory streams per numpy call).
+    few = int(counts[~large].sum()) < MERGE_BELOW
+    kinds = [(h <= NARROW_HALF_BITS, 0 if few else h) for h in halves]
+    kind_ids = {k: i for i, k in enumerate(sorted(set(kinds)))}
+    kind_of = np.array([kind_ids[k] for k in kinds])
+    for kind, i in kind_ids.items():
+        chosen = (kind_of == i) & ~large
+        if not chosen.any():
+            continue
+        whole = bool(chosen[counts > 0].all())
+        members = None if whole else np.flatnonzero(chosen[group])
+        if members is not None and not members.size:
+            continue
+        sub = group if members is None else group[members]
+        values = x if members is None else x[members]
+        word = _NARROW if kind[0] else _WIDE
+        walked = _walk_many(seed, domains, halves, word, sub, values, forward)
+        if members is None:
+            out[:] = walked
+        else:
+            out[members] = walked
+    return out
+
+
+def _walk_many(
+    seed: int,
+    domains: Sequence[tuple[int, str, int]],
+    halves: Sequence[int],
+    word: _Word,
+    group: np.ndarray,
+    x: np.ndarray,
+    forward: bool,
+) -> np.ndarray:
+    """``permute_many`` of values whose domains all run on ``word``."""
+    mask = (1 << word.bits) - 1
+    present, local = np.unique(group, return_inverse=True)  # the domains met, renumbered
+    local = local.reshape(-1)
+    mine = [domains[g] for g in present.tolist()]
+    widths = [halves[g] for g in present.tolist()]
+    # A domain of exactly 4**h values needs no walk (and n = 2**32 does not fit the word).
+    full = [n >= 1 << (2 * hb) for (n, _, _), hb in zip(mine, widths, strict=True)]
+    one = len(mine) == 1
+    h: int | np.ndarray = widths[0]
+    bound: np.unsignedinteger | np.ndarray = word.dtype(min(mine[0][0], mask))
+    if one:  # a single domain: scalar keys
+        keys: list = [word.dtype(k & mask) for k in _cached_keys(seed, mine[0][1], mine[0][2])]
+    else:
+        table = np.array(
+            [[k & mask for k in _cached_keys(seed, name, e)] for _, name, e in mine],
+            dtype=word.dtype,
+        )
+        if local.size > _BLOCK // 8:  # one contiguous array per round: unit-stride reads
+            keys = [np.ascontiguousarray(column)[local] for column in table.T]
+        else:  # few values: one gather, a view per round (fewer numpy calls)
+            keys = list(table[local].T)
+        if len(set(widths)) > 1:
+            h = np.array(widths, dtype=word.dtype)[local]
+        if len({n for n, _, _ in mine}) > 1:
+            bound = np.array([min(n, mask) for n, _, _ in mine], dtype=word.dtype)[local]
+    out = _feistel(x.astype(word.dtype), keys, h, word, forward)
+    todo = np.flatnonzero(out >= bound)
+    if any(full):
+        todo = todo[~np.array(full)[local[todo]]]
+    while todo.size > SCALAR_TAIL:  # cycle walking, each value with its own domain
+        walked = _feistel(
+            out[todo],
+            keys if one else [k[todo] for k in keys],
+            h[todo] if isinstance(h, np.ndarray) else h,
+            word,
+            forward,
+        )
+        out[todo] = walked
+        todo = todo[walked >= (bound[todo] if isinstance(bound, np.ndarray) else bound)]
+    for i in todo.tolist():  # the last few: numpy's per-call cost would exceed the work
+        n, name, e = mine[int(local[i])]
+        perm = Permutation(n, _cached_keys(seed, name, e), widths[int(local[i])])
+        out[i] = perm._walk_int(int(out[i]), forward)
+    return out.astype(np.int64)
+
+
 def permute_epochs(
     n: int, seed: int, name: str, epochs: np.ndarray, x: np.ndarray, forward: bool = True
 ) -> np.ndarray:
     """``x[i]`` through the permutation of pass ``epochs[i]`` (or its inverse), for all ``i`` in
-    one vectorised walk: each value carries its own pass's round keys. Equal to calling
-    ``Permutation.for_epoch(n, seed, name, e)`` per pass, without a numpy call per pass."""
+    one vectorised walk (``permute_many`` over the passes present)."""
     x = np.asarray(x, dtype=np.int64)
     epochs = np.broadcast_to(np.asarray(epochs, dtype=np.int64), x.shape)
     if x.size == 0:
         return np.zeros(x.shape, dtype=np.int64)
     uniq, which = np.unique(epochs, return_inverse=True)
-    if uniq.size == 1 or x.size <= SCALAR_MAX:
-        out = np.empty_like(x)
-        for i, e in enumerate(uniq.tolist()):
-            perm = Permutation.for_epoch(n, seed, name, e)
-            mask = which == i
-            out[mask] = perm(x[mask]) if forward else perm.inverse(x[mask])
-        return out
-    if int(x.min()) < 0 or int(x.max()) >= n:
-        raise IndexOutOfRange(f"permutation: indices must be in [0, {n})")
-    h = half_bits_for(n)
-    word = _NARROW if h <= NARROW_HALF_BITS else _WIDE
-    table = np.array([round_keys(seed, name, e) for e in uniq.tolist()], dtype=np.uint64)
-    table &= np.uint64((1 << word.bits) - 1)
-    per_value = table.astype(word.dtype)[which.reshape(-1)]  # (values, rounds)
-    keys = [np.ascontiguousarray(per_value[:, r]) for r in range(per_value.shape[1])]
-    out = _feistel(x.reshape(-1).astype(word.dtype), keys, h, word, forward)
-    bound = word.dtype(n)
-    todo = np.flatnonzero(out >= bound) if n < 1 << (2 * h) else np.zeros(0, dtype=np.int64)
-    while todo.size:  # cycle walking, each value with its own keys
-        walked = _feistel(out[todo], [k[todo] for k in keys], h, word, forward)
-        out[todo] = walked
-        todo = todo[walked >= bound]
-    return out.astype(np.int64).reshape(x.shape)
+    domains = [(n, name, e) for e in uniq.tolist()]
+    return permute_many(seed, domains, which.reshape(-1), x.reshape(-1), forward).reshape(x.shape)
 
 
 @overload

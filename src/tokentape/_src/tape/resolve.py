@@ -10,13 +10,18 @@ exactly one position, and ``position_of`` finds it without scanning.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
 
 from tokentape._src.tape.blend import MAX_POSITION, Blend
-from tokentape._src.tape.permutation import Permutation, permute_epochs
+from tokentape._src.tape.permutation import (
+    MERGE_BELOW,
+    Permutation,
+    permute_epochs,
+    permute_many,
+)
 from tokentape._src.tape.phases import PhasedBlend
 from tokentape.errors import ArgumentError, OutOfRangeError
 
@@ -97,8 +102,9 @@ class Tape:
         """The (source, epoch, sample) of each (source, draw over the run)."""
         epoch = np.empty_like(draw)
         sample = np.empty_like(draw)
+        walk = _Walk(sample)
         # Group positions by source (a stable radix sort of a small-integer array), then
-        # work on each source's positions with scalar n and one permutation per pass.
+        # split each source's draws into (pass, offset) with scalar n.
         small = source.astype(np.int16 if len(self.names) > 127 else np.int8)
         order = np.argsort(small, kind="stable")
         bounds = np.searchsorted(small[order], np.arange(len(self.names) + 1))
@@ -107,7 +113,8 @@ class Tape:
             if idx.size:
                 e, offset = np.divmod(draw[idx], self.n_samples[d])
                 epoch[idx] = e
-                sample[idx] = self._permute(d, e, offset)
+                walk.add(self, d, idx, e, offset)
+        walk.run(self.seed)
         return Resolved(source.astype(np.int64), epoch, sample)
 
     def resolve_range(self, start: int, count: int) -> Resolved:
@@ -130,6 +137,7 @@ class Tape:
         source = np.empty(count, dtype=np.int64)
         epoch = np.empty(count, dtype=np.int64)
         sample = np.empty(count, dtype=np.int64)
+        walk = _Walk(sample)  # every source's draws, permuted in one walk at the end
         if isinstance(blend, PhasedBlend):  # each phase's stretch of the run, tiled alike
             end = start + count
             first = int(blend.phase_of(np.asarray(start)))
@@ -138,14 +146,14 @@ class Tape:
                 phase = blend.phases[i]
                 a = max(start, phase.start)
                 b = end if i == last else min(end, blend.phases[i + 1].start)
-                out = (source[a - start : b - start], epoch[a - start : b - start],
-                       sample[a - start : b - start])  # fmt: skip
                 global_of = phase.sources.tolist()
                 base = [int(phase.base[d]) for d in global_of]
-                self._tile(phase.blend, a - phase.start, b - a, out, global_of, base)
-            return Resolved(source, epoch, sample)
-        self._tile(blend, start, count, (source, epoch, sample), list(range(len(self.names))),
-                   [0] * len(self.names))  # fmt: skip
+                self._tile(phase.blend, a - phase.start, b - a, a - start, (source, epoch),
+                           walk, global_of, base)  # fmt: skip
+        else:
+            self._tile(blend, start, count, 0, (source, epoch), walk,
+                       list(range(len(self.names))), [0] * len(self.names))  # fmt: skip
+        walk.run(self.seed)
         return Resolved(source, epoch, sample)
 
     def _tile(
@@ -153,14 +161,16 @@ class Tape:
         blend: Blend,
         start: int,
         count: int,
-        out: tuple[np.ndarray, np.ndarray, np.ndarray],
+        at: int,
+        out: tuple[np.ndarray, np.ndarray],
+        walk: _Walk,
         global_of: list[int],
         base: list[int],
     ) -> None:
-        """Fill ``out`` (source, epoch, sample) for positions [start, start + count) of
-        ``blend``, whose source i is the tape's source ``global_of[i]`` with ``base[i]`` draws
-        before the blend's position 0."""
-        source, epoch, sample = out
+        """Fill ``out`` (source, epoch) from index ``at`` for positions [start, start + count)
+        of ``blend``, whose source i is the tape's source ``global_of[i]`` with ``base[i]``
+        draws before the blend's position 0; their samples go to ``walk``."""
+        source, epoch = out
         period = blend.denominator
         first, last = start // period, (start + count - 1) // period
         offsets = (np.arange(first, last + 1, dtype=np.int64) * period - start)[:, None]
@@ -170,20 +180,12 @@ class Tape:
             idx = idx[(idx >= 0) & (idx < count)]
             if not idx.size:
                 continue
+            idx += at
             first_draw = base[i] + int(blend.count(i, start))
             e, offset = np.divmod(np.arange(first_draw, first_draw + idx.size), self.n_samples[d])
             source[idx] = d
             epoch[idx] = e
-            sample[idx] = self._permute(d, e, offset)
-
-    def _permute(self, d: int, epochs: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-        lo, hi = int(epochs.min()), int(epochs.max())
-        if lo == hi:  # the common case: a batch of positions lies in one pass of the source
-            return self._perm(d, lo)(offsets)
-        return permute_epochs(self.n_samples[d], self.seed, self.names[d], epochs, offsets)
-
-    def _perm(self, d: int, epoch: int) -> Permutation:
-        return _permutation(self.n_samples[d], self.seed, self.names[d], epoch)
+            walk.add(self, d, idx, e, offset)
 
     def position_of(
         self, source: int, sample: np.ndarray | int, epoch: np.ndarray | int
@@ -215,3 +217,58 @@ def _check_sizes(names: Sequence[str], n_samples: Sequence[int], weights: Sequen
         raise ArgumentError("tape: names, n_samples and weights must have the same length")
     if any(isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1 for n in n_samples):
         raise ArgumentError(f"tape: n_samples {list(n_samples)}: expected integers >= 1")
+
+
+@dataclass
+class _Walk:
+    """Draws of several sources and passes, gathered to go through their permutations in one
+    vectorised walk (``permute_many``): a small batch then pays the network's numpy calls once,
+    not once per source."""
+
+    sample: np.ndarray
+    """Where each draw's sample goes (at its row)."""
+    idx: list[np.ndarray] = field(default_factory=list)
+    group: list[np.ndarray] = field(default_factory=list)
+    offset: list[np.ndarray] = field(default_factory=list)
+    domains: list[tuple[int, str, int]] = field(default_factory=list)
+    _index: dict[tuple[int, int], int] = field(default_factory=dict)
+
+    def _domain(self, tape: Tape, d: int, epoch: int) -> int:
+        key = (d, epoch)
+        if key not in self._index:
+            self._index[key] = len(self.domains)
+            self.domains.append((tape.n_samples[d], tape.names[d], epoch))
+        return self._index[key]
+
+    def add(
+        self, tape: Tape, d: int, idx: np.ndarray, epochs: np.ndarray, offsets: np.ndarray
+    ) -> None:
+        """Offsets ``offsets`` of source ``d`` in passes ``epochs``, for output rows ``idx``."""
+        lo, hi = int(epochs.min()), int(epochs.max())
+        if idx.size >= MERGE_BELOW:  # many draws: walked now, on their own (scalar keys)
+            n, name = tape.n_samples[d], tape.names[d]
+            if lo == hi:
+                self.sample[idx] = _permutation(n, tape.seed, name, lo)(offsets)
+            else:
+                self.sample[idx] = permute_epochs(n, tape.seed, name, epochs, offsets)
+            return
+        if lo == hi:  # the common case: a batch of positions lies in one pass of the source
+            group = np.full(idx.size, self._domain(tape, d, lo), dtype=np.intp)
+        else:
+            uniq, which = np.unique(epochs, return_inverse=True)
+            table = np.array([self._domain(tape, d, e) for e in uniq.tolist()], dtype=np.intp)
+            group = table[which.reshape(-1)]
+        self.idx.append(idx)
+        self.group.append(group)
+        self.offset.append(offsets)
+
+    def run(self, seed: int) -> None:
+        """Write each gathered draw's sample into ``sample`` at its row."""
+        if not self.idx:
+            return
+        if len(self.idx) == 1:
+            idx, group, offset = self.idx[0], self.group[0], self.offset[0]
+        else:
+            idx = np.concatenate(self.idx)
+            group, offset = np.concatenate(self.group), np.concatenate(self.offset)
+        self.sample[idx] = permute_many(seed, self.domains, group, offset)

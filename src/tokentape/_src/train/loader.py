@@ -29,6 +29,7 @@ from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan
 from tokentape._src.store.remote import FetchConfig, FetchStats, total_stats
 from tokentape._src.tape.resolve import Resolved
+from tokentape._src.train.ahead import ResolveAhead, StepShape
 from tokentape._src.train.batch import Batch, Batcher
 from tokentape._src.train.logwriter import StepLogWriter
 from tokentape._src.train.partition import BatchConfig, positions_for
@@ -203,6 +204,7 @@ class Loader:
             # The log may end under a plan a state loaded next (load_state_dict) changed from:
             # checked again then, or at the first step.
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokentape-prefetch")
+        self._resolve = ResolveAhead(self.batcher.tape)  # coming steps' index math, in chunks
         self._ahead: dict[tuple[int, BatchConfig], _Ahead] = {}
         self._outstanding: _Outstanding | None = None
         self._closed = False
@@ -391,6 +393,9 @@ class Loader:
         self, consumed: int, config: BatchConfig, resolved: Resolved | None = None
     ) -> tuple[Batch, ...]:
         rows = positions_for(consumed, self.dp_rank, config)
+        if resolved is None:
+            shape = StepShape(config.global_batch, self.dp_rank * config.per_rank, config.per_rank)
+            resolved = self._resolve.resolved(consumed, shape)
         whole = self.batcher.batch(rows.ravel(), resolved)
         m = config.micro
         return tuple(_slice(whole, i * m, (i + 1) * m) for i in range(config.accum))
@@ -399,7 +404,8 @@ class Loader:
         """The tokens hash of the whole step (every rank's positions), for the step log."""
         b = config.global_batch
         assert self._log_batcher is not None
-        whole = self._log_batcher.batch(np.arange(consumed, consumed + b))
+        resolved = self._resolve.resolved(consumed, StepShape(b, 0, b))
+        whole = self._log_batcher.batch(np.arange(consumed, consumed + b), resolved)
         return step_tokens_hash(whole, self.plan)
 
     def _record(self, out: _Outstanding, tokens_hash: str) -> dict[str, Any]:

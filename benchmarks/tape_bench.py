@@ -47,6 +47,7 @@ import numpy as np
 
 from tokentape._src.tape.blend import Blend, exact_weights
 from tokentape._src.tape.resolve import Tape
+from tokentape._src.train.ahead import ResolveAhead, StepShape
 
 SEED = 1234
 SEQ_LEN = 4096
@@ -64,6 +65,9 @@ SAME_N = 100_000  # positions looked up one by one by the reference
 SMALL = 1024  # positions per call in the small-batch rows (4 calls)
 TRACE_HORIZON = 10**5  # the reference loop is ~7x slower under tracemalloc: trace it here only
 AIM_RESOLVE = 10e6  # positions/s, one core, vectorised
+AIM_CALL_MS = 0.3  # one direct call of SMALL positions (issue 15)
+AIM_AHEAD_MS = 0.1  # a step of SMALL positions resolved through the loader's chunks (issue 15)
+AHEAD_STEPS = 64  # steps of one rank measured through ResolveAhead (its chunk cost included)
 AIM_FLAT = 1.5  # tokentape's build at 10**8 over its build at 10**6, time and memory
 MB = 1e6
 
@@ -470,6 +474,15 @@ def bench_resolve(setup: Setup, arrays: dict, quick: bool, rounds: int) -> tuple
         for b in batches_:
             tape.resolve(b)
 
+    def one_call(count: int) -> None:
+        tape.resolve(np.arange(10**9, 10**9 + count, dtype=np.int64))
+
+    def through_ahead() -> None:
+        """A fresh rank (dp 8, rank 3) reading AHEAD_STEPS steps of SMALL positions."""
+        ahead, shape = ResolveAhead(tape), StepShape(8 * SMALL, 3 * SMALL, SMALL)
+        for i in range(AHEAD_STEPS):
+            ahead.resolved(10**9 + i * 8 * SMALL, shape)
+
     def inverse(o: int) -> None:
         for d, samples, epochs, _ in inverse_inputs[o]:
             tape.position_of(d, samples, epochs)
@@ -491,6 +504,9 @@ def bench_resolve(setup: Setup, arrays: dict, quick: bool, rounds: int) -> tuple
             best.run(f"tt {o}", lambda b=b: tape.resolve(b))
         best.run("tt random 1m", lambda: tape.resolve(random_1m))
         best.run("tt small far", lambda: small_calls(small_far))
+        for count in (8, 64, SMALL):
+            best.run(f"tt call {count}", lambda count=count: [one_call(count) for _ in range(20)])
+        best.run("tt ahead", through_ahead)
         for o in inverse_inputs:
             best.run(f"inv {o}", lambda o=o: inverse(o))
     if not quick:
@@ -595,6 +611,38 @@ def bench_resolve(setup: Setup, arrays: dict, quick: bool, rounds: int) -> tuple
             rate / 1e6,
             None,
             None,
+        )
+    )
+    for count in (8, 64, SMALL):
+        ms = best.wall[f"tt call {count}"] / 20 * 1e3
+        aimed_call = count == SMALL
+        rows.append(
+            Row(
+                "resolve",
+                "one call, latency",
+                f"{count:,} contiguous from 10^9",
+                "ms",
+                ms,
+                None,
+                None,
+                f"<= {AIM_CALL_MS} ms" if aimed_call else "",
+                _mark(ms <= AIM_CALL_MS) if aimed_call else "",
+                basis="best of 20 calls",
+            )
+        )
+    ms = best.wall["tt ahead"] / AHEAD_STEPS * 1e3
+    rows.append(
+        Row(
+            "resolve",
+            "a step in the loader (chunks), latency",
+            f"{AHEAD_STEPS} steps x {SMALL:,}, rank 3 of 8",
+            "ms",
+            ms,
+            None,
+            None,
+            f"<= {AIM_AHEAD_MS} ms",
+            _mark(ms <= AIM_AHEAD_MS),
+            basis="ResolveAhead, chunk cost included",
         )
     )
     for o in inverse_inputs:

@@ -335,34 +335,35 @@ def permute_many(
     halves = [half_bits_for(n) for n, _, _ in domains]
     counts = np.bincount(group, minlength=len(domains))
     large = counts >= MERGE_BELOW
-    if large.any():  # domains with many values: their own walk, scalar keys, cache blocks
-        for g in np.flatnonzero(large).tolist():
-            n, name, e = domains[g]
-            perm = Permutation(n, _cached_keys(seed, name, e), halves[g])
-            rows = np.flatnonzero(group == g)
-            out[rows] = perm._walk(x[rows].astype(perm._word.dtype), forward).astype(np.int64)
+    rest: list[np.ndarray] = [np.flatnonzero(~large[group])] if not large.all() else []
+    for g in np.flatnonzero(large).tolist():  # many values: a first pass on their own
+        n, name, e = domains[g]
+        perm = Permutation(n, _cached_keys(seed, name, e), halves[g])
+        word = perm._word
+        keys = tuple(word.dtype(k & ((1 << word.bits) - 1)) for k in perm.keys)
+        rows = np.flatnonzero(group == g)
+        once = perm._blocks(x[rows].astype(word.dtype), keys, word, forward)
+        out[rows] = once
+        if n < 1 << (2 * halves[g]):  # the values that left [0, n) walk on with the rest
+            rest.append(rows[once >= word.dtype(n)])
+    rows = np.concatenate(rest) if len(rest) > 1 else (rest[0] if rest else group[:0])
+    if not rows.size:
+        return out
+    values = np.where(large[group[rows]], out[rows], x[rows])
     # The rest share walks: all of them in one (per-value widths) when they are few, else one
     # walk per width (a width for every value: fewer memory streams per numpy call).
-    few = int(counts[~large].sum()) < MERGE_BELOW
+    few = rows.size < MERGE_BELOW
     kinds = [(h <= NARROW_HALF_BITS, 0 if few else h) for h in halves]
     kind_ids = {k: i for i, k in enumerate(sorted(set(kinds)))}
-    kind_of = np.array([kind_ids[k] for k in kinds])
+    kind_of = np.array([kind_ids[k] for k in kinds])[group[rows]]
     for kind, i in kind_ids.items():
-        chosen = (kind_of == i) & ~large
-        if not chosen.any():
+        picked = np.flatnonzero(kind_of == i) if len(kind_ids) > 1 else None
+        if picked is not None and not picked.size:
             continue
-        whole = bool(chosen[counts > 0].all())
-        members = None if whole else np.flatnonzero(chosen[group])
-        if members is not None and not members.size:
-            continue
-        sub = group if members is None else group[members]
-        values = x if members is None else x[members]
+        at = rows if picked is None else rows[picked]
         word = _NARROW if kind[0] else _WIDE
-        walked = _walk_many(seed, domains, halves, word, sub, values, forward)
-        if members is None:
-            out[:] = walked
-        else:
-            out[members] = walked
+        sub_values = values if picked is None else values[picked]
+        out[at] = _walk_many(seed, domains, halves, word, group[at], sub_values, forward)
     return out
 
 

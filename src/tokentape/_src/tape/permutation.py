@@ -304,6 +304,10 @@ def _cached_keys(seed: int, name: str, epoch: int) -> tuple[int, ...]:
 SCALAR_TAIL = 8
 """When this few values are left to cycle-walk, they finish in Python integers."""
 
+SCALAR_BATCH = 32
+"""Up to this many values, a walk runs in Python integers from the start (about 3 µs a value
+and pass, where numpy's dozens of calls per pass cost more)."""
+
 MERGE_BELOW = 2048
 """A domain with fewer values than this shares one walk with the other small ones (per-value
 keys: fewer numpy calls); one with more walks alone (scalar keys, in cache-sized blocks)."""
@@ -377,6 +381,15 @@ def _walk_many(
     forward: bool,
 ) -> np.ndarray:
     """``permute_many`` of values whose domains all run on ``word``."""
+    if x.size <= SCALAR_BATCH:  # a handful: Python integers beat numpy's per-call cost
+        perms: dict[int, Permutation] = {}
+        walked = np.empty(x.size, dtype=np.int64)
+        for i, (g, v) in enumerate(zip(group.tolist(), x.tolist(), strict=True)):
+            if g not in perms:
+                n, name, e = domains[g]
+                perms[g] = Permutation(n, _cached_keys(seed, name, e), halves[g])
+            walked[i] = perms[g]._walk_int(v, forward)
+        return walked
     mask = (1 << word.bits) - 1
     present, local = np.unique(group, return_inverse=True)  # the domains met, renumbered
     local = local.reshape(-1)

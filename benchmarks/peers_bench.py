@@ -400,6 +400,21 @@ RESUME_TO = [2, 3, 1]
 RESUME_BEFORE, RESUME_AFTER = 5, 768  # steps of 2 x 64 before; samples after (all ranks)
 
 
+HORIZON_NOTES = [
+    "horizon: tokentape, the plan's total_samples; grain, the mixture cut at it (sources "
+    "repeated); streaming, epoch_size (the epoch's sample order is built at the first batch); "
+    "litdata has none (an epoch ends when a source runs out: ~10,000 samples here), so its "
+    "three start-up cells are one configuration",
+    "2 workers: tokentape Loader(prefetch=2) (a thread; in brackets TapeDataset in a torch "
+    "DataLoader, 2 processes); grain mp_prefetch(num_workers=2); streaming and litdata "
+    "num_workers=2. Throughput after the first batch; the machine's cores are shared",
+    "peak RSS: the process's peak resident memory at the first batch minus that after the "
+    "imports (0 workers)",
+    "mixture: grain and tokentape, the source sequence over every prefix to 10^5 / 10^6 "
+    "(first table); streaming and litdata, the sources of the samples their loaders read",
+]
+
+
 def ensure_peers(venv: Path) -> tuple[Path | None, dict[str, str]]:
     """The peers venv's python with ``PEERS_PINS`` (installed when missing: one pip call, then
     one per pin if that fails), and per peer its version or why it is skipped."""
@@ -542,9 +557,19 @@ def _err(r: dict[str, Any]) -> str | None:
     return f"error: {r['error'][:60]}" if "error" in r else None
 
 
-def side_by_side(columns: dict[str, dict[str, str]]) -> str:
+CELL = 34  # a longer cell is cut, its whole text in a numbered note under the table
+
+
+def side_by_side(columns: dict[str, dict[str, str]], notes: list[str]) -> str:
+    """The table (rows = measures, columns = systems); cut cells' texts go to ``notes``."""
     names = list(columns)
     rows = list(next(iter(columns.values())))
+    columns = {n: dict(c) for n, c in columns.items()}
+    for n, c in columns.items():
+        for r in rows:
+            if len(c.get(r, "")) > CELL:
+                notes.append(f"[{len(notes) + 1}] {n}, {r}: {c[r]}")
+                c[r] = c[r][: CELL - 6].rstrip() + f" [{len(notes)}]"
     width = [max(len(n), *(len(c.get(r, "")) for r in rows)) for n, c in columns.items()]
     left = max(len(r) for r in rows)
     lines = [
@@ -619,6 +644,7 @@ def main(argv: list[str]) -> int:
                         f"in the {args.grain_budget:.0f} s budget"
                     )
     columns = {f"{s} {versions[s]}": cells(s, m, devs) for s, m in measured.items()}
+    notes += HORIZON_NOTES
     if args.json:
         print(
             json.dumps(
@@ -637,8 +663,9 @@ def main(argv: list[str]) -> int:
         print(table(rows))
         print()
         print("Side by side (same tokens; 3 sources 60/30/10, seq_len 2048, batch 64 x 2049):")
-        print(side_by_side(columns))
-        print("\n".join(notes))
+        cut: list[str] = []
+        print(side_by_side(columns, cut))
+        print("\n".join(cut + notes))
     _say(f"done in {time.perf_counter() - started:.0f} s")
     return 0
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, overload
 
 import numpy as np
@@ -24,6 +25,7 @@ from torch.utils.data import Dataset, Sampler, default_collate, get_worker_info
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan
 from tokentape._src.tape.blend import MAX_POSITION
+from tokentape._src.tape.resolve import Resolved, Tape
 from tokentape._src.train.batch import Batch, Batcher
 from tokentape._src.train.partition import BatchConfig, positions_for
 from tokentape.errors import ArgumentError, OutOfRangeError
@@ -54,12 +56,13 @@ def to_torch(batch: Batch, pin: bool | None = None) -> dict[str, torch.Tensor]:
 
 
 def _tensors(batch: Batch, shared: bool) -> dict[str, torch.Tensor]:
-    """``to_torch``'s contiguous tensors, unpinned; ``shared``: in one block of shared memory
-    (a DataLoader worker's, so that handing them to the main process copies nothing more and
-    passes one file descriptor).
+    """``to_torch``'s contiguous tensors, unpinned, views of one block of memory allocated by
+    torch; ``shared``: of shared memory (a DataLoader worker's, so that handing them to the
+    main process copies nothing more and passes one file descriptor).
 
-    The destinations are allocated by torch: numpy's fresh ~1 MiB arrays are often new pages
-    to fault in, which cost more than the copy itself.
+    One block, not one numpy array per key: fresh ~1 MiB arrays freed at every batch made the
+    allocator give their pages back and fault them in again (hundreds of faults a batch),
+    which cost more than the copies.
     """
     arrays = {
         "inputs": batch.inputs,
@@ -70,17 +73,17 @@ def _tensors(batch: Batch, shared: bool) -> dict[str, torch.Tensor]:
         arrays["segment_ids"] = batch.segment_ids[:, :-1]
         arrays["doc_positions"] = batch.doc_positions[:, :-1]
     dtypes = {k: torch.from_numpy(a[:0]).dtype for k, a in arrays.items()}
+    ends = np.cumsum([-(-a.nbytes // 8) * 8 for a in arrays.values()]).tolist()
     if shared:
         # the same private allocator torch's default_collate uses for a worker's batches
-        ends = np.cumsum([-(-a.nbytes // 8) * 8 for a in arrays.values()]).tolist()
         block = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(ends[-1]))
-        starts = [0, *ends[:-1]]
-        out = {
-            k: block[lo : lo + a.nbytes].view(dtypes[k]).view(a.shape)
-            for (k, a), lo in zip(arrays.items(), starts, strict=True)
-        }
     else:
-        out = {k: torch.empty(a.shape, dtype=dtypes[k]) for k, a in arrays.items()}
+        block = torch.empty(ends[-1], dtype=torch.uint8)
+    starts = [0, *ends[:-1]]
+    out = {
+        k: block[lo : lo + a.nbytes].view(dtypes[k]).view(a.shape)
+        for (k, a), lo in zip(arrays.items(), starts, strict=True)
+    }
     for key, array in arrays.items():
         out[key].numpy()[...] = array
     return out
@@ -236,6 +239,59 @@ class TapeSampler(_RankPositions, Sampler[int]):
         return self.steps * self.config.per_rank
 
 
+AHEAD = 1 << 14
+"""Positions of a rank's coming steps that ``TapeDataset`` resolves in one call."""
+
+
+class MicroBatch(list[int]):
+    """A micro-batch's positions (a list), and where its rank's coming steps lie.
+
+    ``TapeBatchSampler`` yields these: ``TapeDataset.__getitems__`` resolves the positions of
+    many coming steps at once from them (one tape call spread over many micro-batches),
+    which gives the same samples as resolving each micro-batch alone.
+
+    Attributes:
+        first: The rank's first position in this micro-batch's step.
+        stride: Positions from one step to the next (the global batch).
+        width: The rank's positions in a step (``micro · accum``).
+        steps: This step and the sampler's steps after it.
+    """
+
+    def __init__(self, positions: range, first: int, stride: int, width: int, steps: int) -> None:
+        super().__init__(positions)
+        self.first, self.stride, self.width, self.steps = first, stride, width, steps
+
+
+@dataclass(frozen=True)
+class _Ahead:
+    """The resolution of ``steps`` steps of a rank: ``width`` positions from ``first``, then
+    every ``stride`` further on."""
+
+    first: int
+    stride: int
+    width: int
+    steps: int
+    resolved: Resolved
+
+    @classmethod
+    def of(cls, tape: Tape, micro: MicroBatch) -> _Ahead:
+        steps = max(1, min(micro.steps, AHEAD // micro.width))
+        grid = micro.first + micro.stride * np.arange(steps, dtype=np.int64)[:, None]
+        positions = (grid + np.arange(micro.width, dtype=np.int64)).ravel()
+        return cls(micro.first, micro.stride, micro.width, steps, tape.resolve(positions))
+
+    def get(self, positions: np.ndarray) -> Resolved | None:
+        """The resolution of ``positions`` if they all lie in these steps."""
+        step, at = np.divmod(positions - self.first, self.stride)
+        if positions.size == 0 or not (
+            int(step.min()) >= 0 and int(step.max()) < self.steps and int(at.max()) < self.width
+        ):
+            return None
+        rows = step * self.width + at
+        r = self.resolved
+        return Resolved(r.source[rows], r.epoch[rows], r.sample[rows])
+
+
 class TapeBatchSampler(_RankPositions, Sampler[list[int]]):
     """A rank's micro-batches: the positions of one micro-batch at a time, as a list.
 
@@ -263,17 +319,17 @@ class TapeBatchSampler(_RankPositions, Sampler[list[int]]):
         OutOfRangeError: The steps would end beyond position 2**62.
     """
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def __iter__(self) -> Iterator[MicroBatch]:
         return self._micro_batches(self._start_pass())
 
-    def _micro_batches(self, start: int) -> Iterator[list[int]]:
-        micro, per = self.config.micro, self.config.per_rank
+    def _micro_batches(self, start: int) -> Iterator[MicroBatch]:
+        micro, per, stride = self.config.micro, self.config.per_rank, self.config.global_batch
         for step in range(start // per, self.steps):
             first = self._first(step)
             skip = start - step * per if step == start // per else 0
             for lo in range(first + skip, first + per, micro):
                 self.yielded += micro
-                yield list(range(lo, lo + micro))
+                yield MicroBatch(range(lo, lo + micro), first, stride, per, self.steps - step)
 
     def __len__(self) -> int:
         return self.steps * self.config.accum
@@ -354,11 +410,23 @@ class TapeDataset(Dataset[dict[str, torch.Tensor]]):
         self.plan = plan
         self.segments = segments
         self._batcher: Batcher | None = None
+        self._ahead: list[_Ahead] = []
 
     def _batch(self, positions: Sequence[int]) -> Batch:
         if self._batcher is None:
             self._batcher = Batcher(self.plan, np.int64, self.segments)
-        return self._batcher.batch(np.asarray(positions))
+        p = np.asarray(positions, dtype=np.int64)
+        resolved = None
+        if isinstance(positions, MicroBatch):  # resolve the rank's coming steps at once
+            for ahead in reversed(self._ahead):
+                resolved = ahead.get(p)
+                if resolved is not None:
+                    break
+            else:
+                made = _Ahead.of(self._batcher.tape, positions)
+                self._ahead = [*self._ahead[-1:], made]  # the last two: workers interleave
+                resolved = made.get(p)
+        return self._batcher.batch(p, resolved)
 
     def __getitem__(self, position: int) -> dict[str, torch.Tensor]:
         one = _tensors(self._batch([position]), shared=False)
@@ -376,4 +444,4 @@ class TapeDataset(Dataset[dict[str, torch.Tensor]]):
         return TapeSamples(_tensors(self._batch(positions), shared=get_worker_info() is not None))
 
     def __getstate__(self) -> dict[str, object]:
-        return {"plan": self.plan, "segments": self.segments, "_batcher": None}
+        return {"plan": self.plan, "segments": self.segments, "_batcher": None, "_ahead": []}

@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, default_collate  # noqa: E402
 
 from tokentape._src.plan.plan import resolve_plan  # noqa: E402
 from tokentape._src.plan.spec import load_plan_spec  # noqa: E402
+from tokentape._src.train import torch_data  # noqa: E402
 from tokentape._src.train.batch import Batcher  # noqa: E402
 from tokentape._src.train.loader import Loader  # noqa: E402
 from tokentape._src.train.partition import BatchConfig  # noqa: E402
@@ -110,23 +111,46 @@ shapes = st.builds(
 )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(phases=st.lists(st.tuples(shapes, st.integers(0, 3)), min_size=1, max_size=3))
-def test_getitems_equals_the_direct_path_for_every_position_across_dp_changes(plan, phases):
-    """Every rank's micro-batches of every phase, read by __getitems__ + collate, are
-    to_torch(Batcher.batch(...)) of the same positions; together they cover the run's
-    positions exactly once."""
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    phases=st.lists(st.tuples(shapes, st.integers(0, 4)), min_size=1, max_size=3),
+    ahead=st.sampled_from([1, 5, 16, torch_data.AHEAD]),
+)
+def test_getitems_equals_the_direct_path_for_every_position_across_dp_changes(plan, phases, ahead):
+    """Every rank's micro-batches of every phase, read by __getitems__ + collate (resolved
+    ``ahead`` positions of coming steps at a time, by one dataset across the shape changes),
+    are to_torch(Batcher.batch(...)) of the same positions, as are plain lists of them;
+    together they cover the run's positions exactly once."""
     dataset, batcher = TapeDataset(plan, segments=True), Batcher(plan, np.int64, segments=True)
     runs, total = run_phases(phases)
     seen = []
-    for config, consumed, steps in runs:
-        for rank in range(config.dp_size):
-            for micro in TapeBatchSampler(rank, config, consumed, steps):
-                got = collate(dataset.__getitems__(micro))
-                assert_same(got, to_torch(batcher.batch(np.array(micro)), pin=False))
-                assert got["inputs"].shape == (config.micro, plan.seq_len)
-                seen += micro
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch_data, "AHEAD", ahead)
+        for config, consumed, steps in runs:
+            for rank in range(config.dp_size):
+                for micro in TapeBatchSampler(rank, config, consumed, steps):
+                    got = collate(dataset.__getitems__(micro))
+                    direct = to_torch(batcher.batch(np.array(micro)), pin=False)
+                    assert_same(got, direct)
+                    assert_same(collate(dataset.__getitems__(list(reversed(micro)))[::-1]), direct)
+                    assert got["inputs"].shape == (config.micro, plan.seq_len)
+                    seen += micro
     assert sorted(seen) == list(range(total))
+
+
+def test_a_micro_batch_outside_the_steps_resolved_ahead_is_resolved_afresh(plan):
+    """Positions that are not in the cached steps' grid (another rank's, a gap, before the
+    first step) miss the cache and still get their own samples."""
+    dataset, batcher = TapeDataset(plan), Batcher(plan)
+    config = BatchConfig(dp_size=2, micro=2, accum=1)
+    mine = list(TapeBatchSampler(0, config, 0, 3))
+    assert mine == [[0, 1], [4, 5], [8, 9]]
+    dataset.__getitems__(mine[0])  # resolves steps 0..2 of rank 0 ahead
+    for other in ([2, 3], [1, 2], [5, 6], [12, 13], [0, 4]):
+        micro = torch_data.MicroBatch(range(0), 0, 4, 2, 3)
+        micro.extend(other)  # claims rank 0's steps, holds positions outside them
+        got = collate(dataset.__getitems__(micro))
+        assert_same(got, to_torch(batcher.batch(np.array(other)), pin=False))
 
 
 def test_getitems_under_default_collate_gives_the_same_batch(plan):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -105,15 +106,17 @@ def torch_loader(plan: Any, config: BatchConfig, steps: int, **kw: Any) -> Itera
     yield from data
 
 
-def timed(stream: Iterator[Any], warm: int, batches: int) -> tuple[float, float]:
-    """Wall and CPU seconds (this process, all its threads) for ``batches`` batches after
-    dropping ``warm``."""
+def timed(stream: Iterator[Any], warm: int, batches: int) -> tuple[float, float, int]:
+    """Wall and CPU seconds (this process, all its threads) and this process's minor page
+    faults for ``batches`` batches after dropping ``warm``."""
     for _ in range(warm):
         next(stream)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     started, cpu = time.perf_counter(), time.process_time()
     for _ in range(batches):
         next(stream)
-    return time.perf_counter() - started, time.process_time() - cpu
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    return wall, cpu, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
 
 
 def main() -> None:
@@ -161,11 +164,13 @@ def main() -> None:
     streams = {name: make() for name, make, _, _ in systems}
     wall: dict[str, list[float]] = {name: [] for name, _, _, _ in systems}
     cpu: dict[str, list[float]] = {name: [] for name, _, _, _ in systems}
+    faults: dict[str, list[float]] = {name: [] for name, _, _, _ in systems}
     for _ in range(args.rounds):
         for name, _, n, _ in systems:
-            w, c = timed(streams[name], args.warm, n)
+            w, c, f = timed(streams[name], args.warm, n)
             wall[name].append(w / n)
             cpu[name].append(c / n)
+            faults[name].append(f / n)
     rate = {name: B / float(np.median(wall[name])) for name in wall}
     used = {name: float(np.median(cpu[name])) for name in cpu}
     print(
@@ -182,7 +187,7 @@ def main() -> None:
         print(
             f"| {name} | {rate[name]:,.0f} | {rate[name] / rate[bare]:.2f}x "
             f"| {rate[name] / rate[conv]:.2f}x | {used[name] * 1e3:.2f} "
-            f"| {used[bare] / used[name]:.2f}x |"
+            f"| {used[bare] / used[name]:.2f}x | {np.median(faults[name]):.0f} |"
         )
 
 

@@ -173,15 +173,14 @@ def main() -> None:
             faults[name].append(f / n)
     rate = {name: B / float(np.median(wall[name])) for name in wall}
     used = {name: float(np.median(cpu[name])) for name in cpu}
-    print(
-        f"\n{args.rounds} rounds, interleaved, medians. Ratios to the native Loader at prefetch 0"
-    )
-    print("for 0 workers, 2 for 2 workers; 'CPU' is this process's CPU time per batch (all its")
-    print("threads, not the workers'): the work done, less sensitive to a loaded machine.\n")
-    print(
-        "| system | samples/s | vs Loader | vs Loader + to_torch | CPU ms/batch | CPU vs Loader |"
-    )
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    print(f"\n{args.rounds} rounds, interleaved, medians. Ratios to the native Loader at")
+    print("prefetch 0 for 0 workers, 2 for 2 workers. 'CPU': this process's CPU time per batch")
+    print("(all its threads, not the workers'), the work done; wall time on a loaded machine also")
+    print("counts waits for a thread to be scheduled (the Loader builds steps in its prefetch")
+    print("thread even at prefetch 0). 'faults': this process's minor page faults per batch.\n")
+    head = "| system | samples/s | vs Loader | vs Loader + to_torch | CPU ms/batch | CPU vs Loader"
+    print(head + " | faults |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for name, _, _, ref in systems:
         bare, conv = f"Loader prefetch {ref}", f"Loader prefetch {ref} + to_torch"
         print(

@@ -9,7 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokentape._src.tape.permutation import MERGE_BELOW, Permutation, permute_many
+from tokentape._src.tape.permutation import (
+    MERGE_BELOW,
+    Permutation,
+    permute_many,
+    unique_inverse,
+)
 from tokentape.errors import OutOfRangeError
 
 # Sizes around the edges the walk treats apart: tiny domains, exact powers of 4 (no walk),
@@ -60,3 +65,13 @@ def test_large_and_small_domains_together(counts):
 def test_an_index_outside_its_domain_is_refused():
     with pytest.raises(OutOfRangeError, match=r"index 7 is outside \[0, 7\)"):
         permute_many(0, [(10, "a", 0), (7, "b", 0)], np.array([0, 1]), np.array([9, 7]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(-(2**62), 2**62), max_size=60), st.sampled_from([0, 3, 2**21]))
+def test_unique_inverse_is_numpys(values, spread):
+    """By counting (a small span) or by sorting (a wide one), the same as ``np.unique``."""
+    a = np.array(values, dtype=np.int64) if spread == 0 else np.array(values) % spread
+    want_u, want_i = np.unique(a, return_inverse=True)
+    got_u, got_i = unique_inverse(a)
+    assert np.array_equal(got_u, want_u) and np.array_equal(got_i, want_i.reshape(-1))

@@ -296,6 +296,26 @@ class Permutation:
         return out
 
 
+DENSE_SPAN = 1 << 20
+"""``unique_inverse`` counts instead of sorting when the values span fewer than this."""
+
+
+def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)`` for integers (flattened): by counting when
+    they span a small range (pass numbers, domain indices), in linear time, else by sorting."""
+    values = np.asarray(values).reshape(-1)
+    if not values.size:
+        return values[:0].astype(np.int64), np.zeros(0, dtype=np.intp)
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo >= DENSE_SPAN:
+        uniq, inverse = np.unique(values, return_inverse=True)
+        return uniq, inverse.reshape(-1)
+    shifted = (values - lo).astype(np.intp, copy=False)
+    present = np.bincount(shifted, minlength=hi - lo + 1) > 0
+    rank = np.cumsum(present, dtype=np.intp) - 1
+    return np.flatnonzero(present) + lo, rank[shifted]
+
+
 @lru_cache(maxsize=4096)
 def _cached_keys(seed: int, name: str, epoch: int) -> tuple[int, ...]:
     return round_keys(seed, name, epoch)
@@ -391,8 +411,7 @@ def _walk_many(
             walked[i] = perms[g]._walk_int(v, forward)
         return walked
     mask = (1 << word.bits) - 1
-    present, local = np.unique(group, return_inverse=True)  # the domains met, renumbered
-    local = local.reshape(-1)
+    present, local = unique_inverse(group)  # the domains met, renumbered
     mine = [domains[g] for g in present.tolist()]
     widths = [halves[g] for g in present.tolist()]
     # A domain of exactly 4**h values needs no walk (and n = 2**32 does not fit the word).
@@ -445,7 +464,7 @@ def permute_epochs(
     epochs = np.broadcast_to(np.asarray(epochs, dtype=np.int64), x.shape)
     if x.size == 0:
         return np.zeros(x.shape, dtype=np.int64)
-    uniq, which = np.unique(epochs, return_inverse=True)
+    uniq, which = unique_inverse(epochs)
     domains = [(n, name, e) for e in uniq.tolist()]
     return permute_many(seed, domains, which.reshape(-1), x.reshape(-1), forward).reshape(x.shape)
 

@@ -21,6 +21,7 @@ from tokentape._src.tape.permutation import (
     Permutation,
     permute_epochs,
     permute_many,
+    unique_inverse,
 )
 from tokentape._src.tape.phases import PhasedBlend
 from tokentape.errors import ArgumentError, OutOfRangeError
@@ -255,7 +256,7 @@ class _Walk:
         if lo == hi:  # the common case: a batch of positions lies in one pass of the source
             group = np.full(idx.size, self._domain(tape, d, lo), dtype=np.intp)
         else:
-            uniq, which = np.unique(epochs, return_inverse=True)
+            uniq, which = unique_inverse(epochs)
             table = np.array([self._domain(tape, d, e) for e in uniq.tolist()], dtype=np.intp)
             group = table[which.reshape(-1)]
         self.idx.append(idx)

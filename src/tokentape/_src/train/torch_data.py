@@ -3,9 +3,11 @@
 The native ``Loader`` is the fast path. The classes below let a stock
 ``torch.utils.data.DataLoader`` (worker processes, ``pin_memory``) drive the same positions.
 The fast pattern: ``TapeBatchSampler`` hands out one micro-batch's positions at a time (a
-list), ``TapeDataset.__getitems__`` reads them with one ``Batcher.batch`` call and ``collate``
-hands the stacked tensors on without copying them. ``TapeSampler`` (one position at a time,
-with ``batch_size=micro``) gives the same batches, one ``__getitem__`` per sample.
+``MicroBatch`` list), ``TapeDataset.__getitems__`` reads them with one ``Batcher.batch`` call
+(their resolution taken from the rank's coming steps, resolved ahead in one tape call) and
+``collate`` hands the stacked tensors on without copying them. ``TapeSampler`` (one position at
+a time, with ``batch_size=micro``) gives the same batches, slower: torch's own batch sampler
+hands plain lists (resolved alone) and ``default_collate`` stacks the samples again.
 
 Both samplers implement torchdata's ``Stateful`` protocol (``state_dict`` /
 ``load_state_dict``, JSON-friendly), so ``StatefulDataLoader`` resumes them exactly.
@@ -205,7 +207,7 @@ class TapeSampler(_RankPositions, Sampler[int]):
 
     With ``batch_size=config.micro``, a ``DataLoader`` over a ``TapeDataset`` yields the
     native loader's micro-batches: ``config.accum`` of them per step. ``TapeBatchSampler``
-    gives the same batches faster (one dataset call per micro-batch).
+    gives the same batches faster (with ``collate``; see the module's docstring).
 
     A torchdata ``Stateful``: ``state_dict()`` / ``load_state_dict()`` (see
     ``TapeBatchSampler``), so that ``StatefulDataLoader`` resumes it exactly.

@@ -45,7 +45,9 @@ def to_torch(batch: Batch, pin: bool | None = None) -> dict[str, torch.Tensor]:
 
     Returns:
         A dict of ``inputs`` and ``targets`` (``(n, seq_len)``), ``positions`` (``(n,)``) and,
-        when present, ``segment_ids`` and ``doc_positions`` (``(n, seq_len)``).
+        when present, ``segment_ids`` and ``doc_positions`` (``(n, seq_len)``), contiguous.
+        Unpinned, they are views of one block of memory: ``torch.save`` of one of them writes
+        the whole block (``.clone()`` it first).
     """
     if not isinstance(batch, Batch):
         raise ArgumentError(

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, overload
 
 import numpy as np
@@ -27,7 +26,8 @@ from torch.utils.data import Dataset, Sampler, default_collate, get_worker_info
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan
 from tokentape._src.tape.blend import MAX_POSITION
-from tokentape._src.tape.resolve import Resolved, Tape
+from tokentape._src.tape.resolve import Resolved
+from tokentape._src.train.ahead import ResolveAhead, StepShape
 from tokentape._src.train.batch import Batch, Batcher
 from tokentape._src.train.partition import BatchConfig, positions_for
 from tokentape.errors import ArgumentError, OutOfRangeError
@@ -266,36 +266,6 @@ class MicroBatch(list[int]):
         self.first, self.stride, self.width, self.steps = first, stride, width, steps
 
 
-@dataclass(frozen=True)
-class _Ahead:
-    """The resolution of ``steps`` steps of a rank: ``width`` positions from ``first``, then
-    every ``stride`` further on."""
-
-    first: int
-    stride: int
-    width: int
-    steps: int
-    resolved: Resolved
-
-    @classmethod
-    def of(cls, tape: Tape, micro: MicroBatch) -> _Ahead:
-        steps = max(1, min(micro.steps, AHEAD // micro.width))
-        grid = micro.first + micro.stride * np.arange(steps, dtype=np.int64)[:, None]
-        positions = (grid + np.arange(micro.width, dtype=np.int64)).ravel()
-        return cls(micro.first, micro.stride, micro.width, steps, tape.resolve(positions))
-
-    def get(self, positions: np.ndarray) -> Resolved | None:
-        """The resolution of ``positions`` if they all lie in these steps."""
-        step, at = np.divmod(positions - self.first, self.stride)
-        if positions.size == 0 or not (
-            int(step.min()) >= 0 and int(step.max()) < self.steps and int(at.max()) < self.width
-        ):
-            return None
-        rows = step * self.width + at
-        r = self.resolved
-        return Resolved(r.source[rows], r.epoch[rows], r.sample[rows])
-
-
 class TapeBatchSampler(_RankPositions, Sampler[list[int]]):
     """A rank's micro-batches: the positions of one micro-batch at a time, as a list.
 
@@ -414,22 +384,21 @@ class TapeDataset(Dataset[dict[str, torch.Tensor]]):
         self.plan = plan
         self.segments = segments
         self._batcher: Batcher | None = None
-        self._ahead: list[_Ahead] = []
+        self._ahead: ResolveAhead | None = None
 
     def _batch(self, positions: Sequence[int]) -> Batch:
         if self._batcher is None:
             self._batcher = Batcher(self.plan, np.int64, self.segments)
+            self._ahead = ResolveAhead(self._batcher.tape, AHEAD)
         p = np.asarray(positions, dtype=np.int64)
         resolved = None
-        if isinstance(positions, MicroBatch):  # resolve the rank's coming steps at once
-            for ahead in reversed(self._ahead):
-                resolved = ahead.get(p)
-                if resolved is not None:
-                    break
-            else:
-                made = _Ahead.of(self._batcher.tape, positions)
-                self._ahead = [*self._ahead[-1:], made]  # the last two: workers interleave
-                resolved = made.get(p)
+        if isinstance(positions, MicroBatch) and p.size:  # resolved with the coming steps
+            assert self._ahead is not None
+            rows = p - positions.first
+            if int(rows.min()) >= 0 and int(rows.max()) < positions.width:  # in its step
+                shape = StepShape(positions.stride, 0, positions.width)
+                step = self._ahead.resolved(positions.first, shape)
+                resolved = Resolved(step.source[rows], step.epoch[rows], step.sample[rows])
         return self._batcher.batch(p, resolved)
 
     def __getitem__(self, position: int) -> dict[str, torch.Tensor]:
@@ -448,4 +417,4 @@ class TapeDataset(Dataset[dict[str, torch.Tensor]]):
         return TapeSamples(_tensors(self._batch(positions), shared=get_worker_info() is not None))
 
     def __getstate__(self) -> dict[str, object]:
-        return {"plan": self.plan, "segments": self.segments, "_batcher": None, "_ahead": []}
+        return {"plan": self.plan, "segments": self.segments, "_batcher": None, "_ahead": None}

@@ -12,6 +12,7 @@ identity in tokens 1..4: the source, then k in base 256 (the bytes tokenizer's i
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -77,8 +78,24 @@ def digest(ids: np.ndarray) -> str:
 
 
 def rss_mib() -> float:
-    """Peak resident memory of this process so far (MiB)."""
+    """Peak resident memory of this process (MiB) since the last ``reset_peak()`` (Linux's
+    VmHWM), else since it started."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def reset_peak() -> float:
+    """Reset the peak to the current resident memory (Linux: ``clear_refs`` 5), so that a
+    later ``rss_mib()`` is the peak of what follows, not of the imports; returns the current
+    resident memory (MiB)."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+    return rss_mib()
 
 
 def children_rss_mib() -> float:

@@ -40,7 +40,8 @@ def main() -> None:
     a = common.args()
     root, what = a["root"], a["measure"]
     if what == "startup":
-        clock, rss0 = common.Clock(), common.rss_mib()
+        rss0 = common.reset_peak()
+        clock = common.Clock()
         next(by_index(mixture(root, a["horizon"]).batch(common.BATCH)))
         common.reply(seconds=clock(), rss_base=rss0, rss_peak=common.rss_mib())
     elif what == "throughput":

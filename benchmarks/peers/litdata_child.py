@@ -76,7 +76,8 @@ def main() -> None:
     if what == "write":
         common.reply(seconds=write(root))
     elif what == "startup":
-        clock, rss0 = common.Clock(), common.rss_mib()
+        rss0 = common.reset_peak()
+        clock = common.Clock()
         next(batches(loader(root, 0)))
         common.reply(seconds=clock(), rss_base=rss0, rss_peak=common.rss_mib())
     elif what == "throughput":

@@ -71,7 +71,8 @@ def main() -> None:
     a = common.args()
     root, what = a["root"], a["measure"]
     if what == "startup":
-        clock, rss0 = common.Clock(), common.rss_mib()
+        rss0 = common.reset_peak()
+        clock = common.Clock()
         plan = plan_for(root, a["horizon"])
         loader, it = loader_ids(plan, 0, 1, None, 0)
         next(it)

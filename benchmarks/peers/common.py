@@ -177,18 +177,25 @@ class Windows:
 _PORTS: list[int] = []
 
 
-def run_ranks(script: str, fields: dict[str, Any], world: int, timeout: float) -> list[dict]:
+def run_ranks(
+    script: str,
+    fields: dict[str, Any],
+    world: int,
+    timeout: float,
+    per_rank: list[dict[str, Any]] | None = None,
+) -> list[dict]:
     """Run ``script`` as ``world`` concurrent rank processes (``RANK``, ``WORLD_SIZE``,
     ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT`` set), each with
-    ``fields``; their replies, by rank. Raises RuntimeError with a rank's last line if one
-    fails."""
+    ``fields`` (updated with ``per_rank[rank]`` if given); their replies, by rank. Raises
+    RuntimeError with a rank's last line if one fails."""
     _PORTS.append(len(_PORTS))
     port = str(20000 + (os.getpid() * 7 + len(_PORTS)) % 20000)
     procs = []
     for rank in range(world):
         env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
         env.update(LOCAL_WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
-        cmd = [sys.executable, script, json.dumps(fields)]
+        mine = dict(fields, **per_rank[rank]) if per_rank else fields
+        cmd = [sys.executable, script, json.dumps(mine)]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
     out = []
     try:
@@ -214,9 +221,9 @@ def resume_ranks(
     script: str, base: dict[str, Any], before: int, after: int, tos: list[int]
 ) -> dict[str, str]:
     """Exact resume 2 ranks -> each of ``tos``, with the child's ``run`` measure in rank
-    processes: an uninterrupted 2-rank run; 2 ranks for ``before`` steps saving rank 0's
-    state; ``to`` ranks from that state for ``after`` samples in all. By ``to``: the
-    ``compare`` verdict, or why not."""
+    processes: an uninterrupted 2-rank run; 2 ranks for ``before`` steps, each saving its
+    state; ``to`` ranks from rank 0's state (2 ranks: each from its own) for ``after``
+    samples in all. By ``to``: the ``compare`` verdict, or why not."""
     run = dict(base, measure="run")
     steps = before + after // (2 * BATCH)
     ids = lambda replies: [np.asarray(r["ids"], dtype=np.int64) for r in replies]  # noqa: E731
@@ -227,9 +234,11 @@ def resume_ranks(
         return {str(to): f"failed: {str(exc)[:160]}" for to in tos}
     out = {}
     for to in tos:
-        state = first[0]["state"]
+        # the same world size: each rank its own state; else rank 0's (the one checkpointed)
+        own = [{"state": r["state"]} for r in first] if to == len(first) else None
+        fields = dict(run, steps=after // (to * BATCH), state=first[0]["state"])
         try:
-            then = run_ranks(script, dict(run, steps=after // (to * BATCH), state=state), to, 300)
+            then = run_ranks(script, fields, to, 300, own)
         except (RuntimeError, subprocess.TimeoutExpired) as exc:
             out[str(to)] = f"refused: {str(exc)[:160]}"
             continue

@@ -17,6 +17,7 @@ from conftest import EOD
 from huggingface_hub.file_download import repo_folder_name
 from tokenizers import models, pre_tokenizers
 
+import tokentape
 from tokentape._src.program import main
 from tokentape._src.store.tokenizers import (
     HF_EOD_CANDIDATES,
@@ -428,6 +429,8 @@ def test_summary_prints_the_eod_id_and_token(
             manifest["tokenizer"]["eod_token"],
         )
         assert (block["spec"], block["source"], "id " + block["eod_choice"]) == (spec, source, eod)
+        summary = tokentape.tokenize(str(corpus), str(out), tokenizer=spec)  # the library's
+        assert summary.status == "already complete" and summary.tokenizer == block
 
 
 def test_bad_spec_on_the_command_line_is_one_line_exit_2(

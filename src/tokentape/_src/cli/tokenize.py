@@ -9,13 +9,7 @@ from dataclasses import fields
 from tokentape._src.cli.progress import terminal_bar
 from tokentape._src.cli.storage import add_storage_options
 from tokentape._src.render.text import dropped_text
-from tokentape._src.store.tokenizers import (
-    HF_EOD_CANDIDATES,
-    Tokenizer,
-    eod_choice,
-    load_tokenizer,
-    tokenizer_source,
-)
+from tokentape._src.store.tokenizers import HF_EOD_CANDIDATES
 from tokentape._src.tokenize.driver import TokenizeSummary, tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
 from tokentape._src.util.text import fmt_bytes, fmt_int, key_values
@@ -156,12 +150,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd)
 
 
-def summary_text(s: TokenizeSummary, tok: Tokenizer) -> str:
+def summary_text(s: TokenizeSummary) -> str:
     rate = s.text_bytes / s.seconds / 1e6 if s.seconds > 0 else 0.0
     rows = [
         ("store", f"{s.out} ({s.status})"),
-        ("tokenizer", tokenizer_source(tok)),
-        ("end of document", f"id {eod_choice(tok)}"),
+        ("tokenizer", str(s.tokenizer["source"])),
+        ("end of document", f"id {s.tokenizer['eod_choice']}"),
         ("documents read", fmt_int(s.docs_in)),
         ("documents kept", fmt_int(s.n_docs)),
         ("tokens", f"{fmt_int(s.n_tokens)} ({s.dtype}, vocabulary {fmt_int(s.vocab_size)})"),
@@ -182,21 +176,5 @@ def cmd(args: argparse.Namespace) -> int:
         | {"inputs": tuple(args.inputs), "filters": tuple(args.filters)}
     )
     summary = tokenize(config, progress=terminal_bar(quiet=args.json))
-    tok = load_tokenizer(config.tokenizer, config.eod_token)  # as the run loaded it
-    if args.json:
-        print(json.dumps(summary.to_json() | {"tokenizer": tokenizer_json(tok)}, indent=2))
-    else:
-        print(summary_text(summary, tok))
+    print(json.dumps(summary.to_json(), indent=2) if args.json else summary_text(summary))
     return 0
-
-
-def tokenizer_json(tok: Tokenizer) -> dict[str, object]:
-    """The tokenizer block of ``--json``: where it was read and how its EOD was chosen."""
-    return {
-        "kind": tok.kind,
-        "spec": tok.spec,
-        "source": tokenizer_source(tok),
-        "eod_id": tok.eod_id,
-        "eod_token": tok.eod_token,
-        "eod_choice": eod_choice(tok),
-    }

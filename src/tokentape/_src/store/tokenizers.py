@@ -811,6 +811,19 @@ def tokenizer_source(tok: Tokenizer) -> str:
     return tok.kind
 
 
+def tokenizer_report(tok: Tokenizer) -> dict[str, object]:
+    """Where a tokenizer was read and how its EOD was chosen, JSON-ready (a tokenize run's
+    summary holds it)."""
+    return {
+        "kind": tok.kind,
+        "spec": tok.spec,
+        "source": tokenizer_source(tok),
+        "eod_id": tok.eod_id,
+        "eod_token": tok.eod_token,
+        "eod_choice": eod_choice(tok),
+    }
+
+
 _MANIFEST_FIELDS: dict[str, tuple[type, ...]] = {
     "kind": (str,),
     "spec": (str,),

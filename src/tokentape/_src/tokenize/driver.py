@@ -62,6 +62,7 @@ from tokentape._src.store.tokenizers import (
     Tokenizer,
     load_tokenizer,
     tokenizer_manifest,
+    tokenizer_report,
 )
 from tokentape._src.store.upload import (
     ShardUploader,
@@ -122,6 +123,9 @@ class TokenizeSummary:
             store was already complete).
         seconds: Wall-clock seconds of this run.
         content_hash: The store's content hash.
+        tokenizer: Which tokenizer made it: ``kind``, ``spec``, ``source`` (the kind and the
+            file read), ``eod_id``, ``eod_token`` and ``eod_choice`` (the EOD and why it was
+            chosen: ``--eod-token``, the ``eos_token`` of ``tokenizer_config.json``, ...).
     """
 
     out: str
@@ -140,6 +144,7 @@ class TokenizeSummary:
     units_reused: int
     seconds: float
     content_hash: str
+    tokenizer: dict[str, Any]
 
     def to_json(self) -> dict[str, Any]:
         """The summary as JSON-friendly data.
@@ -190,7 +195,12 @@ def _tell(out: Path, shards: list[ShardInfo], told: int, on_shard: ShardDone | N
 
 
 def _summary(
-    out: str | Path, manifest: Manifest, status: str, units_reused: int, seconds: float
+    out: str | Path,
+    manifest: Manifest,
+    status: str,
+    units_reused: int,
+    seconds: float,
+    tokenizer: Tokenizer,
 ) -> TokenizeSummary:
     stats = manifest.filters
     return TokenizeSummary(
@@ -210,6 +220,7 @@ def _summary(
         units_reused=units_reused,
         seconds=seconds,
         content_hash=manifest.content_hash,
+        tokenizer=tokenizer_report(tokenizer),
     )
 
 
@@ -296,7 +307,7 @@ def _to_url(job: _Job, url: str, progress: ProgressCallback | None) -> TokenizeS
             if scratch:
                 discard_store(local)  # what a run killed after its upload left behind
             seconds = time.monotonic() - job.started
-            return _summary(url, remote, "already complete", len(job.units), seconds)
+            return _summary(url, remote, "already complete", len(job.units), seconds, job.tokenizer)
         early = ShardUploader(
             store, url, job.job_hash, config.overwrite
         )  # each shard goes up as assembly closes it
@@ -318,7 +329,7 @@ def _to_url(job: _Job, url: str, progress: ProgressCallback | None) -> TokenizeS
             discard_store(local)
     seconds = time.monotonic() - job.started
     if remote is not None:  # another writer uploaded this job's store meanwhile
-        return _summary(url, remote, "already complete", len(job.units), seconds)
+        return _summary(url, remote, "already complete", len(job.units), seconds, job.tokenizer)
     fresh = built.status == "created" and not set(report.kept) - early.uploaded
     return replace(built, out=url, status="created" if fresh else "resumed", seconds=seconds)
 
@@ -379,7 +390,7 @@ def _run(
             replace_directory(build, Path(os.path.realpath(out)), discard_store)
             status = "resumed"
         seconds = time.monotonic() - job.started
-        return _summary(out, plan.manifest, status, len(units), seconds)
+        return _summary(out, plan.manifest, status, len(units), seconds, job.tokenizer)
 
     session = ExitStack()  # the Ray session, if any: connected before anything is written
     ray = None
@@ -451,7 +462,7 @@ def _run(
         session.close()
     status = "resumed" if plan.state is OutState.RESUME else "created"
     reused = len(units) - len(pending)
-    return _summary(out, manifest, status, reused, time.monotonic() - job.started)
+    return _summary(out, manifest, status, reused, time.monotonic() - job.started, job.tokenizer)
 
 
 def _finished(work_dir: Path, unit: Unit, dtype: str) -> UnitResult | None:

@@ -1,11 +1,11 @@
 """Peers side by side (issue 15, item 3): tokentape, Grain, MosaicML Streaming and LitData.
 
-    pip install -e '.[peers]'   # documents the pins; the peers run in their own venv (below)
     python benchmarks/peers_bench.py [--quick] [--json] [--peers-venv PATH] [--grain-budget S]
 
 The peers pull their own torch and numpy (Streaming 0.13 pins numpy < 2.2), so they never run
 in the project's environment: ``bench-out/peers-venv`` (``--peers-venv``) is created with
-``python -m venv`` and ``pip install`` of ``PEERS_PINS`` when missing (the one benchmark that
+``python -m venv`` and ``pip install`` of ``PEERS_PINS`` when missing (the ``peers`` extra of
+``pyproject.toml``: never install it into the project's environment; the one benchmark that
 downloads); a peer that cannot install is skipped with a note. Each system runs in child
 processes (``benchmarks/peers/<system>_child.py``; tokentape's with this python), one per
 measure, bounded in time; progress goes to stderr.
@@ -77,6 +77,7 @@ import json
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -392,7 +393,12 @@ def _say(message: str) -> None:
 
 # --- the peers side by side ----------------------------------------------------------------
 
-PEERS_PINS = ("grain==0.2.18", "mosaicml-streaming==0.13.0", "litdata==0.2.76")
+PEERS_PINS = tuple(
+    tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"][
+        "peers"
+    ]
+)
+"""The ``peers`` extra of pyproject.toml: what this benchmark installs into its own venv."""
 MODULES = {"grain": "grain", "streaming": "mosaicml-streaming", "litdata": "litdata"}
 SYSTEMS = ("tokentape", "grain", "streaming", "litdata")
 START_HORIZONS = (10**5, 10**6, 10**7)

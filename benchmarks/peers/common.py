@@ -131,6 +131,32 @@ def throughput(batches: Any, n: int) -> dict[str, Any]:
     }
 
 
+def record_order(batches: Any, horizon: int, budget: float, out_path: str) -> None:
+    """The sources of the first ``horizon`` samples ``batches`` yields (or as many as come in
+    ``budget`` seconds), saved as int8 to ``out_path``; replies with the time and count."""
+    clock, got, out = Clock(), 0, []
+    for ids in batches:
+        out.append(ids[:, 0].astype(np.int8))
+        got += len(ids)
+        if got >= horizon or clock() > budget:
+            break
+    np.save(out_path, np.concatenate(out)[:horizon])
+    reply(seconds=clock(), samples=min(got, horizon))
+
+
+def ranks_and_roundtrip(script: str, a: dict[str, Any]) -> bool:
+    """Answer the ``resume`` and ``roundtrip`` measures of a child whose runs need only the
+    root and the horizon; False for any other measure."""
+    base = {"root": a["root"], "horizon": a["horizon"]}
+    if a["measure"] == "resume":
+        reply(result=resume_ranks(script, base, a["before"], a["after"], a["to"]))
+    elif a["measure"] == "roundtrip":
+        reply(result=roundtrip_runs(script, base, a["before"], a["after"]))
+    else:
+        return False
+    return True
+
+
 def compare(reference: list[np.ndarray], resumed: list[np.ndarray]) -> str:
     """'exact' when the identities read (before + after a resume) equal the uninterrupted run's
     as a multiset, else how many were lost, repeated (read more often than in the reference:

@@ -83,25 +83,11 @@ def main() -> None:
     elif what == "throughput":
         common.reply(**common.throughput(batches(loader(root, a["workers"])), a["batches"]))
     elif what == "order":
-        clock, got, out = common.Clock(), 0, []
-        for ids in batches(loader(root, 0)):
-            out.append(ids[:, 0].astype(np.int8))
-            got += len(ids)
-            if got >= a["horizon"] or clock() > a["budget"]:
-                break
-        np.save(a["out"], np.concatenate(out)[: a["horizon"]])
-        common.reply(seconds=clock(), samples=min(got, a["horizon"]))
+        common.record_order(batches(loader(root, 0)), a["horizon"], a["budget"], a["out"])
     elif what == "run":
         run(root, a)
-    elif what == "resume":
-        tos = a["to"]
-        common.reply(result=common.resume_ranks(__file__, base(a), a["before"], a["after"], tos))
-    elif what == "roundtrip":
-        common.reply(result=common.roundtrip_runs(__file__, base(a), a["before"], a["after"]))
-
-
-def base(a: dict[str, Any]) -> dict[str, Any]:
-    return {"root": a["root"], "horizon": a["horizon"]}
+    elif not common.ranks_and_roundtrip(__file__, a):
+        raise SystemExit(f"unknown measure {what!r}")
 
 
 def run(root: str, a: dict[str, Any]) -> None:

@@ -47,7 +47,7 @@ import numpy as np
 
 from tokentape._src.tape.blend import Blend, exact_weights
 from tokentape._src.tape.resolve import Tape
-from tokentape._src.train.ahead import ResolveAhead, StepShape
+from tokentape._src.train.ahead import CHUNK, ResolveAhead, StepShape
 
 SEED = 1234
 SEQ_LEN = 4096
@@ -63,11 +63,11 @@ HORIZONS = (10**6, 10**7, 10**8)
 BATCH = 2**20  # positions per resolve call in the tokentape-only rows
 SAME_N = 100_000  # positions looked up one by one by the reference
 SMALL = 1024  # positions per call in the small-batch rows (4 calls)
+AHEAD_STEPS = CHUNK // SMALL  # one chunk's steps of SMALL positions through ResolveAhead
 TRACE_HORIZON = 10**5  # the reference loop is ~7x slower under tracemalloc: trace it here only
 AIM_RESOLVE = 10e6  # positions/s, one core, vectorised
 AIM_CALL_MS = 0.3  # one direct call of SMALL positions (issue 15)
 AIM_AHEAD_MS = 0.1  # a step of SMALL positions resolved through the loader's chunks (issue 15)
-AHEAD_STEPS = 64  # steps of one rank measured through ResolveAhead (its chunk cost included)
 AIM_FLAT = 1.5  # tokentape's build at 10**8 over its build at 10**6, time and memory
 MB = 1e6
 

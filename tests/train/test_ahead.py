@@ -54,7 +54,8 @@ def test_every_step_equals_resolving_it_alone(tape, phases, chunk, consumed, rng
 
 
 def test_a_small_step_is_resolved_once_per_chunk():
-    """Steps of 4 positions: one resolve covers the chunk's 256 steps."""
+    """Steps of 4 positions: the first chunk covers 4 steps (a start stays quick), each next
+    one twice as many, up to the 256 steps of 1,024 positions."""
     calls = []
 
     class Counting(Tape):
@@ -67,4 +68,4 @@ def test_a_small_step_is_resolved_once_per_chunk():
     ahead = ResolveAhead(tape, chunk=1024)
     for step in range(300):  # rank 1 of 2, micro 4
         ahead.resolved(step * 8, StepShape(8, 4, 4))
-    assert calls == [1024, 1024]
+    assert calls == [16, 32, 64, 128, 256, 512, 1024]  # 4 + 8 + ... + 256 steps cover 300

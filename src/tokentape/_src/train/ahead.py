@@ -19,7 +19,16 @@ from tokentape._src.tape.blend import MAX_POSITION
 from tokentape._src.tape.resolve import Resolved, Tape
 
 CHUNK = 1 << 18
-"""Positions resolved per call (at least one whole step): 10–25 ms of work, 6 MiB."""
+"""At most this many positions are resolved per call (at least one whole step): 10–25 ms of
+work, 6 MiB."""
+
+FIRST_STEPS = 4
+"""Steps the first chunk covers; each next chunk covers twice as many as the one before, up to
+``CHUNK`` positions or ``MAX_STEPS`` steps: the first step (a start, a resume) stays as quick
+as resolving it alone, and a long run soon resolves in large chunks."""
+
+MAX_STEPS = 1024
+"""Steps one chunk covers at most (small steps: a chunk's work stays a few ms)."""
 
 _KEEP = 2
 """Chunks kept: the current one and the one before (steps built out of order across them)."""
@@ -63,6 +72,7 @@ class ResolveAhead:
         self.chunk = chunk
         self._chunks: list[_Chunk] = []
         self._lock = threading.Lock()
+        self._steps = FIRST_STEPS  # steps the next chunk covers
 
     def resolved(self, consumed: int, shape: StepShape) -> Resolved:
         """The (source, epoch, sample) of the positions of the step starting at ``consumed``."""
@@ -78,7 +88,10 @@ class ResolveAhead:
             return hit
 
     def _resolve_chunk(self, consumed: int, shape: StepShape) -> _Chunk:
-        steps = max(1, self.chunk // max(1, shape.width))
+        if not self._chunks or self._chunks[-1].shape != shape:  # a new shape starts small
+            self._steps = FIRST_STEPS
+        steps = min(self._steps, MAX_STEPS, max(1, self.chunk // max(1, shape.width)))
+        self._steps = 2 * steps
         room = (MAX_POSITION - (consumed + shape.offset + shape.width)) // shape.global_batch + 1
         steps = max(1, min(steps, room))
         first = consumed + shape.offset

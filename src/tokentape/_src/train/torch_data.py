@@ -244,7 +244,8 @@ class TapeSampler(_RankPositions, Sampler[int]):
 
 
 AHEAD = 1 << 14
-"""Positions of a rank's coming steps that ``TapeDataset`` resolves in one call."""
+"""At most this many positions of a rank's coming steps are resolved in one call by
+``TapeDataset`` (``train.ahead.ResolveAhead``: its chunks start at a few steps and double)."""
 
 
 class MicroBatch(list[int]):

@@ -8,8 +8,9 @@ BPE, its three stores, ``demo_plan_toml``: seq_len 256), then, on ``cuda:0``:
    soon as the previous step's compute is queued, so they can run under it. CUDA events time
    every copy and compute; **copy hidden** is the share of copy time under compute; **data
    wait** is the time the trainer blocks in ``loader.step()``.
-2. **smoke**: ``tokentape smoke PLAN --dp 2 --tp 2`` as a process: gloo, it has no backend
-   option. So NCCL is checked here too: one rank in an NCCL group, ``check_step`` each step.
+2. **smoke**: ``tokentape smoke PLAN --dp 2 --tp 2`` as a process (gloo), then
+   ``tokentape smoke PLAN --backend nccl`` with one rank per CUDA device (at most 4); and
+   ``check_step`` in this process, one rank in an NCCL group, each step.
 
 Exit 0 when all passed, 1 when a check failed, 2 without a CUDA device or on bad arguments:
     python benchmarks/gpu_check.py [--steps 100] [--micro 16] [--accum 2] [--json]
@@ -166,13 +167,14 @@ def train(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def smoke_process(plan_json: Path, steps: int) -> dict[str, Any]:
-    """``tokentape smoke`` as a process (gloo: it offers no backend option)."""
-    args = [sys.executable, "-m", "tokentape", "smoke", str(plan_json), "--dp", "2", "--tp", "2"]
-    done = subprocess.run([*args, "--steps", str(steps)], capture_output=True, text=True,
-                          timeout=600, check=False)  # fmt: skip
+def smoke_process(plan_json: Path, steps: int, backend: str, dp: int, tp: int) -> dict[str, Any]:
+    """``tokentape smoke`` as a process, ``dp x tp`` ranks in a ``backend`` group."""
+    args = [sys.executable, "-m", "tokentape", "smoke", str(plan_json), "--dp", str(dp),
+            "--tp", str(tp), "--backend", backend, "--steps", str(steps)]  # fmt: skip
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600, check=False)
     lines = (done.stdout + done.stderr).strip().splitlines()
-    return {"rc": done.returncode, "backend": "gloo", "verdict": lines[-1] if lines else ""}
+    return {"rc": done.returncode, "backend": backend, "ranks": dp * tp,
+            "verdict": lines[-1] if lines else ""}  # fmt: skip
 
 
 def nccl_check(plan: Plan, args: argparse.Namespace) -> dict[str, Any]:
@@ -221,8 +223,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def render(result: dict[str, Any]) -> str:
     rows = [[k, round(v, 3) if isinstance(v, float) else v] for k, v in result["train"].items()]
-    smoke, nccl = result["smoke"], result["nccl"]
+    smoke, over_nccl, nccl = result["smoke"], result["smoke_nccl"], result["nccl"]
     rows += [["smoke dp 2 tp 2 (gloo)", f"rc {smoke['rc']}: {smoke['verdict']}"],
+             [f"smoke over NCCL, {over_nccl['ranks']} ranks",
+              f"rc {over_nccl['rc']}: {over_nccl['verdict']}"],
              ["check_step over NCCL", nccl["verdict"]]]  # fmt: skip
     return table(["gpu check", "value"], rows)
 
@@ -236,13 +240,16 @@ def main(argv: list[str] | None = None) -> int:
         plan_json = build_plan(args.out)
         plan = load_plan(plan_json)
         result: dict[str, Any] = {"plan": str(plan_json), "train": train(plan, args)}
-        result["smoke"] = smoke_process(plan_json, args.smoke_steps)
+        result["smoke"] = smoke_process(plan_json, args.smoke_steps, "gloo", 2, 2)
+        gpus = min(4, torch.cuda.device_count())  # a data-parallel rank per device
+        result["smoke_nccl"] = smoke_process(plan_json, args.smoke_steps, "nccl", gpus, 1)
         result["nccl"] = nccl_check(plan, args)
     except TokentapeError as exc:
         print(f"gpu-check: error: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(result, indent=2) if args.json else render(result))
-    return 0 if result["smoke"]["rc"] == 0 and result["nccl"]["ok"] else 1
+    passed = result["smoke"]["rc"] == 0 and result["smoke_nccl"]["rc"] == 0
+    return 0 if passed and result["nccl"]["ok"] else 1
 
 
 if __name__ == "__main__":

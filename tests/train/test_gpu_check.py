@@ -77,6 +77,12 @@ def test_gpu_run_reports_overlap_wait_and_both_rank_checks(tmp_path):
     assert train["copy_ms_mean"] > 0 and train["compute_ms_mean"] > 0
     assert 0.0 <= train["data_wait_ms_p50"] <= train["data_wait_ms_max"]
     assert result["smoke"]["rc"] == 0 and result["smoke"]["verdict"].startswith("OK")
+    over_nccl = result["smoke_nccl"]
+    assert (
+        over_nccl["rc"] == 0
+        and over_nccl["verdict"].startswith("OK")
+        and "(nccl)" in over_nccl["verdict"]
+    )
     assert result["nccl"] == {"ok": True, "verdict": "OK: 2 steps, world 1"}
     again = _run(*args[:-1], timeout=600)  # the plan is reused; the table is printed
     assert again.returncode == 0, again.stdout + again.stderr

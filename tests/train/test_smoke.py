@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 pytest.importorskip("torch")
 
@@ -40,7 +41,7 @@ def plan_json(tmp_path_factory):
 def test_smoke_in_real_processes(plan_json, capsys):
     assert main(["smoke", str(plan_json), "--dp", "2", "--tp", "2", "--steps", "2"]) == 0
     out = capsys.readouterr().out
-    assert "OK: dp=2 tp=2, 2 steps, 0 problems" in out
+    assert "OK: dp=2 tp=2 (gloo), 2 steps, 0 problems" in out
     rows = [line.split("\t") for line in out.splitlines() if line[:1].isdigit()]
     assert len(rows) == 2 * 4  # steps x ranks
     for step in ("0", "1"):
@@ -185,6 +186,19 @@ def _one_line_exit_2(argv: list[str], capsys) -> str:
 def test_smoke_refuses_bad_sizes(plan_json, capsys, flag, value):
     line = _one_line_exit_2(["smoke", str(plan_json), flag, value], capsys)
     assert f"{flag} must be at least 1, got {value}" in line
+
+
+def test_nccl_needs_a_cuda_device_per_rank(plan_json, capsys):
+    """Refused in one line before any process starts when the machine has fewer CUDA devices
+    than ranks (here: none unless a GPU is present, so ask for more than it has)."""
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    dp = have + 1
+    line = _one_line_exit_2(
+        ["smoke", str(plan_json), "--backend", "nccl", "--dp", str(dp), "--tp", "1"], capsys
+    )
+    assert f"each of the {dp} ranks on its own CUDA device, and this machine has {have}" in line
+    with pytest.raises(TokentapeError, match="backend must be 'gloo' or 'nccl'"):
+        smoke.run_smoke(str(plan_json), 1, 1, BatchConfig(1, 1, 1), 1, backend="mpi")
 
 
 def test_run_smoke_refuses_bad_sizes(plan_json):

@@ -15,8 +15,9 @@ MAX_SMOKE_PROCESSES = 64
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "smoke",
-        help="check rank partitioning in real torch.distributed (gloo) processes",
-        description="Launch dp x tp gloo processes on this machine; each builds its steps with "
+        help="check rank partitioning in real torch.distributed (gloo or nccl) processes",
+        description="Launch dp x tp processes on this machine (gloo on CPU, or nccl with one "
+        "CUDA device per rank); each builds its steps with "
         "the loader, they all-gather a fixed-size record of what they read (no pickling), and "
         "every rank checks: tensor-parallel peers must get identical inputs, each data-parallel "
         "rank its own slice, disjoint, whose union is the whole step. Exit 1 on any violation, "
@@ -28,6 +29,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--micro", type=int, default=2, help="micro-batch (default 2)")
     p.add_argument("--accum", type=int, default=2, help="accumulation steps (default 2)")
     p.add_argument("--steps", type=int, default=3, help="steps to check (default 3)")
+    p.add_argument(
+        "--backend",
+        choices=("gloo", "nccl"),
+        default="gloo",
+        help="the process group's backend (default gloo, on CPU); nccl puts rank r on CUDA "
+        "device r and needs dp x tp devices",
+    )
     p.set_defaults(func=cmd)
 
 
@@ -46,10 +54,13 @@ def cmd(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise TokentapeError(f"smoke needs torch: pip install 'tokentape[torch]' ({exc})") from None
     config = BatchConfig(args.dp, args.micro, args.accum)
-    table = smoke.run_smoke(args.plan, args.dp, args.tp, config, args.steps)
+    table = smoke.run_smoke(args.plan, args.dp, args.tp, config, args.steps, args.backend)
     print("step\tconsumed\trank\tdp\ttp\tpositions\tinputs sha256")
     print(table, end="")
     problems = [line for line in table.splitlines() if line.startswith("PROBLEM")]
     verdict = "FAIL" if problems else "OK"
-    print(f"{verdict}: dp={args.dp} tp={args.tp}, {args.steps} steps, {len(problems)} problems")
+    print(
+        f"{verdict}: dp={args.dp} tp={args.tp} ({args.backend}), {args.steps} steps, "
+        f"{len(problems)} problems"
+    )
     return 1 if problems else 0

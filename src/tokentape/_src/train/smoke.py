@@ -327,8 +327,10 @@ def launch(fn: Callable[..., None], args: tuple, nprocs: int) -> None:
 
 
 def _worker(rank: int, plan_path: str, dp: int, tp: int, micro: int, accum: int, steps: int,
-            init_file: str, out_dir: str) -> None:  # fmt: skip
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
+            init_file: str, out_dir: str, backend: str = "gloo") -> None:  # fmt: skip
+    if backend == "nccl":
+        torch.cuda.set_device(rank)  # one device per rank: NCCL refuses two ranks on one
+    dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank,
                             world_size=dp * tp, timeout=timedelta(seconds=120))  # fmt: skip
     try:
         dp_rank = rank // tp  # ranks of one data-parallel replica are consecutive (tp inner)
@@ -376,24 +378,43 @@ def check_smoke_args(dp: int, tp: int, global_batch: int, steps: int) -> None:
         )
 
 
+def check_backend(backend: str, ranks: int) -> None:
+    """Refuse a backend this machine cannot run ``ranks`` processes of (one line)."""
+    if backend == "gloo":
+        return
+    if backend != "nccl":
+        raise ArgumentError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
+    devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if devices < ranks:
+        raise ArgumentError(
+            f"--backend nccl puts each of the {ranks} ranks on its own CUDA device, and this "
+            f"machine has {devices}; use fewer ranks (--dp x --tp) or --backend gloo"
+        )
+
+
 def _positive(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ArgumentError(f"{name} must be a positive integer, got {value!r}")
     return value
 
 
-def run_smoke(plan_path: str, dp: int, tp: int, config: BatchConfig, steps: int) -> str:
-    """Launch ``dp · tp`` gloo processes; returns rank 0's table (lines starting PROBLEM flag
-    violations). Bad arguments, a bad plan, a moved or changed store, and a failed worker all
-    raise one-line ``TokentapeError``s."""
+def run_smoke(
+    plan_path: str, dp: int, tp: int, config: BatchConfig, steps: int, backend: str = "gloo"
+) -> str:
+    """Launch ``dp · tp`` processes in a ``backend`` group (``gloo`` on CPU, or ``nccl`` with
+    rank r on CUDA device r); returns rank 0's table (lines starting PROBLEM flag violations).
+    Bad arguments, a bad plan, a moved or changed store, too few CUDA devices for ``nccl`` and
+    a failed worker all raise one-line ``TokentapeError``s."""
     for name, value in (("dp", dp), ("tp", tp), ("steps", steps)):
         _positive(name, value)
+    check_backend(backend, dp * tp)
     if config.dp_size != dp:
         raise ArgumentError(f"dp {dp} does not match the batch config's dp_size {config.dp_size}")
     check_smoke_args(dp, tp, config.global_batch, steps)
     Batcher(load_plan(plan_path))  # here, with one line: a bad plan, a moved or changed store
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "init")
-        args = (os.fspath(plan_path), dp, tp, config.micro, config.accum, steps, init_file, tmp)
+        args = (os.fspath(plan_path), dp, tp, config.micro, config.accum, steps, init_file, tmp,
+                backend)  # fmt: skip
         launch(_worker, args, dp * tp)
         return Path(tmp, "result.txt").read_text()

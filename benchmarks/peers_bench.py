@@ -24,7 +24,8 @@ windows through a random-access source. Measured, per system (one column each):
   the mixture cut at that length (sources repeated as needed); Streaming, ``epoch_size``;
   LitData has no such setting (an epoch ends when a source runs out), so its three cells are
   the same configuration.
-- **throughput**: samples/s at batch 64 after the first batch, 0 and 2 workers (tokentape:
+- **throughput**: samples/s at batch 64 after the first batch, 0 and 2 workers (0 workers: the
+  better of two runs in fresh processes, the first of which may read a cold page cache; tokentape:
   ``Loader`` with prefetch 0 / 2, and in brackets ``TapeDataset`` + ``TapeBatchSampler`` in a
   torch ``DataLoader`` with 0 / 2 worker processes; Grain: ``batched[i]`` / ``mp_prefetch``;
   Streaming and LitData: their loaders' ``num_workers``); and how random the order is: the
@@ -527,6 +528,16 @@ def determinism(tp: dict[str, Any], path: str) -> tuple[str, str]:
     return restart, workers
 
 
+def _better(tp: dict[str, Any], path: str, workers: int) -> dict[str, Any]:
+    """The throughput run to show: with 0 workers the faster of the two fresh-process runs
+    (the first may read a cold page cache: every system gets the same second chance)."""
+    runs = [tp[f"{path}{workers}"]]
+    if workers == 0 and f"{path}0again" in tp:
+        runs.append(tp[f"{path}0again"])
+    ok = [r for r in runs if "error" not in r]
+    return max(ok, key=lambda r: r["samples_per_s"]) if ok else runs[0]
+
+
 def cells(system: str, m: dict[str, Any], devs: dict[str, str]) -> dict[str, str]:
     """One column of the side-by-side table."""
     col: dict[str, str] = {}
@@ -540,10 +551,10 @@ def cells(system: str, m: dict[str, Any], devs: dict[str, str]) -> dict[str, str
     tp = m["throughput"]
     first = "loader" if system == "tokentape" else ""
     for w in (0, 2):
-        r = tp[f"{first}{w}"]
+        r = _better(tp, first, w)
         cell = _err(r) or f"{r['samples_per_s']:,.0f}"
         if system == "tokentape":
-            t = tp[f"torch{w}"]
+            t = _better(tp, "torch", w)
             cell += " (torch " + (_err(t) or f"{t['samples_per_s']:,.0f}") + ")"
         col[f"samples/s, batch 64, {w} workers"] = cell
     r = tp[f"{first}0"]

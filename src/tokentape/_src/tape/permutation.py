@@ -245,7 +245,7 @@ class Permutation:
         word = self._word
         if v.size <= SCALAR_MAX:
             return np.array([self._walk_int(int(x), forward) for x in v], dtype=word.dtype)
-        keys = tuple(word.dtype(k & ((1 << word.bits) - 1)) for k in self.keys)
+        keys = self._word_keys()
         out = self._blocks(v, keys, word, forward)
         if self.n >= 1 << (2 * self.half_bits):  # the domain is [0, n): nothing to walk
             return out
@@ -256,6 +256,11 @@ class Permutation:
             out[todo] = walked
             todo = todo[walked >= n]
         return out
+
+    def _word_keys(self) -> tuple[np.unsignedinteger, ...]:
+        """The round keys cut to the network's word."""
+        word = self._word
+        return tuple(word.dtype(k & ((1 << word.bits) - 1)) for k in self.keys)
 
     def _walk_int(self, x: int, forward: bool) -> int:
         """``_walk`` of one value, in Python integers (the same network, bit for bit)."""
@@ -317,8 +322,9 @@ def unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @lru_cache(maxsize=4096)
-def _cached_keys(seed: int, name: str, epoch: int) -> tuple[int, ...]:
-    return round_keys(seed, name, epoch)
+def cached_permutation(n: int, seed: int, name: str, epoch: int) -> Permutation:
+    """``Permutation.for_epoch``, its round keys derived once per (n, seed, name, epoch)."""
+    return Permutation.for_epoch(n, seed, name, epoch)
 
 
 SCALAR_TAIL = 8
@@ -362,11 +368,10 @@ def permute_many(
     rest: list[np.ndarray] = [np.flatnonzero(~large[group])] if not large.all() else []
     for g in np.flatnonzero(large).tolist():  # many values: a first pass on their own
         n, name, e = domains[g]
-        perm = Permutation(n, _cached_keys(seed, name, e), halves[g])
+        perm = cached_permutation(n, seed, name, e)
         word = perm._word
-        keys = tuple(word.dtype(k & ((1 << word.bits) - 1)) for k in perm.keys)
         rows = np.flatnonzero(group == g)
-        once = perm._blocks(x[rows].astype(word.dtype), keys, word, forward)
+        once = perm._blocks(x[rows].astype(word.dtype), perm._word_keys(), word, forward)
         out[rows] = once
         if n < 1 << (2 * halves[g]):  # the values that left [0, n) walk on with the rest
             rest.append(rows[once >= word.dtype(n)])
@@ -402,14 +407,8 @@ def _walk_many(
 ) -> np.ndarray:
     """``permute_many`` of values whose domains all run on ``word``."""
     if x.size <= SCALAR_BATCH:  # a handful: Python integers beat numpy's per-call cost
-        perms: dict[int, Permutation] = {}
-        walked = np.empty(x.size, dtype=np.int64)
-        for i, (g, v) in enumerate(zip(group.tolist(), x.tolist(), strict=True)):
-            if g not in perms:
-                n, name, e = domains[g]
-                perms[g] = Permutation(n, _cached_keys(seed, name, e), halves[g])
-            walked[i] = perms[g]._walk_int(v, forward)
-        return walked
+        each = [domains[g] for g in group.tolist()]
+        return np.array(_walk_ints(seed, each, x.tolist(), forward), dtype=np.int64)
     mask = (1 << word.bits) - 1
     present, local = unique_inverse(group)  # the domains met, renumbered
     mine = [domains[g] for g in present.tolist()]
@@ -420,10 +419,11 @@ def _walk_many(
     h: int | np.ndarray = widths[0]
     bound: np.unsignedinteger | np.ndarray = word.dtype(min(mine[0][0], mask))
     if one:  # a single domain: scalar keys
-        keys: list = [word.dtype(k & mask) for k in _cached_keys(seed, mine[0][1], mine[0][2])]
+        n0, name0, e0 = mine[0]
+        keys: list = list(cached_permutation(n0, seed, name0, e0)._word_keys())
     else:
         table = np.array(
-            [[k & mask for k in _cached_keys(seed, name, e)] for _, name, e in mine],
+            [[k & mask for k in cached_permutation(n, seed, name, e).keys] for n, name, e in mine],
             dtype=word.dtype,
         )
         if local.size > _BLOCK // 8:  # one contiguous array per round: unit-stride reads
@@ -448,11 +448,20 @@ def _walk_many(
         )
         out[todo] = walked
         todo = todo[walked >= (bound[todo] if isinstance(bound, np.ndarray) else bound)]
-    for i in todo.tolist():  # the last few: numpy's per-call cost would exceed the work
-        n, name, e = mine[int(local[i])]
-        perm = Permutation(n, _cached_keys(seed, name, e), widths[int(local[i])])
-        out[i] = perm._walk_int(int(out[i]), forward)
+    if todo.size:  # the last few: numpy's per-call cost would exceed the work
+        last = [mine[g] for g in local[todo].tolist()]
+        out[todo] = _walk_ints(seed, last, out[todo].tolist(), forward)
     return out.astype(np.int64)
+
+
+def _walk_ints(
+    seed: int, domains: Sequence[tuple[int, str, int]], values: list[int], forward: bool
+) -> list[int]:
+    """``values[i]`` walked through the permutation of ``domains[i]`` in Python integers."""
+    return [
+        cached_permutation(n, seed, name, e)._walk_int(v, forward)
+        for (n, name, e), v in zip(domains, values, strict=True)
+    ]
 
 
 def permute_epochs(

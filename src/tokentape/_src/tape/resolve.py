@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 import numpy as np
 
 from tokentape._src.tape.blend import MAX_POSITION, Blend
 from tokentape._src.tape.permutation import (
     MERGE_BELOW,
-    Permutation,
+    cached_permutation,
     permute_epochs,
     permute_many,
     unique_inverse,
@@ -36,11 +35,6 @@ def as_positions(positions: np.ndarray | Sequence[int] | int) -> np.ndarray:
     if given.dtype.kind == "u" and given.size and int(given.max()) >= MAX_POSITION:
         raise OutOfRangeError(f"position {given.max()}: expected positions in [0, 2**62)")
     return given.astype(np.int64, copy=False)
-
-
-@lru_cache(maxsize=4096)
-def _permutation(n: int, seed: int, name: str, epoch: int) -> Permutation:
-    return Permutation.for_epoch(n, seed, name, epoch)
 
 
 @dataclass(frozen=True)
@@ -249,7 +243,7 @@ class _Walk:
         if idx.size >= MERGE_BELOW:  # many draws: walked now, on their own (scalar keys)
             n, name = tape.n_samples[d], tape.names[d]
             if lo == hi:
-                self.sample[idx] = _permutation(n, tape.seed, name, lo)(offsets)
+                self.sample[idx] = cached_permutation(n, tape.seed, name, lo)(offsets)
             else:
                 self.sample[idx] = permute_epochs(n, tape.seed, name, epochs, offsets)
             return

@@ -147,7 +147,7 @@ def test_a_micro_batch_outside_the_steps_resolved_ahead_is_resolved_afresh(plan)
     assert mine == [[0, 1], [4, 5], [8, 9]]
     dataset.__getitems__(mine[0])  # resolves steps 0..2 of rank 0 ahead
     for other in ([2, 3], [1, 2], [5, 6], [12, 13], [0, 4]):
-        micro = torch_data.MicroBatch(range(0), 0, 4, 2, 3)
+        micro = torch_data.MicroBatch(range(0), 0, 4, 2)
         micro.extend(other)  # claims rank 0's steps, holds positions outside them
         got = collate(dataset.__getitems__(micro))
         assert_same(got, to_torch(batcher.batch(np.array(other)), pin=False))

@@ -259,12 +259,11 @@ class MicroBatch(list[int]):
         first: The rank's first position in this micro-batch's step.
         stride: Positions from one step to the next (the global batch).
         width: The rank's positions in a step (``micro · accum``).
-        steps: This step and the sampler's steps after it.
     """
 
-    def __init__(self, positions: range, first: int, stride: int, width: int, steps: int) -> None:
+    def __init__(self, positions: range, first: int, stride: int, width: int) -> None:
         super().__init__(positions)
-        self.first, self.stride, self.width, self.steps = first, stride, width, steps
+        self.first, self.stride, self.width = first, stride, width
 
 
 class TapeBatchSampler(_RankPositions, Sampler[list[int]]):
@@ -304,7 +303,7 @@ class TapeBatchSampler(_RankPositions, Sampler[list[int]]):
             skip = start - step * per if step == start // per else 0
             for lo in range(first + skip, first + per, micro):
                 self.yielded += micro
-                yield MicroBatch(range(lo, lo + micro), first, stride, per, self.steps - step)
+                yield MicroBatch(range(lo, lo + micro), first, stride, per)
 
     def __len__(self) -> int:
         return self.steps * self.config.accum

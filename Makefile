@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test lint format bench fuzz soak gpu-check clean
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml setup.py src/tokentape/_src/tape/_cwalk.c Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,plot,torch,megatron,ray,s3]'
 	touch $(STAMP)

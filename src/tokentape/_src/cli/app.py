@@ -96,13 +96,29 @@ COMMANDS = (tokenize, info, plan, stage, smoke, replay, verify, locate, convert,
 """The command modules, in ``--help`` order: each has ``add_parser(sub)``."""
 
 
+class _Version(argparse.Action):
+    """``--version``: the version and which permutation walk this install runs."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from tokentape._src.tape.permutation import kernel
+
+        walk = "compiled" if kernel() == "compiled" else "numpy (the C loop is not built here)"
+        print(f"tokentape {__version__} (permutation walk: {walk})")
+        parser.exit()
+
+
 def build_parser(extra: Sequence[Command] = ()) -> argparse.ArgumentParser:
     """The program's parser: every command of ``COMMANDS``, then those of ``extra``."""
     parser = _Parser(
         prog="tokentape",
         description="A deterministic, replayable data pipeline for LLM pretraining.",
     )
-    parser.add_argument("--version", action="version", version=f"tokentape {__version__}")
+    parser.add_argument(
+        "--version",
+        action=_Version,
+        nargs=0,
+        help="show the version, and whether the permutation's compiled loop is built, and exit",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in (*COMMANDS, *extra):
         command.add_parser(sub)

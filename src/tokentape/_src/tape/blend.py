@@ -39,6 +39,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cached_property
 from typing import overload
 
 import numpy as np
@@ -213,6 +214,11 @@ class Blend:
         for a in (small, rank, occurrences, offsets):
             a.setflags(write=False)
         return cls(w, denom, small, rank, occurrences, offsets)
+
+    @cached_property
+    def weight_array(self) -> np.ndarray:
+        """The weights W_d as an int64 array."""
+        return np.asarray(self.weights, dtype=np.int64)
 
     @property
     def n_sources(self) -> int:

@@ -17,6 +17,10 @@ changes every tape: bump ``ALGORITHM`` (and the tape's algorithm version) if you
 Known limits, harmless for shuffling: over all keys, the permutations of a tiny domain (n <= 4)
 are within about 0.005 total variation of uniform after 8 rounds, and when n = 4**h (h >= 2) only
 even permutations occur, as with any Feistel network.
+
+The walk runs in a small compiled kernel (``_cwalk.c``) where the install could build it,
+else in numpy; both compute the same arithmetic and give identical results (``kernel()``
+says which one runs; the tests compare them).
 """
 
 from __future__ import annotations
@@ -24,12 +28,27 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
+from types import ModuleType
 from typing import overload
 
 import numpy as np
 
 from tokentape.errors import ArgumentError, OutOfRangeError
+
+try:
+    from tokentape._src.tape import _cwalk
+except ImportError:  # not built in this install: the numpy path, identical results
+    _cwalk = None  # type: ignore[assignment]
+
+_kernel: ModuleType | None = _cwalk
+"""The compiled walk, or None for the numpy path (benchmarks and tests set it to compare)."""
+
+
+def kernel() -> str:
+    """Which walk runs: ``"compiled"`` (the C kernel) or ``"numpy"``."""
+    return "compiled" if _kernel is not None else "numpy"
+
 
 ALGORITHM = "tokentape-perm-v1"
 """Domain-separation tag hashed into the keys; part of the tape's algorithm version."""
@@ -227,8 +246,17 @@ class Permutation:
             raise IndexOutOfRange(
                 f"permutation: indices must be in [0, {self.n}), got [{lo}, {hi}]"
             )
+        if _kernel is not None and a.size > SCALAR_MAX:
+            out = a.astype(np.int64).reshape(-1)  # a copy, walked in place
+            _kernel.walk(out, None, *self._kernel_tables, len(self.keys), forward)
+            return out.reshape(a.shape)
         v = a.astype(self._word.dtype).reshape(-1)
         return self._walk(v, forward).astype(np.int64).reshape(a.shape)
+
+    @cached_property
+    def _kernel_tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The compiled walk's (keys, half widths, bounds) for this one domain."""
+        return _tables([self])
 
     @property
     def _word(self) -> _Word:
@@ -349,19 +377,25 @@ def permute_many(
     """``x[i]`` through the permutation of ``domains[group[i]]`` (or its inverse), every
     domain an (n, source name, epoch) under ``seed``: for all ``i`` in one vectorised walk, each
     value with its own domain's round keys and width. Equal to calling
-    ``Permutation.for_epoch(n, seed, name, epoch)`` per domain, with a few numpy calls per
-    round for all the domains together instead of per domain (what a small batch pays)."""
+    ``Permutation.for_epoch(n, seed, name, epoch)`` per domain: one call of the compiled
+    walk, or on the numpy path a few numpy calls per round for all the domains together
+    instead of per domain (what a small batch pays)."""
     x = np.asarray(x, dtype=np.int64).reshape(-1)
     group = np.asarray(group, dtype=np.intp).reshape(-1)
     out = np.empty_like(x)
     if x.size == 0:
         return out
-    top = np.array([n - 1 for n, _, _ in domains], dtype=np.int64)  # n itself may be 2**63
-    if int(x.min()) < 0 or bool(np.any(x > top[group])):
-        bad = int(np.flatnonzero((x < 0) | (x > top[group]))[0])
-        raise IndexOutOfRange(
-            f"permutation: index {int(x[bad])} is outside [0, {int(top[group[bad]]) + 1})"
-        )
+    if _kernel is not None and domains:
+        perms = [cached_permutation(n, seed, name, e) for n, name, e in domains]
+        out[:] = x
+        try:  # the kernel checks every value and domain index itself
+            _kernel.walk(out, np.ascontiguousarray(group, dtype=np.int64), *_tables(perms),
+                         len(perms[0].keys), forward)  # fmt: skip
+        except ValueError:
+            _check_indices(domains, group, x)  # names the bad index
+            raise
+        return out
+    _check_indices(domains, group, x)
     halves = [half_bits_for(n) for n, _, _ in domains]
     counts = np.bincount(group, minlength=len(domains))
     large = counts >= MERGE_BELOW
@@ -394,6 +428,29 @@ def permute_many(
         sub_values = values if picked is None else values[picked]
         out[at] = _walk_many(seed, domains, halves, word, group[at], sub_values, forward)
     return out
+
+
+def _check_indices(
+    domains: Sequence[tuple[int, str, int]], group: np.ndarray, x: np.ndarray
+) -> None:
+    """Refuse an index outside its domain (or a domain index outside ``domains``)."""
+    if group.size and (int(group.min()) < 0 or int(group.max()) >= len(domains)):
+        raise ArgumentError(f"permutation: domain indices must be in [0, {len(domains)})")
+    top = np.array([n - 1 for n, _, _ in domains], dtype=np.int64)  # n itself may be 2**63
+    if int(x.min()) < 0 or bool(np.any(x > top[group])):
+        bad = int(np.flatnonzero((x < 0) | (x > top[group]))[0])
+        raise IndexOutOfRange(
+            f"permutation: index {int(x[bad])} is outside [0, {int(top[group[bad]]) + 1})"
+        )
+
+
+def _tables(perms: Sequence[Permutation]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The compiled walk's tables for domains ``perms``: round keys (domains x rounds, all
+    with the same number of rounds), half widths and bounds."""
+    keys = np.array([p.keys for p in perms], dtype=np.uint64).reshape(-1)
+    halves = np.array([p.half_bits for p in perms], dtype=np.int64)
+    bounds = np.array([p.n for p in perms], dtype=np.uint64)
+    return keys, halves, bounds
 
 
 def _walk_many(

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 
 import numpy as np
 
+from tokentape._src.tape import permutation
 from tokentape._src.tape.blend import MAX_POSITION, Blend
 from tokentape._src.tape.permutation import (
     MERGE_BELOW,
@@ -24,6 +26,10 @@ from tokentape._src.tape.permutation import (
 )
 from tokentape._src.tape.phases import PhasedBlend
 from tokentape.errors import ArgumentError, OutOfRangeError
+
+DENSE_DOMAINS = 256
+"""With the compiled kernel, a scattered batch whose (source, pass) pairs number at most this
+many (every pass between the first and last met, for every source) walks in one call."""
 
 
 def as_positions(positions: np.ndarray | Sequence[int] | int) -> np.ndarray:
@@ -91,7 +97,37 @@ class Tape:
         consecutive = p.size > 1 and int(p[-1]) - int(p[0]) == p.size - 1
         if consecutive and np.all(np.diff(p) == 1):  # a run of positions: the fast path
             return self.resolve_range(int(p[0]), p.size)
+        kernel = permutation._kernel
+        if kernel is not None and p.size and isinstance(self.blend, Blend):
+            resolved = self._resolve_compiled(kernel, self.blend, p)
+            if resolved is not None:
+                return resolved
         return self._samples(*self.blend.source_and_draw(p))
+
+    def _resolve_compiled(self, kernel: ModuleType, blend: Blend, p: np.ndarray) -> Resolved | None:
+        """``resolve`` of scattered positions with the compiled loops: the blend and the split
+        into passes in one loop, then every value's walk in one call (the kernel sorts them by
+        domain itself: each value's (source, pass) is numbered densely here, nothing sorted).
+        None when the passes met span too many domains for that."""
+        p = np.ascontiguousarray(p)
+        source, epoch, offset = np.empty_like(p), np.empty_like(p), np.empty_like(p)
+        n = np.asarray(self.n_samples, dtype=np.int64)
+        try:
+            lo, hi = kernel.split(p, blend.table, blend.rank, blend.weight_array, n,
+                                  source, epoch, offset)  # fmt: skip
+        except ValueError:
+            blend.source_and_draw(p)  # the blend's own error names a bad position
+            raise
+        names = len(self.names)
+        if (hi - lo + 1) * names > DENSE_DOMAINS:
+            return None
+        group = epoch - lo
+        group *= names
+        group += source
+        domains = [
+            (self.n_samples[d], self.names[d], e) for e in range(lo, hi + 1) for d in range(names)
+        ]
+        return Resolved(source, epoch, permute_many(self.seed, domains, group, offset))
 
     def _samples(self, source: np.ndarray, draw: np.ndarray) -> Resolved:
         """The (source, epoch, sample) of each (source, draw over the run)."""

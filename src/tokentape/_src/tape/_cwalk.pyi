@@ -1,0 +1,20 @@
+# The compiled walk (_cwalk.c): see its header comment.
+def walk(
+    values: object,
+    group: object | None,
+    keys: object,
+    halves: object,
+    bounds: object,
+    rounds: int,
+    forward: bool,
+) -> None: ...
+def split(
+    positions: object,
+    table: object,
+    rank: object,
+    weights: object,
+    n: object,
+    source: object,
+    epoch: object,
+    offset: object,
+) -> tuple[int, int]: ...

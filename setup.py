@@ -2,7 +2,7 @@
 
 The kernel is optional: where it cannot be built (no C compiler, no Python headers), the
 install goes on without it and the permutation runs its numpy path, which gives identical
-results (``tokentape._src.tape.permutation.KERNEL`` says which one runs).
+results (``tokentape --version`` says which one runs).
 """
 
 from setuptools import Extension, setup

@@ -223,10 +223,14 @@ def test_split_refuses_bad_positions_and_tables():
     table, rank = np.array([0, 1, 0], np.int16), np.array([0, 0, 1], np.int64)
     w, n = np.array([2, 1], np.int64), np.array([5, 7], np.int64)
 
-    def outs(k: int = 3):
-        return [np.empty(k, np.int64) for _ in range(3)]
+    def outs(k: int = 3, sources: int = 2):
+        return [np.empty(k, np.int64) for _ in range(3)] + [
+            np.empty(sources, np.int64) for _ in range(2)
+        ]
 
-    assert split(np.array([0, 1, 5], np.int64), table, rank, w, n, *outs()) == (0, 0)
+    got = outs()
+    split(np.array([0, 1, 5, 12], np.int64), table, rank, w, n, *outs(4)[:3], *got[3:])
+    assert got[3].tolist() == [0, 0] and got[4].tolist() == [1, 0]  # position 12: draw 8 of a
     with pytest.raises(ValueError, match="outside"):
         split(np.array([0, 2**62, 1], np.int64), table, rank, w, n, *outs())
     with pytest.raises(ValueError, match="outside"):
@@ -237,10 +241,49 @@ def test_split_refuses_bad_positions_and_tables():
         split(np.array([0, 1, 2], np.int64), table, rank[:2], w, n, *outs())
     with pytest.raises(ValueError, match="sizes disagree"):
         split(np.array([0, 1, 2], np.int64), table, rank, w, n, *outs(2))
+    with pytest.raises(ValueError, match="sizes disagree"):
+        split(np.array([0, 1, 2], np.int64), table, rank, w, n, *outs(3, 1))
     with pytest.raises(ValueError, match="n and weight"):
         split(np.array([0, 1, 2], np.int64), table, rank, w, np.array([5, 0], np.int64), *outs())
-    with pytest.raises(ValueError, match="2- or 8-byte"):
-        split(np.array([0, 1, 2], np.int64), table.astype(np.int32), rank, w, n, *outs())
+    with pytest.raises(ValueError, match="2-, 4- or 8-byte"):
+        split(np.array([0, 1, 2], np.int64), table.astype(np.int8), rank, w, n, *outs())
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [np.int16, np.int32, np.int64])
+def test_split_reads_every_table_width_like_the_blend(dtype):
+    tape = Tape.build(["a", "b", "c"], [7, 50, 1000], [3, 2, 5], 9)
+    blend = tape.blend
+    positions = np.random.default_rng(2).integers(0, 10**6, 2000)
+    source, epoch, offset = (np.empty_like(positions) for _ in range(3))
+    first, last = np.empty(3, np.int64), np.empty(3, np.int64)
+    COMPILED.split(positions, blend.table.astype(dtype), blend.rank, blend.weight_array,
+                   np.array(tape.n_samples), source, epoch, offset, first, last)  # fmt: skip
+    want_source, draw = blend.source_and_draw(positions)
+    want_epoch, want_offset = np.divmod(draw, np.array(tape.n_samples)[want_source])
+    assert np.array_equal(source, want_source) and np.array_equal(epoch, want_epoch)
+    assert np.array_equal(offset, want_offset)
+    for d in range(3):
+        assert (first[d], last[d]) == (want_epoch[source == d].min(), want_epoch[source == d].max())
+
+
+@needs_kernel
+def test_sources_far_apart_in_passes_still_walk_in_one_call(monkeypatch):
+    # Late in a run: the small source is in pass ~20,000, the big one in pass 0-1; per source,
+    # only the passes met count towards the dense numbering (not every pass in between).
+    tape = Tape.build(["small", "big"], [50, 10**6], [1, 1], 4)
+    positions = np.random.default_rng(3).integers(2 * 10**6, 2 * 10**6 + 1000, 3000)
+    calls = []
+    real = permutation.permute_many
+
+    def spy(*args, **kwargs):
+        calls.append(len(args[1]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr("tokentape._src.tape.resolve.permute_many", spy)
+    fast, slow = both(lambda: tape.resolve(positions))
+    assert np.array_equal(fast.sample, slow.sample) and np.array_equal(fast.epoch, slow.epoch)
+    assert calls and calls[0] <= 40  # the compiled run: one call over ~22 domains
 
 
 @needs_kernel

@@ -471,58 +471,66 @@ release_values:
     Py_RETURN_NONE;
 }
 
-/* split(positions, table, rank, weights, n, source, epoch, offset) -> (first, last epoch):
-   the blend and the passes of a scattered batch in one loop, as blend.source_and_draw and a
-   divmod by each source's n do in numpy. Position p sits at slot r = p mod D of the period
-   (D = len(table)), source s = table[r], draw q * weights[s] + rank[r] with q = p div D;
-   the draw's pass is draw div n[s] and its offset draw mod n[s]. The table may hold 2- or
+/* split(positions, table, rank, weights, n, source, epoch, offset, first, last): the blend
+   and the passes of a scattered batch in one loop, as blend.source_and_draw and a divmod by each
+   source's n do in numpy. Position p sits at slot r = p mod D of the period (D = len(table)),
+   source s = table[r], draw q * weights[s] + rank[r] with q = p div D; the draw's pass is
+   draw div n[s] and its offset draw mod n[s]. first[s] and last[s] receive the first and last
+   pass of source s met (INT64_MAX and -1 for a source not met). The table may hold 2-, 4- or
    8-byte integers; everything else is 8-byte. */
 static PyObject *
 split(PyObject *self, PyObject *args)
 {
     (void)self;
-    PyObject *obj[8];
-    if (!PyArg_ParseTuple(args, "OOOOOOOO", &obj[0], &obj[1], &obj[2], &obj[3], &obj[4],
-                          &obj[5], &obj[6], &obj[7]))
+    enum { POSITIONS, TABLE, RANK, WEIGHTS, N, SOURCE, EPOCH, OFFSET, FIRST, LAST, ARGS };
+    PyObject *obj[ARGS];
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOO", &obj[0], &obj[1], &obj[2], &obj[3], &obj[4],
+                          &obj[5], &obj[6], &obj[7], &obj[8], &obj[9]))
         return NULL;
-    static const char *what[8] = {"positions", "table", "rank", "weights",
-                                  "n",         "source", "epoch", "offset"};
-    Py_buffer view[8];
+    static const char *what[ARGS] = {"positions", "table", "rank",   "weights", "n",
+                                     "source",    "epoch", "offset", "first",   "last"};
+    Py_buffer view[ARGS];
     int got = 0, ok = 0;
-    for (; got < 8; got++) {
-        int out = got >= 5;
+    for (; got < ARGS; got++) {
+        int out = got >= SOURCE;
         int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (out ? PyBUF_WRITABLE : 0);
         if (PyObject_GetBuffer(obj[got], &view[got], flags) < 0)
             goto release;
         Py_ssize_t size = view[got].itemsize;
-        if (view[got].ndim > 1 || !(size == 8 || (got == 1 && size == 2))) {
+        int fits = size == 8 || (got == TABLE && (size == 2 || size == 4));
+        if (view[got].ndim > 1 || !fits) {
             PyErr_Format(PyExc_ValueError, "split: %s must be a flat array of %s integers",
-                         what[got], got == 1 ? "2- or 8-byte" : "8-byte");
+                         what[got], got == TABLE ? "2-, 4- or 8-byte" : "8-byte");
             got++;
             goto release;
         }
     }
-    Py_ssize_t count = view[0].len / 8, period = view[1].len / view[1].itemsize;
-    Py_ssize_t sources = view[3].len / 8;
-    if (period < 1 || view[2].len / 8 != period || sources < 1 || view[4].len / 8 != sources ||
-        view[5].len / 8 != count || view[6].len / 8 != count || view[7].len / 8 != count) {
+    Py_ssize_t count = view[POSITIONS].len / 8;
+    Py_ssize_t period = view[TABLE].len / view[TABLE].itemsize, sources = view[WEIGHTS].len / 8;
+    if (period < 1 || view[RANK].len / 8 != period || sources < 1 ||
+        view[N].len / 8 != sources || view[FIRST].len / 8 != sources ||
+        view[LAST].len / 8 != sources || view[SOURCE].len / 8 != count ||
+        view[EPOCH].len / 8 != count || view[OFFSET].len / 8 != count) {
         PyErr_SetString(PyExc_ValueError,
-                        "split: sizes disagree (rank: one per slot; n: one per source; "
-                        "outputs: one per position)");
+                        "split: sizes disagree (rank: one per slot; n, first, last: one per "
+                        "source; outputs: one per position)");
         goto release;
     }
-    const int64_t *p = view[0].buf, *rank = view[2].buf, *w = view[3].buf, *n = view[4].buf;
-    const int16_t *table16 = view[1].itemsize == 2 ? view[1].buf : NULL;
-    const int64_t *table64 = view[1].itemsize == 8 ? view[1].buf : NULL;
-    int64_t *source = view[5].buf, *epoch = view[6].buf, *offset = view[7].buf;
+    const int64_t *p = view[POSITIONS].buf, *rank = view[RANK].buf, *w = view[WEIGHTS].buf;
+    const int64_t *n = view[N].buf;
+    Py_ssize_t width = view[TABLE].itemsize;
+    const void *table = view[TABLE].buf;
+    int64_t *source = view[SOURCE].buf, *epoch = view[EPOCH].buf, *offset = view[OFFSET].buf;
+    int64_t *first = view[FIRST].buf, *last = view[LAST].buf;
     for (Py_ssize_t d = 0; d < sources; d++) {
         if (n[d] < 1 || w[d] < 1 || w[d] > period) {
             PyErr_Format(PyExc_ValueError, "split: source %zd: n and weight must be >= 1", d);
             goto release;
         }
+        first[d] = INT64_MAX;
+        last[d] = -1;
     }
     Py_ssize_t bad = -1;
-    int64_t first = INT64_MAX, last = -1;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < count; i++) {
         int64_t at = p[i];
@@ -531,7 +539,9 @@ split(PyObject *self, PyObject *args)
             break;
         }
         int64_t q = at / period, r = at % period;
-        int64_t s = table16 ? table16[r] : table64[r];
+        int64_t s = width == 2   ? ((const int16_t *)table)[r]
+                    : width == 4 ? ((const int32_t *)table)[r]
+                                 : ((const int64_t *)table)[r];
         if (s < 0 || s >= sources || rank[r] < 0 || rank[r] >= w[s]) {
             bad = i;
             break;
@@ -540,8 +550,8 @@ split(PyObject *self, PyObject *args)
         source[i] = s;
         epoch[i] = e;
         offset[i] = draw - e * n[s];
-        first = e < first ? e : first;
-        last = e > last ? e : last;
+        first[s] = e < first[s] ? e : first[s];
+        last[s] = e > last[s] ? e : last[s];
     }
     Py_END_ALLOW_THREADS
     if (bad >= 0) {
@@ -556,7 +566,7 @@ release:
         PyBuffer_Release(&view[i]);
     if (!ok)
         return NULL;
-    return Py_BuildValue("LL", (long long)first, (long long)last);
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
@@ -564,7 +574,7 @@ static PyMethodDef methods[] = {
      "walk(values, group, keys, halves, bounds, rounds, forward): each value (int64, in place) "
      "through its domain's permutation, or its inverse."},
     {"split", split, METH_VARARGS,
-     "split(positions, table, rank, weights, n, source, epoch, offset) -> (first, last): the "
+     "split(positions, table, rank, weights, n, source, epoch, offset, first, last): the "
      "blend's source and each draw's pass and offset, for scattered positions."},
     {NULL, NULL, 0, NULL},
 };

@@ -17,4 +17,6 @@ def split(
     source: object,
     epoch: object,
     offset: object,
-) -> tuple[int, int]: ...
+    first: object,
+    last: object,
+) -> None: ...

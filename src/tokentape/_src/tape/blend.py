@@ -259,11 +259,12 @@ class Blend:
         Within a period the prefix bound leaves two candidates, f = floor(m·W_d/D) and f + 1;
         it is f + 1 exactly when draw f of the period lies before m.
         """
-        if type(source) is int and type(n) is int and 0 <= source < len(self.weights):
-            if 0 <= n <= MAX_POSITION:  # one count: in Python integers (no numpy calls)
-                w, (q, m) = self.weights[source], divmod(n, self.denominator)
-                f = m * w // self.denominator
-                return q * w + f + int(self.occurrences[int(self.offsets[source]) + f] < m)
+        one = type(source) is int and type(n) is int
+        if one and 0 <= source < len(self.weights) and 0 <= n <= MAX_POSITION:
+            # One count: in Python integers (no numpy calls).
+            w, (q, m) = self.weights[source], divmod(n, self.denominator)
+            f = m * w // self.denominator
+            return q * w + f + int(self.occurrences[int(self.offsets[source]) + f] < m)
         d = self._sources(source)
         nn = np.asarray(n, dtype=np.int64)
         if nn.size and (int(nn.min()) < 0 or int(nn.max()) > MAX_POSITION):

@@ -29,7 +29,7 @@ from tokentape.errors import ArgumentError, OutOfRangeError
 
 DENSE_DOMAINS = 256
 """With the compiled kernel, a scattered batch whose (source, pass) pairs number at most this
-many (every pass between the first and last met, for every source) walks in one call."""
+many (for each source, every pass from the first to the last it meets) walks in one call."""
 
 
 def as_positions(positions: np.ndarray | Sequence[int] | int) -> np.ndarray:
@@ -112,20 +112,23 @@ class Tape:
         p = np.ascontiguousarray(p)
         source, epoch, offset = np.empty_like(p), np.empty_like(p), np.empty_like(p)
         n = np.asarray(self.n_samples, dtype=np.int64)
+        first, last = np.empty_like(n), np.empty_like(n)
         try:
-            lo, hi = kernel.split(p, blend.table, blend.rank, blend.weight_array, n,
-                                  source, epoch, offset)  # fmt: skip
+            kernel.split(p, blend.table, blend.rank, blend.weight_array, n,
+                         source, epoch, offset, first, last)  # fmt: skip
         except ValueError:
             blend.source_and_draw(p)  # the blend's own error names a bad position
             raise
-        names = len(self.names)
-        if (hi - lo + 1) * names > DENSE_DOMAINS:
+        met = last >= 0
+        spans = np.where(met, last - first + 1, 0)  # each source's passes, first to last
+        if int(spans.sum()) > DENSE_DOMAINS:
             return None
-        group = epoch - lo
-        group *= names
-        group += source
+        base = np.cumsum(spans) - spans  # where each source's domains start
+        group = epoch + (base - np.where(met, first, 0))[source]
         domains = [
-            (self.n_samples[d], self.names[d], e) for e in range(lo, hi + 1) for d in range(names)
+            (self.n_samples[d], self.names[d], e)
+            for d in np.flatnonzero(met).tolist()
+            for e in range(int(first[d]), int(last[d]) + 1)
         ]
         return Resolved(source, epoch, permute_many(self.seed, domains, group, offset))
 

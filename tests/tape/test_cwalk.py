@@ -9,6 +9,8 @@ Skipped only where the kernel is not built in this install; CI sets
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -299,3 +301,33 @@ def test_version_says_which_walk_runs(capsys):
     assert main(["--version"]) == 0
     walk = "compiled" if COMPILED is not None else "numpy (the C loop is not built here)"
     assert capsys.readouterr().out.strip().endswith(f"(permutation walk: {walk})")
+
+
+@pytest.mark.subprocess
+def test_without_the_kernel_the_numpy_path_runs_and_gives_the_same_tape():
+    # A process where the compiled module cannot be imported, as in an install without a C
+    # compiler: tokentape still imports, says so, and resolves the same samples.
+    script = """
+import sys, importlib.abc
+class NoKernel(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "tokentape._src.tape._cwalk":
+            raise ImportError("not built")
+sys.meta_path.insert(0, NoKernel())
+import numpy as np
+from tokentape._src.program import main
+from tokentape._src.tape.resolve import Tape
+main(["--version"])
+tape = Tape.build(["a", "b"], [300, 10**6], [2, 1], 5)
+r = tape.resolve(np.random.default_rng(0).integers(0, 10**7, 5000))
+print(",".join(map(str, r.sample[:50].tolist())))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    version, samples = done.stdout.strip().splitlines()
+    assert version.endswith("(permutation walk: numpy (the C loop is not built here))")
+    tape = Tape.build(["a", "b"], [300, 10**6], [2, 1], 5)
+    here = tape.resolve(np.random.default_rng(0).integers(0, 10**7, 5000))
+    assert samples == ",".join(map(str, here.sample[:50].tolist()))

@@ -299,21 +299,25 @@ def test_version_says_which_walk_runs(capsys):
     from tokentape._src.program import main
 
     assert main(["--version"]) == 0
-    walk = "compiled" if COMPILED is not None else "numpy (the C loop is not built here)"
+    walk = "compiled" if COMPILED is not None else f"numpy: {permutation.KERNEL_NOTE}"
     assert capsys.readouterr().out.strip().endswith(f"(permutation walk: {walk})")
 
 
-@pytest.mark.subprocess
-def test_without_the_kernel_the_numpy_path_runs_and_gives_the_same_tape():
-    # A process where the compiled module cannot be imported, as in an install without a C
-    # compiler: tokentape still imports, says so, and resolves the same samples.
-    script = """
-import sys, importlib.abc
-class NoKernel(importlib.abc.MetaPathFinder):
+STALE_OR_ABSENT = """
+import sys, types, importlib.abc, importlib.machinery
+class Replace(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, name, path, target=None):
         if name == "tokentape._src.tape._cwalk":
-            raise ImportError("not built")
-sys.meta_path.insert(0, NoKernel())
+            if MODE == "absent":
+                raise ImportError("not built")
+            return importlib.machinery.ModuleSpec(name, self)
+    def create_module(self, spec):
+        old = types.ModuleType(spec.name)
+        old.walk = old.split = None  # an older build: another interface
+        return old
+    def exec_module(self, module):
+        pass
+sys.meta_path.insert(0, Replace())
 import numpy as np
 from tokentape._src.program import main
 from tokentape._src.tape.resolve import Tape
@@ -322,12 +326,29 @@ tape = Tape.build(["a", "b"], [300, 10**6], [2, 1], 5)
 r = tape.resolve(np.random.default_rng(0).integers(0, 10**7, 5000))
 print(",".join(map(str, r.sample[:50].tolist())))
 """
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize(
+    ("mode", "says"),
+    [
+        ("absent", "the C loop is not built in this install"),
+        ("stale", "the C loop was built for another version: reinstall (pip install -e .)"),
+    ],
+)
+def test_without_a_current_kernel_the_numpy_path_runs_and_gives_the_same_tape(mode, says):
+    # A process where the compiled module cannot be imported (an install without a C compiler)
+    # or is an older build (an editable install not rebuilt after a pull): tokentape still
+    # imports, says why in --version, warns once for a stale build, and resolves the same
+    # samples.
+    script = f"MODE = {mode!r}\n" + STALE_OR_ABSENT
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 0, done.stderr
     version, samples = done.stdout.strip().splitlines()
-    assert version.endswith("(permutation walk: numpy (the C loop is not built here))")
+    assert version.endswith(f"(permutation walk: numpy: {says})")
+    assert ("reinstall" in done.stderr) == (mode == "stale")
     tape = Tape.build(["a", "b"], [300, 10**6], [2, 1], 5)
     here = tape.resolve(np.random.default_rng(0).integers(0, 10**7, 5000))
     assert samples == ",".join(map(str, here.sample[:50].tolist()))

@@ -100,9 +100,9 @@ class _Version(argparse.Action):
     """``--version``: the version and which permutation walk this install runs."""
 
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
-        from tokentape._src.tape.permutation import kernel
+        from tokentape._src.tape.permutation import KERNEL_NOTE, kernel
 
-        walk = "compiled" if kernel() == "compiled" else "numpy (the C loop is not built here)"
+        walk = "compiled" if kernel() == "compiled" else f"numpy: {KERNEL_NOTE}"
         print(f"tokentape {__version__} (permutation walk: {walk})")
         parser.exit()
 

@@ -585,8 +585,18 @@ static struct PyModuleDef module = {
     -1, methods, NULL, NULL, NULL, NULL,
 };
 
+/* The interface's version: permutation.py uses this module only when it carries the number
+   it expects, so a stale build (an editable install not rebuilt after a pull) falls back to
+   numpy instead of failing. Bump it with any change to the functions' arguments or results. */
+#define ABI 2
+
 PyMODINIT_FUNC
 PyInit__cwalk(void)
 {
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m && PyModule_AddIntConstant(m, "ABI", ABI) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -1,4 +1,6 @@
 # The compiled walk (_cwalk.c): see its header comment.
+ABI: int
+
 def walk(
     values: object,
     group: object | None,

@@ -26,6 +26,7 @@ says which one runs; the tests compare them).
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
@@ -36,17 +37,28 @@ import numpy as np
 
 from tokentape.errors import ArgumentError, OutOfRangeError
 
+KERNEL_ABI = 2
+"""The compiled module's interface version this code calls (``ABI`` in ``_cwalk.c``)."""
+
 try:
     from tokentape._src.tape import _cwalk
 except ImportError:  # not built in this install: the numpy path, identical results
     _cwalk = None  # type: ignore[assignment]
+    KERNEL_NOTE = "the C loop is not built in this install"
+else:
+    KERNEL_NOTE = ""
+    if getattr(_cwalk, "ABI", None) != KERNEL_ABI:  # a build older than this code
+        _cwalk = None  # type: ignore[assignment]
+        KERNEL_NOTE = "the C loop was built for another version: reinstall (pip install -e .)"
+        logging.getLogger(__name__).warning("tokentape: %s; using numpy", KERNEL_NOTE)
 
 _kernel: ModuleType | None = _cwalk
 """The compiled walk, or None for the numpy path (benchmarks and tests set it to compare)."""
 
 
 def kernel() -> str:
-    """Which walk runs: ``"compiled"`` (the C kernel) or ``"numpy"``."""
+    """Which walk runs: ``"compiled"`` (the C kernel) or ``"numpy"`` (``KERNEL_NOTE`` says
+    why)."""
     return "compiled" if _kernel is not None else "numpy"
 
 

@@ -72,7 +72,8 @@ def test_permute_many_compiled_equals_numpy(sizes, count, skew, seed, forward):
     group = rng.choice(len(domains), size=count, p=weights / weights.sum())
     if rng.random() < 0.3:
         group = np.sort(group)  # long runs of one domain
-    x = rng.integers(0, 2**62, count) % np.array([min(n, 2**62) for n, _, _ in domains])[group]
+    top = np.array([min(n, 2**63 - 1) for n, _, _ in domains], dtype=np.int64)
+    x = rng.integers(0, 2**63 - 1, count, dtype=np.int64) % top[group]  # up to 2**63 - 2
     fast, slow = both(lambda: permute_many(seed, domains, group, x, forward))
     assert np.array_equal(fast, slow)
     back = permute_many(seed, domains, group, fast, not forward)

@@ -214,6 +214,11 @@ def test_the_kernel_refuses_what_the_wrappers_never_pass():
         walk(values.copy(), np.array([0] * 9 + [1], np.int64), keys, halves, bounds, 8, True)
     with pytest.raises((ValueError, TypeError)):
         walk(values.copy(), None, keys, halves, bounds.astype(np.float32), 8, True)
+    with pytest.raises(ValueError, match="share memory"):  # a write would change a bound
+        big = np.array([*range(9), 300], np.int64)  # the last value is also the bound
+        walk(big, None, keys, halves, big[9:].view(np.uint64), 8, True)
+    with pytest.raises(ValueError, match="share memory"):
+        walk(values, values, keys, halves, bounds, 8, True)
     readonly = values.copy()
     readonly.setflags(write=False)
     with pytest.raises((ValueError, BufferError)):
@@ -248,6 +253,9 @@ def test_split_refuses_bad_positions_and_tables():
         split(np.array([0, 1, 2], np.int64), table, rank, w, n, *outs(3, 1))
     with pytest.raises(ValueError, match="n and weight"):
         split(np.array([0, 1, 2], np.int64), table, rank, w, np.array([5, 0], np.int64), *outs())
+    with pytest.raises(ValueError, match="source must not share memory with n"):
+        shared = np.array([5, 7, 0], np.int64)  # n, and the source output written over it
+        split(np.array([0, 1, 2], np.int64), table, rank, w, shared[:2], shared, *outs()[1:])
     with pytest.raises(ValueError, match="2-, 4- or 8-byte"):
         split(np.array([0, 1, 2], np.int64), table.astype(np.int8), rank, w, n, *outs())
 

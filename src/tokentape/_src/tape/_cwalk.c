@@ -372,6 +372,15 @@ get_words(PyObject *obj, Py_buffer *view, int writable, const char *what)
     return 0;
 }
 
+/* Whether two buffers share memory: an output written while another array is read could
+   change a width, a bound or a divisor under the loop. */
+static int
+overlaps(const Py_buffer *a, const Py_buffer *b)
+{
+    const char *a0 = a->buf, *b0 = b->buf;
+    return a->len > 0 && b->len > 0 && a0 < b0 + b->len && b0 < a0 + a->len;
+}
+
 static PyObject *
 walk(PyObject *self, PyObject *args)
 {
@@ -401,10 +410,15 @@ walk(PyObject *self, PyObject *args)
     Py_ssize_t count = values.len / 8, domains = halves.len / 8;
     const int64_t *h_of = (const int64_t *)halves.buf;
     const uint64_t *n_of = (const uint64_t *)bounds.buf;
-    if (domains < 1 || bounds.len / 8 != domains || keys.len / 8 != domains * rounds ||
-        (have_group && group.len / 8 != count)) {
+    if (domains < 1 || bounds.len / 8 != domains || keys.len / 8 / rounds != domains ||
+        keys.len / 8 % rounds != 0 || (have_group && group.len / 8 != count)) {
         PyErr_SetString(PyExc_ValueError,
                         "walk: sizes disagree (keys: domains x rounds; group: one per value)");
+        goto release_all;
+    }
+    if (overlaps(&values, &keys) || overlaps(&values, &halves) || overlaps(&values, &bounds) ||
+        (have_group && overlaps(&values, &group))) {
+        PyErr_SetString(PyExc_ValueError, "walk: values must not share memory with the tables");
         goto release_all;
     }
     for (Py_ssize_t d = 0; d < domains; d++) {
@@ -515,6 +529,15 @@ split(PyObject *self, PyObject *args)
                         "split: sizes disagree (rank: one per slot; n, first, last: one per "
                         "source; outputs: one per position)");
         goto release;
+    }
+    for (int out = SOURCE; out < ARGS; out++) {
+        for (int other = 0; other < ARGS; other++) {
+            if (other != out && overlaps(&view[out], &view[other])) {
+                PyErr_Format(PyExc_ValueError, "split: %s must not share memory with %s",
+                             what[out], what[other]);
+                goto release;
+            }
+        }
     }
     const int64_t *p = view[POSITIONS].buf, *rank = view[RANK].buf, *w = view[WEIGHTS].buf;
     const int64_t *n = view[N].buf;

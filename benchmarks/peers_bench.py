@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -416,7 +417,9 @@ HORIZON_NOTES = [
     "DataLoader, 2 processes); grain mp_prefetch(num_workers=2); streaming and litdata "
     "num_workers=2. Throughput after the first batch; the machine's cores are shared",
     "peak RSS: the process's peak resident memory from after the imports (peak reset there, "
-    "Linux VmHWM) to the first batch, minus the resident memory after the imports (0 workers)",
+    "Linux VmHWM) to the first batch, minus the resident memory after the imports (0 workers); "
+    "start-up: every file under bench-out/peers is dropped from the page cache before each "
+    "system's first start-up run (then read from disk, alike for all)",
     "mixture: grain and tokentape, the source sequence over every prefix to 10^5 / 10^6 "
     "(first table); streaming and litdata, the sources of the samples their loaders read",
 ]
@@ -478,11 +481,25 @@ class Child:
         return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
+def evict(root: Path) -> None:
+    """Every file under ``root`` written back and dropped from the page cache, so that each
+    system's start-up reads its files the same way, from disk. (Pages just written, or read
+    sequentially, sit in the cache in larger blocks, and a process touching them maps more:
+    the start-up memory row would measure how the files came into the cache.)"""
+    if not hasattr(os, "posix_fadvise"):
+        return
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        with open(path, "rb") as f:
+            os.fsync(f.fileno())
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+
+
 def measure_system(child: Child, quick: bool, budget: float) -> dict[str, Any]:
     """Every measure of one system (a dict of cells; errors as text)."""
     out: dict[str, Any] = {}
     if child.system in ("streaming", "litdata"):
         out["write"] = child("write")
+    evict(child.root)  # start-up from a cold page cache, alike for every system
     out["startup"] = {h: child("startup", horizon=h) for h in START_HORIZONS}
     batches = 60 if quick else 300
     horizon = 10**6

@@ -217,8 +217,10 @@ class Blend:
 
     @cached_property
     def weight_array(self) -> np.ndarray:
-        """The weights W_d as an int64 array."""
-        return np.asarray(self.weights, dtype=np.int64)
+        """The weights W_d as a read-only int64 array."""
+        w = np.asarray(self.weights, dtype=np.int64)
+        w.setflags(write=False)
+        return w
 
     @property
     def n_sources(self) -> int:
@@ -230,8 +232,7 @@ class Blend:
         p = _positions(positions)
         q, r = np.divmod(p, self.denominator)
         source = self.table[r].astype(np.int64)
-        w = np.asarray(self.weights, dtype=np.int64)
-        return source, q * w[source] + self.rank[r]
+        return source, q * self.weight_array[source] + self.rank[r]
 
     def position(self, source: np.ndarray | int, draw: np.ndarray | int) -> np.ndarray:
         """Vectorised inverse of :meth:`source_and_draw`: the position of each (source, draw)."""
@@ -240,7 +241,7 @@ class Blend:
         if j.size and int(j.min()) < 0:
             raise OutOfRangeError(f"blend: draw {int(j.min())}: expected a draw index >= 0")
         d, j = np.broadcast_arrays(d, j)
-        w = np.asarray(self.weights, dtype=np.int64)[d]
+        w = self.weight_array[d]
         q, r = np.divmod(j, w)
         if q.size and int(q.max()) > MAX_POSITION // self.denominator:
             raise OutOfRangeError(f"blend: draw {int(j.max())} lies beyond position 2**62")
@@ -271,7 +272,7 @@ class Blend:
             bad = int(nn.min()) if int(nn.min()) < 0 else int(nn.max())
             raise OutOfRangeError(f"blend: prefix length {bad}: expected an integer in [0, 2**62]")
         d, nn = np.broadcast_arrays(d, nn)
-        w = np.asarray(self.weights, dtype=np.int64)[d]
+        w = self.weight_array[d]
         q, m = np.divmod(nn, self.denominator)
         f = m * w // self.denominator  # m < D and W_d <= D: no overflow, and f < W_d
         c = q * w + f + (self.occurrences[self.offsets[d] + f] < m)

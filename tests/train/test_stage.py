@@ -19,6 +19,7 @@ from faultproxy import FaultProxy
 from helpers import tree_bytes, write_store
 
 from tokentape._src.plan.plan import Plan
+from tokentape._src.store.safedir import SafeDir
 from tokentape._src.store.tokenizers import load_tokenizer
 from tokentape._src.train.batch import Batcher
 from tokentape._src.train.cachelock import CacheLocked, cache_lock
@@ -283,8 +284,8 @@ def test_concurrent_stagers_one_downloads_the_other_waits(setup):
     _, remote, stores, cache = setup
     url = remote.sources[0].path
     cache.mkdir()
-    lock = cache / f".{cache_key(url)}.lock"
-    with cache_lock(lock, "test holding the lock", 10):  # both start while it is held
+    held = SafeDir.open(cache, "stage cache", "")
+    with held, cache_lock(held, f".{cache_key(url)}.lock", "test holding the lock", 10):
         procs = [_run_stage(url, cache, 2, 128) for _ in range(2)]
         for proc in procs:
             assert proc.stdout is not None
@@ -307,9 +308,9 @@ def test_lock_wait_times_out_naming_the_holder(setup):
     _, remote, _, cache = setup
     url = remote.sources[0].path
     cache.mkdir()
-    lock = cache / f".{cache_key(url)}.lock"
+    held = SafeDir.open(cache, "stage cache", "")
     expected = pytest.raises(CacheLocked, match=r"stage by another rank on host .*pid")
-    with cache_lock(lock, "stage by another rank", 10), expected:
+    with held, cache_lock(held, f".{cache_key(url)}.lock", "stage by another rank", 10), expected:
         stage(url, cache, wait_s=0.2)
     assert stage_store(url, cache) == cache / cache_key(url)
 

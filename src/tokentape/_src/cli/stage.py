@@ -25,9 +25,15 @@ what it does:
   against the block hashes its manifest (a Megatron prefix: its sidecar object, written by
   `tokentape verify URL`) records as it arrives; a Megatron prefix is staged as
   CACHE/KEY-NAME/NAME.bin and .idx. Local sources are left where they are. A store already
-  staged with the plan's content hash is used as is (nothing is read from the bucket);
+  staged with the plan's content hash is reused (nothing is read from the bucket);
   another version of it is replaced.
   A killed stage resumes: run the same command again, verified blocks are kept.
+  A staged copy is trusted while its files keep the size, mtime and ctime they had when
+  verified; a file changed on disk is hashed again (and fetched again if it no longer
+  matches). --verify hashes every file of a staged copy again before reusing it.
+  The cache must be a directory only you (or root) can change; tokentape follows no
+  symbolic link inside it, and refuses a link, FIFO or another user's file at a name it
+  uses (one line naming it: remove it, or use another cache directory).
   One process per node stages a store; others (the node's other ranks) wait for it
   (--wait), then use its copy. The staged copy is a normal store read with memory maps.
 
@@ -78,6 +84,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--out", metavar="FILE", help="also write the plan with the staged paths (PLAN.json)"
     )
+    p.add_argument(
+        "--verify",
+        action="store_true",
+        help="hash every file of an already staged copy again before reusing it (one read of "
+        "the copy), not only the files changed on disk since they were verified",
+    )
     add_storage_options(p)
     p.add_argument("--json", action="store_true", help="print a JSON report, no progress bar")
     p.set_defaults(func=cmd)
@@ -96,6 +108,7 @@ def _row(name: str, path: str, staged: StagedStore | None) -> dict:
         "total_bytes": staged.total_bytes,
         "downloaded_bytes": staged.downloaded_bytes,
         "reused_bytes": staged.reused_bytes,
+        "rehashed_bytes": staged.rehashed_bytes,
     }
 
 
@@ -103,6 +116,8 @@ def _line(name: str, path: str, s: StagedStore | None) -> str:
     if s is None:
         return f"{name}: {path} (not an object URL: read in place)"
     how = "already staged" if s.cached else f"downloaded {fmt_bytes(s.downloaded_bytes)}"
+    if s.rehashed_bytes:
+        how += f", hashed again {fmt_bytes(s.rehashed_bytes)}"
     return f"{name}: {s.url} -> {s.path} ({how}, reused {fmt_bytes(s.reused_bytes)})"
 
 
@@ -119,6 +134,7 @@ def cmd(args: argparse.Namespace) -> int:
         terminal_bar(quiet=args.json),
         args.workers,
         args.wait,
+        verify=args.verify,
     )
     if args.out:
         staged_plan.save(args.out)

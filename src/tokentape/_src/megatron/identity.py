@@ -207,26 +207,33 @@ def read_sidecars(prefix: Path) -> list[tuple[FileKeys | None, MegatronIdentity]
     recorded for (None for a version 1 sidecar: never current) and the identity."""
     found = []
     for path in sidecar_paths(prefix):
-        text = _sidecar_text(path)
-        try:
-            data = json.loads(text) if text is not None else None
-        except (ValueError, RecursionError):
-            continue
-        if not isinstance(data, dict) or data.get("format") != SIDECAR_FORMAT:
-            continue
-        version = data.get("version")
-        if not is_int(version) or version not in (1, SIDECAR_VERSION):
-            continue
-        identity = identity_from_json(data.get("identity"))
-        if identity is None:
-            continue
-        keys = None  # version 1: its keys are never current
-        if version == SIDECAR_VERSION:
-            keys = keys_from_json(data.get("files"))
-            if keys is None:
-                continue
-        found.append((keys, identity))
+        record = parse_sidecar(_sidecar_text(path))
+        if record is not None:
+            found.append(record)
     return found
+
+
+def parse_sidecar(text: str | None) -> tuple[FileKeys | None, MegatronIdentity] | None:
+    """What the sidecar ``text`` records: the files' keys (None for a version 1 sidecar: never
+    current) and the identity; None when it is not a well-formed sidecar (or no text)."""
+    try:
+        data = json.loads(text) if text is not None else None
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != SIDECAR_FORMAT:
+        return None
+    version = data.get("version")
+    if not is_int(version) or version not in (1, SIDECAR_VERSION):
+        return None
+    identity = identity_from_json(data.get("identity"))
+    if identity is None:
+        return None
+    keys = None  # version 1: its keys are never current
+    if version == SIDECAR_VERSION:
+        keys = keys_from_json(data.get("files"))
+        if keys is None:
+            return None
+    return keys, identity
 
 
 def _sidecar_text(path: Path) -> str | None:
@@ -272,14 +279,7 @@ def write_sidecar(
     taken = time.time_ns() if taken_ns is None else taken_ns
     if not writer and racy(keys, taken):
         return None
-    data = {
-        "format": SIDECAR_FORMAT,
-        "version": SIDECAR_VERSION,
-        "prefix": str(Path(prefix).resolve()),
-        "files": asdict(keys),
-        "identity": identity_to_json(identity),
-    }
-    text = (json.dumps(data, indent=2) + "\n").encode()
+    text = sidecar_bytes(prefix, identity, keys)
     for path in sidecar_paths(prefix):
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -288,6 +288,18 @@ def write_sidecar(
             continue
         return path
     return None
+
+
+def sidecar_bytes(prefix: Path, identity: MegatronIdentity, keys: FileKeys) -> bytes:
+    """The sidecar recording ``identity`` for the files of ``prefix`` with ``keys``."""
+    data = {
+        "format": SIDECAR_FORMAT,
+        "version": SIDECAR_VERSION,
+        "prefix": str(Path(prefix).resolve()),
+        "files": asdict(keys),
+        "identity": identity_to_json(identity),
+    }
+    return (json.dumps(data, indent=2) + "\n").encode()
 
 
 # --- plan records -----------------------------------------------------------------------------

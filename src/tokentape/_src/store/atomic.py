@@ -117,10 +117,18 @@ def exchange(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
     without ``renameat2``, or a kernel or file system that refuses ``RENAME_EXCHANGE``.
     Raises ``OSError`` on any other failure.
     """
+    return exchange_at(AT_FDCWD, a, AT_FDCWD, b)
+
+
+def exchange_at(
+    a_dir: int, a: str | os.PathLike[str], b_dir: int, b: str | os.PathLike[str]
+) -> bool:
+    """``exchange`` of ``a`` looked up in the directory descriptor ``a_dir`` and ``b`` in
+    ``b_dir`` (``AT_FDCWD``: the working directory)."""
     func = _renameat2()
     if func is None:
         return False
-    result = func(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE)
+    result = func(a_dir, os.fsencode(a), b_dir, os.fsencode(b), RENAME_EXCHANGE)
     if result == 0:
         return True
     code = ctypes.get_errno()
@@ -144,21 +152,36 @@ def replace_directory(new: Path, out: Path, discard: Callable[[Path], None] = _r
     replacement was atomic. The old tree is removed last; if this process dies before, it is
     left under ``new``'s (hidden) name.
     """
-    if not os.path.lexists(out):
-        os.rename(new, out)
-        fsync_dir(out.parent)
+    if new.parent != out.parent:
+        raise ValueError(f"replace_directory: '{new}' is not beside '{out}'")
+    fd = os.open(out.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return replace_entry(fd, new.name, out.name, lambda name: discard(out.parent / name))
+    finally:
+        os.close(fd)
+
+
+def replace_entry(parent: int, new: str, out: str, discard: Callable[[str], None]) -> bool:
+    """``replace_directory`` of the entries ``new`` and ``out`` of the directory open as
+    ``parent`` (names looked up in it, never through a link at either name); ``discard``
+    gets the name the old entry is left under."""
+    try:
+        os.stat(out, dir_fd=parent, follow_symlinks=False)
+    except FileNotFoundError:
+        os.rename(new, out, src_dir_fd=parent, dst_dir_fd=parent)
+        os.fsync(parent)
         return True
-    if exchange(new, out):
-        fsync_dir(out.parent)
+    if exchange_at(parent, new, parent, out):
+        os.fsync(parent)
         discard(new)  # now the old directory
         return True
-    aside = out.with_name(f".{out.name}.old-{socket.gethostname()}-{os.getpid()}")
-    os.rename(out, aside)
+    aside = f".{out}.old-{socket.gethostname()}-{os.getpid()}"
+    os.rename(out, aside, src_dir_fd=parent, dst_dir_fd=parent)
     try:
-        os.rename(new, out)
+        os.rename(new, out, src_dir_fd=parent, dst_dir_fd=parent)
     except BaseException:
-        os.rename(aside, out)
+        os.rename(aside, out, src_dir_fd=parent, dst_dir_fd=parent)
         raise
-    fsync_dir(out.parent)
+    os.fsync(parent)
     discard(aside)
     return False

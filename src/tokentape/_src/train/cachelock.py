@@ -1,7 +1,9 @@
 """A waiting lock in a stage cache: one process per node stages a store, the others wait.
 
-``cache_lock(path, what, timeout_s)`` takes an exclusive ``flock`` on the file ``path``
-(created if missing), waiting for it while another process holds it, and gives up after
+``cache_lock(cache, name, what, timeout_s)`` takes an exclusive ``flock`` on the file
+``name`` in the cache directory ``cache`` (created if missing; opened without following a
+link, and refused unless it is this user's regular file with one hard link: see
+``store.safedir``), waiting for it while another process holds it, and gives up after
 ``timeout_s`` seconds with a one-line ``CacheLocked`` naming the holder. Unlike the writer
 lock of ``store.lock`` (which refuses a second writer at once), waiting is the point here: a
 node's other ranks block until the one staging the store is done, then use its result.
@@ -19,13 +21,13 @@ import errno
 import json
 import os
 import socket
-import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
+from tokentape._src.store.safedir import SafeDir
 from tokentape.errors import OutputError
 
 try:
@@ -39,21 +41,6 @@ POLL_S = 0.05
 
 class CacheLocked(OutputError):
     """Another process held a stage cache's lock for longer than the wait allowed."""
-
-
-def _open(path: Path) -> int:
-    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
-    try:
-        fd = os.open(path, flags | getattr(os, "O_NONBLOCK", 0), 0o644)
-    except OSError as exc:
-        raise OutputError(
-            f"'{path}': cannot open the stage cache's lock file ({exc.strerror or exc}); the "
-            "cache directory must be writable and the lock a regular file"
-        ) from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OutputError(f"'{path}': the stage cache's lock file is not a regular file")
-    return fd
 
 
 def _try(fd: int, path: Path) -> bool:
@@ -83,11 +70,12 @@ def _holder(fd: int) -> str:
 
 
 @contextmanager
-def cache_lock(path: Path, what: str, timeout_s: float) -> Iterator[float]:
-    """Hold the exclusive lock ``path`` for the duration, waiting up to ``timeout_s`` seconds
-    for another holder to finish; yields the seconds waited. ``what`` says what the holder is
-    doing (it is recorded in the file for the waiters' messages)."""
-    fd = _open(path)
+def cache_lock(cache: SafeDir, name: str, what: str, timeout_s: float) -> Iterator[float]:
+    """Hold the exclusive lock file ``name`` of ``cache`` for the duration, waiting up to
+    ``timeout_s`` seconds for another holder to finish; yields the seconds waited. ``what``
+    says what the holder is doing (it is recorded in the file for the waiters' messages)."""
+    path = cache.path / name
+    fd = cache.open_file(name, os.O_RDWR, create=True)
     start = time.monotonic()
     try:
         while not _try(fd, path):

@@ -22,9 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 
-from tokentape._src.store.atomic import write_atomic
 from tokentape._src.store.format import (
     Manifest,
     ShardInfo,
@@ -33,6 +31,7 @@ from tokentape._src.store.format import (
 )
 from tokentape._src.store.objects import ObjectStore, join
 from tokentape._src.store.remote import idx_check
+from tokentape._src.store.safedir import SafeDir
 from tokentape._src.store.tokenizers import tokenizer_from_manifest
 from tokentape._src.util.faults import crashpoint
 from tokentape._src.util.progress import ProgressCallback, Tally, tally
@@ -41,7 +40,6 @@ from tokentape.errors import StoreError
 _RECORD = struct.Struct("<I")
 """One verified block in a ``.FILE.ok`` record: its index, 4 bytes little-endian."""
 _datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 class Counter:
@@ -66,7 +64,8 @@ class Job:
 
     store: ObjectStore
     url: str
-    work: Path
+    work: SafeDir
+    """The staging directory, every name looked up in it without following a link."""
     attempts: int
     """Downloads of a block (or whole file) before a mismatch is final."""
     backoff: float
@@ -76,6 +75,8 @@ class Job:
     """Set when a task failed: the others end early."""
     record: str = "the store's manifest"
     """What the hashes come from, in messages (a Megatron prefix's: its sidecar)."""
+    verified: frozenset[str] = frozenset()
+    """Files in ``work`` known to match their hashes (linked from a verified staged copy)."""
 
     def object_url(self, name: str) -> str:
         return join(self.url, name)
@@ -105,12 +106,12 @@ class _BinFile:
         if problem is not None:
             raise StoreError(f"{job.object_url(self.name)}: {job.record}: {problem}")
         self.n_blocks = len(shard.block_sha256)
-        self.part = job.work / f".{self.name}.part"
-        self.ok = job.work / f".{self.name}.ok"
+        self.part = f".{self.name}.part"
+        self.ok = f".{self.name}.ok"
         self.done = self._recorded()
         self.lock = threading.Lock()
         self.finished = False
-        fd = os.open(self.part, os.O_WRONLY | os.O_CREAT | _CLOEXEC, 0o644)
+        fd = job.work.open_file(self.part, os.O_WRONLY, create=True)
         try:
             os.ftruncate(fd, size)
         finally:
@@ -118,13 +119,11 @@ class _BinFile:
 
     def _recorded(self) -> set[int]:
         """The blocks an earlier run verified (a torn last record is ignored)."""
-        if not self.part.exists():
-            self.ok.unlink(missing_ok=True)
+        work = self.job.work
+        if not work.exists(self.part, "file") or work.check(self.ok, "file", single=True) is None:
+            work.unlink(self.ok)
             return set()
-        try:
-            data = self.ok.read_bytes()
-        except FileNotFoundError:
-            return set()
+        data = work.read(self.ok, 8 * self.n_blocks * _RECORD.size) or b""  # a block once each
         whole = len(data) - len(data) % _RECORD.size
         found = {i for (i,) in _RECORD.iter_unpack(data[:whole]) if i < self.n_blocks}
         return found
@@ -181,7 +180,7 @@ class _BinFile:
         block, (_, block_end) = first, self.span(first)
         hasher = hashlib.sha256()
         pos = start
-        fd = os.open(self.part, os.O_WRONLY | _CLOEXEC)  # one per task: few open at a time
+        fd = job.work.open_file(self.part, os.O_WRONLY)  # one per task: few open at a time
         try:
             while pos < stop:
                 job.check()
@@ -214,7 +213,7 @@ class _BinFile:
 
     def _record(self, blocks: list[int]) -> None:
         with self.lock:
-            fd = os.open(self.ok, os.O_WRONLY | os.O_CREAT | os.O_APPEND | _CLOEXEC, 0o644)
+            fd = self.job.work.open_file(self.ok, os.O_WRONLY | os.O_APPEND, create=True)
             try:
                 os.write(fd, b"".join(_RECORD.pack(i) for i in blocks))
                 os.fsync(fd)
@@ -232,19 +231,20 @@ class _BinFile:
             self.finished = True
         # The block hashes are not part of the store's content hash (its bin_sha256 is): a
         # manifest whose block hashes were rewritten with the bytes must not pass for verified.
-        with open(self.part, "rb") as f:
+        work = self.job.work
+        with open(work.open_file(self.part, os.O_RDONLY), "rb") as f:
             digest = sha256_stream(f)
         if digest != self.shard.bin_sha256:
-            self.part.unlink(missing_ok=True)
-            self.ok.unlink(missing_ok=True)
+            work.unlink(self.part)
+            work.unlink(self.ok)
             raise StoreError(
                 f"{self.job.object_url(self.name)}: every block matches the block hashes "
                 f"{self.job.record} records but the file's sha256 is {digest}, not "
                 f"{self.shard.bin_sha256}; {self.job.record} was altered (run `tokentape "
                 "verify` on it)"
             )
-        os.replace(self.part, self.job.work / self.name)
-        self.ok.unlink(missing_ok=True)
+        work.rename(self.part, self.name)
+        work.unlink(self.ok)
 
 
 def _runs(blocks: list[int]) -> list[list[int]]:
@@ -264,13 +264,13 @@ def _fetch_whole(job: Job, name: str, size: int, check: Callable[[bytes], str | 
     job.check()
     data = job.store.read_checked(job.object_url(name), 0, size, check)
     job.counter.add(len(data), len(data))
-    write_atomic(job.work / name, data)
+    job.work.write_atomic(name, data)
 
 
-def _tokenizer_check(manifest: Manifest, work: Path) -> Callable[[bytes], str | None]:
+def _tokenizer_check(manifest: Manifest, work: SafeDir) -> Callable[[bytes], str | None]:
     def check(data: bytes) -> str | None:
         try:
-            tokenizer_from_manifest(manifest.tokenizer, work, data=data)
+            tokenizer_from_manifest(manifest.tokenizer, work.path, data=data)
         except StoreError:
             return "does not match the manifest's tokenizer fingerprint"
         return None
@@ -298,6 +298,16 @@ def _run(tasks: list[Callable[[], None]], workers: int, stop: threading.Event) -
             raise
 
 
+def _whole_checks(manifest: Manifest, work: SafeDir) -> dict[str, Callable[[bytes], str | None]]:
+    """The check of each file of ``manifest`` that is checked whole: the document indexes and
+    the tokenizer copy."""
+    checks = {s.idx_file: idx_check(s) for s in manifest.shards}
+    name = manifest.tokenizer.get("file")
+    if isinstance(name, str):
+        checks[name] = _tokenizer_check(manifest, work)
+    return checks
+
+
 def download(
     job: Job,
     manifest: Manifest,
@@ -308,16 +318,40 @@ def download(
 ) -> tuple[int, int]:
     """Fetch every file of ``manifest`` not yet in ``job.work``; returns (fetched, reused)."""
     shards = {s.bin_file: s for s in manifest.shards}
-    idx = {s.idx_file: s for s in manifest.shards}
+    checks = _whole_checks(manifest, job.work)
     blocked: list[tuple[str, ShardInfo, int]] = []
     whole: list[tuple[str, int, Callable[[bytes], str | None]]] = []
     for name, size in sizes.items():
         if name in shards:
             blocked.append((name, shards[name], size))
         else:
-            check = idx_check(idx[name]) if name in idx else _tokenizer_check(manifest, job.work)
-            whole.append((name, size, check))
+            whole.append((name, size, checks[name]))
     return fetch_files(job, blocked, whole, workers, label, progress)
+
+
+def _stream_problem(directory: SafeDir, name: str, expected: str) -> str | None:
+    """What is wrong with the file ``name``'s sha256 (read a chunk at a time), or None."""
+    with open(directory.open_file(name, os.O_RDONLY), "rb") as f:
+        digest = sha256_stream(f)
+    return None if digest == expected else f"its sha256 is {digest}, expected {expected}"
+
+
+def _read_problem(
+    directory: SafeDir, name: str, check: Callable[[bytes], str | None]
+) -> str | None:
+    """What ``check`` says of the whole file ``name``, or None."""
+    with open(directory.open_file(name, os.O_RDONLY), "rb") as f:
+        return check(f.read())
+
+
+def file_problem(directory: SafeDir, name: str, manifest: Manifest) -> str | None:
+    """What is wrong with the file ``name`` in ``directory`` (a staged copy) against the hashes
+    ``manifest`` records: a shard file's sha256 (streamed), a document index's sha256, the
+    tokenizer copy's fingerprint; None when it matches."""
+    shards = {s.bin_file: s for s in manifest.shards}
+    if name in shards:
+        return _stream_problem(directory, name, shards[name].bin_sha256)
+    return _read_problem(directory, name, _whole_checks(manifest, directory)[name])
 
 
 def fetch_files(
@@ -336,7 +370,7 @@ def fetch_files(
     reused = todo = 0
     try:
         for name, shard, size in blocked:
-            if _complete(job, name, size):
+            if _kept(job, name, size, partial(_stream_problem, job.work, name, shard.bin_sha256)):
                 reused += size
                 continue
             f = _BinFile(job, shard, size, name)
@@ -345,7 +379,7 @@ def fetch_files(
             todo += size - f.kept_bytes()
             tasks += [partial(f.fetch, g) for g in f.groups()]
         for name, size, check in whole:
-            if _complete(job, name, size):
+            if _kept(job, name, size, partial(_read_problem, job.work, name, check)):
                 reused += size
                 continue
             todo += size
@@ -359,6 +393,15 @@ def fetch_files(
     return job.counter.fetched, reused
 
 
-def _complete(job: Job, name: str, size: int) -> bool:
-    path = job.work / name
-    return path.is_file() and path.stat().st_size == size
+def _kept(job: Job, name: str, size: int, problem: Callable[[], str | None]) -> bool:
+    """Whether the staging directory holds the whole file ``name`` (left by an earlier run, or
+    linked from a staged copy) and it still matches its hash, checked unless ``job.verified``
+    names it; one that does not is removed, to be fetched again. A link, a FIFO or another
+    user's file there is refused, never followed."""
+    found = job.work.check(name, "file")
+    if found is None:
+        return False
+    if found.st_size == size and (name in job.verified or problem() is None):
+        return True
+    job.work.unlink(name)
+    return False

@@ -21,7 +21,7 @@ from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan, index_hash
 from tokentape._src.program import main
 from tokentape._src.render.text import plan_text
-from tokentape.errors import PlanError, TokentapeError
+from tokentape.errors import ArgumentError, PlanError, TokentapeError
 
 ANNEAL = """
 [[phase]]
@@ -243,13 +243,18 @@ def test_every_prefix_of_every_phase_keeps_its_stated_weights(stores, first, lat
 def test_a_plan_json_with_more_tokens_than_a_tape_can_number_is_refused(stores, tmp_path):
     """n_tokens beyond 2**62 would wrap the tape's int64 draws: refused in one line, even with
     n_samples and the index hash made to agree."""
-    from tokentape._src.plan.plan import expected_index_hash
+    from tokentape._src.plan.plan import plan_index_hash
 
     plan = plan_of(stores, PLAN + ANNEAL)
     big = dataclasses.replace(plan.sources[0], n_tokens=2**64, n_samples=(2**64 - 1) // 64)
-    forged = dataclasses.replace(plan, sources=(big, *plan.sources[1:]))
-    data = json.loads(forged.to_json())
-    data["index_hash"] = expected_index_hash(forged)
+    with pytest.raises(ArgumentError, match=r"sources\[0\] \('web'\): n_tokens must be"):
+        dataclasses.replace(plan, sources=(big, *plan.sources[1:]))  # nor built in Python
+    data = json.loads(plan.to_json())
+    data["sources"][0] |= {"n_tokens": big.n_tokens, "n_samples": big.n_samples}
+    sources = (big, *plan.sources[1:])
+    data["index_hash"] = plan_index_hash(
+        sources, plan.seq_len, plan.seed, plan.denominator, plan.algorithm_version, plan.phases
+    )
     (tmp_path / "p.json").write_text(json.dumps(data))
     with pytest.raises(PlanError, match=r"sources\[0\]: field 'n_tokens': \d+ exceeds 2\*\*62"):
         load_plan(tmp_path / "p.json")

@@ -21,10 +21,18 @@ from tokentape._src.plan.plan import Plan
 from tokentape._src.store.objects import check_storage_options
 from tokentape._src.tokenize.driver import TokenizeSummary
 from tokentape._src.tokenize.driver import tokenize as _tokenize
-from tokentape._src.tokenize.job import TokenizeConfig
+from tokentape._src.tokenize.job import MAX_WORKERS, TokenizeConfig
 from tokentape._src.train.schedule import Schedule
-from tokentape._src.util.checks import check_path
-from tokentape._src.util.progress import ProgressCallback
+from tokentape._src.util.checks import (
+    check_count,
+    check_flag,
+    check_mb,
+    check_optional_text,
+    check_path,
+    check_text,
+    shown,
+)
+from tokentape._src.util.progress import ProgressCallback, check_callback
 from tokentape.errors import ArgumentError
 
 PathArg = str | os.PathLike[str]
@@ -99,6 +107,26 @@ def tokenize(
     check_path("out", out)
     if isinstance(filters, str) or not isinstance(filters, Sequence):
         raise ArgumentError(f"filters must be a list of filter specs, got {filters!r}")
+    for spec in filters:
+        check_text("filters", spec)
+    for name, text in (("tokenizer", tokenizer), ("text_key", text_key)):
+        check_text(name, text)
+    for name, optional in (("eod_token", eod_token), ("ray_address", ray_address)):
+        check_optional_text(name, optional)
+    check_count("workers", workers, 1, MAX_WORKERS)
+    for name, value, allowed in (
+        ("executor", executor, ("local", "ray")),
+        ("dtype", dtype, ("auto", "uint16", "uint32")),
+    ):
+        if value not in allowed:
+            raise ArgumentError(f"{name} must be one of {', '.join(allowed)}, got {shown(value)}")
+    check_mb("shard_mb", shard_mb)
+    if unit_mb is not None:
+        check_mb("unit_mb", unit_mb)
+    check_flag("overwrite", overwrite)
+    check_callback(progress)
+    if work_dir is not None:
+        check_path("work_dir", work_dir)
     config = TokenizeConfig(
         inputs=tuple(paths),
         out=os.fspath(out),
@@ -148,6 +176,8 @@ def _schedule(
     step_log: PathArg | None,
 ) -> Schedule | None:
     """The schedule one of ``global_batch``, ``dp``/``micro``/``accum`` or ``step_log`` gives."""
+    if step_log is not None:
+        check_path("step_log", step_log)
     log = None if step_log is None else os.fspath(step_log)
     shape = batching(
         plan, global_batch=global_batch, dp=dp, micro=micro, accum=accum, log=log, named=_named

@@ -68,7 +68,8 @@ from tokentape._src.store.tokenizers import (
     load_tokenizer,
     tokenizer_manifest,
 )
-from tokentape._src.util.progress import ProgressCallback
+from tokentape._src.util.checks import check_flag, check_optional_text, check_path, shown
+from tokentape._src.util.progress import ProgressCallback, check_callback
 from tokentape.errors import ArgumentError, PlanError, StoreError
 
 MEGATRON = "megatron"
@@ -232,6 +233,37 @@ class Vocabulary:
         )
 
 
+def _check_arguments(
+    prefix: object,
+    tokenizer: object,
+    progress: object,
+    planned: object,
+    fingerprint: object,
+    flags: dict[str, object],
+) -> None:
+    """The types of ``MegatronSource``'s arguments (``vocab_size`` and ``eod_id``: see
+    ``resolve_vocabulary``), each refused naming it."""
+    check_path("prefix", prefix)
+    loaded = ("vocab_size", "eod_id", "decode")  # what a Tokenizer has
+    if not isinstance(tokenizer, str | None) and not all(hasattr(tokenizer, a) for a in loaded):
+        raise ArgumentError(
+            f"tokenizer must be a tokenizer spec, a tokenizer or None, got {shown(tokenizer)}"
+        )
+    check_callback(progress)
+    if planned is not None and not (
+        isinstance(planned, tuple)
+        and len(planned) == 2
+        and isinstance(planned[0], FileKeys)
+        and isinstance(planned[1], MegatronIdentity)
+    ):
+        raise ArgumentError(
+            f"planned must be a (FileKeys, MegatronIdentity) pair or None, got {shown(planned)}"
+        )
+    check_optional_text("fingerprint", fingerprint)
+    for name, value in flags.items():
+        check_flag(name, value)
+
+
 class MegatronSource(TokenStream):
     """A Megatron prefix opened for reading, with the interface of ``reader.Source``."""
 
@@ -271,9 +303,10 @@ class MegatronSource(TokenStream):
                 it. None: not checked.
 
         Raises:
-            ArgumentError: ``vocab_size`` or ``eod_id`` missing (and no tokenizer), not an
-                integer, out of range (``eod_id`` not below ``vocab_size``), or different from
-                the tokenizer's.
+            ArgumentError: An argument of the wrong type (the message names it);
+                ``vocab_size`` or ``eod_id`` missing (and no tokenizer), not an integer, out
+                of range (``eod_id`` not below ``vocab_size``), or different from the
+                tokenizer's.
             InputError: The tokenizer spec cannot be loaded.
             PlanError: The tokenizer loaded has another fingerprint than ``fingerprint``.
             StoreError: ``PREFIX.bin`` or ``PREFIX.idx`` is missing or damaged; a document is
@@ -281,6 +314,10 @@ class MegatronSource(TokenStream):
                 vocabulary (checked with the identity); or, with ``hash_missing=False``, there
                 is no current identity.
         """
+        _check_arguments(
+            prefix, tokenizer, progress, planned, fingerprint,
+            {"check_eod": check_eod, "identify": identify, "hash_missing": hash_missing},
+        )  # fmt: skip
         self._directory = Path(prefix)
         where = f"Megatron prefix '{prefix}'"
         self.vocab = Vocabulary(vocab_size, eod_id, tokenizer, fingerprint, where)

@@ -8,17 +8,16 @@ import math
 import os
 from typing import Any
 
-from tokentape._src.megatron.format import DTYPE_NAMES, INTEGER_CODES
 from tokentape._src.megatron.identity import MegatronRecord
 from tokentape._src.plan.open import FORMATS, TOKENTAPE
 from tokentape._src.plan.plan import (
     ALGORITHM_VERSION,
     PLAN_FORMAT,
     READABLE_VERSIONS,
+    TOKEN_DTYPES,
     Plan,
     PlanPhase,
     PlanSource,
-    expected_index_hash,
 )
 from tokentape._src.plan.spec import plan_storage_options
 from tokentape._src.tape.blend import (
@@ -27,7 +26,7 @@ from tokentape._src.tape.blend import (
 )
 from tokentape._src.util.checks import check_path
 from tokentape._src.util.files import read_regular
-from tokentape.errors import PlanError
+from tokentape.errors import ArgumentError, PlanError
 
 _INT, _NUMBER, _TEXT = "an integer", "a number", "a string"
 
@@ -39,8 +38,6 @@ _SOURCE_FIELDS: dict[str, tuple[str, int]] = {
     "weight": (_NUMBER, 0), "max_repeats": (_NUMBER, 0), "passes": (_NUMBER, 0),
 }  # fmt: skip
 """A resolved source's required fields: kind and least value."""
-
-_TOKEN_DTYPES = {"uint16", "uint32", *(DTYPE_NAMES[code] for code in INTEGER_CODES)}
 
 
 def _field_value(data: dict[str, Any], key: str, kind: str, where: str, low: int = 0) -> Any:
@@ -110,10 +107,10 @@ def _plan_source(data: Any, where: str) -> PlanSource:
             f"{values['vocab_size']}"
         )
     dtype = values["dtype"]
-    if dtype not in _TOKEN_DTYPES:
+    if dtype not in TOKEN_DTYPES:
         raise PlanError(
             f"{where}: field 'dtype': {dtype[:40]!r} is not one of "
-            + ", ".join(sorted(_TOKEN_DTYPES))
+            + ", ".join(sorted(TOKEN_DTYPES))
         )
     kind = data.get("format", TOKENTAPE)
     if kind not in FORMATS:
@@ -143,7 +140,11 @@ _PLAN_KEYS = {
 }  # fmt: skip
 
 
-def _plan_fields(data: dict[str, Any], where: str, version: int = ALGORITHM_VERSION) -> Plan:
+def _plan_fields(
+    data: dict[str, Any], where: str, version: int = ALGORITHM_VERSION
+) -> tuple[Plan, str]:
+    """The plan the fields give (its derived fields computed from the others) and the index
+    hash the file records."""
     _exact_keys(data, _PLAN_KEYS, {"storage_options", "phases"}, where)
     options = plan_storage_options(data.get("storage_options", {}), where)
     seq_len = _field_value(data, "seq_len", _INT, where, 1)
@@ -178,7 +179,11 @@ def _plan_fields(data: dict[str, Any], where: str, version: int = ALGORITHM_VERS
                 f"{where}: source '{s.name}' has weight 0 in every phase (edited by hand?); "
                 "re-run `tokentape plan`"
             )
-    return Plan(version, seq_len, seed, denominator, horizon, sources, index, options, phases)
+    try:
+        plan = Plan(version, seq_len, seed, denominator, horizon, sources, options, phases)
+    except (ArgumentError, PlanError) as exc:  # what the checks above do not cover
+        raise PlanError(f"{where}: {exc} (edited by hand?); re-run `tokentape plan`") from None
+    return plan, index
 
 
 _PHASE_FIELDS = {"start", "weights", "weight_units", "denominator"}
@@ -259,17 +264,34 @@ def load_plan(path: str | os.PathLike[str]) -> Plan:
             f"plan '{path}': algorithm_version {shown} is not one of "
             f"{', '.join(map(str, READABLE_VERSIONS))}; re-run `tokentape plan`"
         )
-    plan = _plan_fields(data, f"plan '{path}'", version)
-    for s in plan.sources:  # the tape reads n_samples; the hash covers n_tokens and seq_len
-        if s.n_samples != max(0, (s.n_tokens - 1) // plan.seq_len):
-            raise PlanError(
-                f"plan '{path}': source '{s.name}': n_samples {s.n_samples} does not follow from "
-                f"n_tokens {s.n_tokens} at seq_len {plan.seq_len} (edited by hand?); re-run "
-                "`tokentape plan`"
-            )
-    if plan.index_hash != expected_index_hash(plan):
+    plan, recorded = _plan_fields(data, f"plan '{path}'", version)
+    # The plan computed its derived fields from the others: the file's must be those.
+    _check_derived(path, plan, data["sources"], ["n_samples"])
+    if recorded != plan.index_hash:
         raise PlanError(
             f"plan '{path}': index_hash does not match its contents (edited by hand?); "
             "re-run `tokentape plan`"
         )
+    _check_derived(path, plan, data["sources"], ["draws", "passes"])
     return plan
+
+
+def _check_derived(
+    path: str | os.PathLike[str], plan: Plan, recorded: list[dict[str, Any]], keys: list[str]
+) -> None:
+    """Refuse a file whose sources record other ``keys`` than the plan derived."""
+    for given, s in zip(recorded, plan.sources, strict=True):
+        follows = {
+            "n_samples": f"n_tokens {s.n_tokens} at seq_len {plan.seq_len}",
+            "draws": f"the weights over horizon_samples {plan.horizon_samples}",
+            "passes": (
+                f"draws {s.draws} over n_samples {s.n_samples} (n_tokens {s.n_tokens} at "
+                f"seq_len {plan.seq_len})"
+            ),
+        }
+        for key in keys:
+            if given[key] != getattr(s, key):
+                raise PlanError(
+                    f"plan '{path}': source '{s.name}': {key} {given[key]} does not follow from "
+                    f"{follows[key]} (edited by hand?); re-run `tokentape plan`"
+                )

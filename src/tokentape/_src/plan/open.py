@@ -13,10 +13,18 @@ from tokentape._src.megatron.format import is_prefix
 from tokentape._src.megatron.remote import RemoteMegatronSource
 from tokentape._src.megatron.source import MEGATRON, MegatronSource
 from tokentape._src.store.format import MANIFEST_NAME
-from tokentape._src.store.objects import StorageOptions, is_url, join, object_store, redact
+from tokentape._src.store.objects import (
+    StorageOptions,
+    check_storage_options,
+    is_url,
+    join,
+    object_store,
+    redact,
+)
 from tokentape._src.store.reader import Source, TokenStream
 from tokentape._src.store.remote import FetchConfig, RemoteSource
-from tokentape._src.util.progress import ProgressCallback
+from tokentape._src.util.checks import check_int, check_optional_text, check_path, shown
+from tokentape._src.util.progress import ProgressCallback, check_callback
 from tokentape.errors import ArgumentError, InputError, StoreError
 
 TOKENTAPE = "tokentape"
@@ -111,15 +119,29 @@ def open_store(
         URL: a ``RemoteSource``, a ``RemoteMegatronSource``).
 
     Raises:
-        ArgumentError: An unknown ``format``, a ``tokenizer`` for a store, or a Megatron
-            prefix's vocabulary missing or inconsistent (``eod_id`` not below
-            ``vocab_size``, values that differ from the tokenizer's).
+        ArgumentError: An argument of the wrong type, an unknown ``format``, a ``tokenizer``
+            for a store, or a Megatron prefix's vocabulary missing or inconsistent (``eod_id``
+            not below ``vocab_size``, values that differ from the tokenizer's).
         InputError: ``path`` names a ``.bin`` or ``.idx`` file instead of its prefix, or the
             tokenizer spec cannot be loaded.
         StoreError: Nothing at ``path`` is a store or prefix; the store or prefix is damaged;
             a store's manifest disagrees with ``vocab_size`` or ``eod_id``; or a Megatron
             document does not end with the EOD id or holds an id outside the vocabulary.
     """
+    check_path("path", path)
+    if format is not None and format not in FORMATS:
+        raise ArgumentError(
+            f"format must be one of {', '.join(FORMATS)} or None, got {shown(format)}"
+        )
+    for name, value in (("vocab_size", vocab_size), ("eod_id", eod_id)):
+        if value is not None:
+            check_int(name, value, 0)
+    check_optional_text("tokenizer", tokenizer)
+    check_callback(progress)
+    if storage_options is not None:
+        storage_options = check_storage_options(storage_options, "storage_options")
+    if fetch is not None and not isinstance(fetch, FetchConfig):
+        raise ArgumentError(f"fetch must be a FetchConfig or None, got {shown(fetch)}")
     if is_url(path):
         url = str(path)
         kind = detect_remote_format(url, storage_options) if format is None else format

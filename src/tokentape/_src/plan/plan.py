@@ -13,34 +13,54 @@ vocabulary size and end-of-document id its ``.idx`` does not record (``vocab_siz
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tokentape._src.megatron.format import DTYPE_NAMES, INTEGER_CODES
 from tokentape._src.megatron.identity import MegatronRecord
 from tokentape._src.megatron.remote import RemoteMegatronSource
 from tokentape._src.megatron.source import MegatronSource
 from tokentape._src.plan.open import (
+    FORMATS,
     MEGATRON,
     TOKENTAPE,
     detect_format,
     detect_remote_format,
     open_store,
 )
-from tokentape._src.plan.spec import PlanSpec, SourceSpec, plan_spec, resolve_tokenizer_spec
+from tokentape._src.plan.spec import (
+    PlanSpec,
+    SourceSpec,
+    plan_spec,
+    plan_storage_options,
+    resolve_tokenizer_spec,
+)
 from tokentape._src.store.atomic import write_atomic
 from tokentape._src.store.format import Manifest
 from tokentape._src.store.objects import is_url, object_store
 from tokentape._src.store.reader import Source, SourceManifest, TokenStream
 from tokentape._src.store.remote import FetchConfig, read_remote_manifest
-from tokentape._src.tape.blend import exact_weights, rational_weights
+from tokentape._src.tape.blend import (
+    MAX_DENOMINATOR,
+    MAX_POSITION,
+    exact_weights,
+    rational_weights,
+)
 from tokentape._src.tape.resolve import Tape
-from tokentape._src.util.checks import check_path
+from tokentape._src.util.checks import (
+    check_int,
+    check_number,
+    check_path,
+    is_int,
+    shown,
+)
 from tokentape._src.util.progress import ProgressCallback
 from tokentape._src.util.text import escaped
 from tokentape.errors import ArgumentError, PlanError, TokentapeError, _reworded
@@ -56,13 +76,20 @@ The version stays in the index hash, so a plan re-resolved under another version
 plan to a resume."""
 PLAN_FORMAT = "tokentape.plan"
 
+TOKEN_DTYPES = frozenset({"uint16", "uint32", *(DTYPE_NAMES[code] for code in INTEGER_CODES)})
+"""The dtypes a source's token ids may be stored in (a tokentape store's, a Megatron prefix's)."""
+
 _NO_FINGERPRINT = "none"
 """The tokenizer fingerprint of a source whose tokenizer is unknown: compared with nothing."""
 
 
 @dataclass(frozen=True)
 class PlanSource:
-    """A source of a resolved plan: its spec, its store's identity, and its share of the tape."""
+    """A source of a resolved plan: its spec, its store's identity, and its share of the tape.
+
+    ``n_samples``, ``draws`` and ``passes`` follow from the plan that holds the source (its
+    ``seq_len``, weights and horizon): a ``Plan`` sets them at construction, whatever the
+    source given to it says."""
 
     name: str
     path: str
@@ -70,14 +97,14 @@ class PlanSource:
     max_repeats: float
     weight_units: int  # W_d: the exact weight is weight_units / denominator
     n_tokens: int
-    n_samples: int
+    n_samples: int  # (n_tokens - 1) // seq_len: derived, set by the plan
     dtype: str
     content_hash: str
     vocab_size: int
     eod_id: int
     tokenizer_fingerprint: str
-    draws: int  # samples drawn over the horizon
-    passes: float  # draws / n_samples
+    draws: int  # samples drawn over the horizon: derived, set by the plan
+    passes: float  # draws / n_samples: derived, set by the plan
     format: str = TOKENTAPE  # "tokentape" (store directory) or "megatron" (prefix)
     tokenizer: str | None = None  # Megatron source: the tokenizer spec, paths made absolute
     megatron: MegatronRecord | None = None
@@ -104,17 +131,31 @@ class Plan:
     Made by ``tokentape plan --out`` or ``Plan.build`` and read back by ``load_plan``. The
     tape it defines is a pure function of it, identified by ``index_hash``.
 
+    Every field is checked at construction, and the derived ones are computed from the others
+    then, never taken from the caller: ``index_hash`` (not an argument) and each source's
+    ``n_samples``, ``draws`` and ``passes``. So ``Plan(...)`` and ``dataclasses.replace(plan,
+    seed=...)`` always carry the index hash of the tape they define, and a data state refuses
+    to resume on them exactly when that tape differs below its ``consumed``.
+
     Attributes:
-        algorithm_version: The version of the tape's algorithm the plan was resolved for.
+        algorithm_version: The version of the tape's algorithm the plan was resolved for (one
+            of ``READABLE_VERSIONS``).
         seq_len: Tokens per sample (each window holds ``seq_len + 1``).
-        seed: The seed of the blend and of every source's shuffle.
-        denominator: The weights are exact rationals ``weight_units / denominator``.
+        seed: The seed of the blend and of every source's shuffle, in ``[0, 2**63)``.
+        denominator: The weights are exact rationals ``weight_units / denominator``: the
+            sources' ``weight_units`` sum to it.
         horizon_samples: The planned number of samples (the repeat budgets hold up to it).
-        sources: The resolved sources, in plan order.
-        index_hash: Hash of everything that determines the tape.
+        sources: The resolved sources, in plan order (names unique, one vocabulary).
+        index_hash: Hash of everything that determines the tape; computed at construction.
         storage_options: fsspec options for the sources at object URLs (no credentials).
-        phases: The phases after the first (``[[phase]]`` tables), in order; the first
-            phase is the sources' own weights, from position 0.
+        phases: The phases after the first (``[[phase]]`` tables), in order of their starts,
+            inside the horizon; the first phase is the sources' own weights, from position 0.
+
+    Raises:
+        ArgumentError: A field of the wrong type or out of its range (the message names it).
+        PlanError: Fields that disagree: weight units that do not sum to their denominator,
+            phases out of order or beyond the horizon, a source never drawn, a store with
+            fewer than ``seq_len + 1`` tokens, sources of different vocabularies.
     """
 
     algorithm_version: int
@@ -123,11 +164,45 @@ class Plan:
     denominator: int
     horizon_samples: int
     sources: tuple[PlanSource, ...]
-    index_hash: str
+    index_hash: str = field(init=False)
+    """Computed at construction from the fields it covers (``plan_index_hash``)."""
     storage_options: dict[str, Any] = field(default_factory=dict, hash=False)
     """fsspec options for sources at object URLs (the plan file's ``storage_options``; never
     credentials). Not part of the index hash: a store's identity is its content."""
     phases: tuple[PlanPhase, ...] = ()
+
+    def __post_init__(self) -> None:
+        """Check every field, then compute the derived ones from the others (see the class)."""
+        set_field = functools.partial(object.__setattr__, self)
+        _check_scalars(self)
+        sources = _checked_sources(self.sources, self.seq_len)
+        phases = _checked_phases(self.phases, sources, self.horizon_samples)
+        set_field("storage_options", _checked_options(self.storage_options))
+        units = [s.weight_units for s in sources]
+        if sum(units) != self.denominator:
+            raise PlanError(
+                f"Plan: the sources' weight_units sum to {sum(units)}, not the denominator "
+                f"{self.denominator}"
+            )
+        for d, s in enumerate(sources):
+            if not units[d] and not any(p.weight_units[d] for p in phases):
+                raise PlanError(f"Plan: source '{s.name}' has weight_units 0 in every phase")
+        n_samples = tuple((s.n_tokens - 1) // self.seq_len for s in sources)
+        tape = _tape(
+            tuple(s.name for s in sources),
+            n_samples,
+            self.seed,
+            ((0, tuple(units)), *((p.start, p.weight_units) for p in phases)),
+        )
+        derived = []
+        for d, s in enumerate(sources):
+            draws = tape.blend.count(d, self.horizon_samples)
+            derived.append(
+                replace(s, n_samples=n_samples[d], draws=draws, passes=draws / n_samples[d])
+            )
+        set_field("sources", tuple(derived))
+        set_field("phases", phases)
+        set_field("index_hash", expected_index_hash(self))
 
     @classmethod
     def build(
@@ -174,24 +249,37 @@ class Plan:
             The resolved plan.
 
         Raises:
-            ArgumentError: ``sources`` is neither a dict of tables nor a list of them, a table
-                of the dict also gives a ``name``, or ``base_dir`` is not a path.
-            PlanError: A key is missing, unknown or of the wrong type or range, the sources
-                disagree (tokenizer, vocabulary), or a source would be repeated beyond its
+            ArgumentError: An argument of the wrong type (``seq_len`` not an integer, ...),
+                ``sources`` is neither a dict of tables nor a list of them, a table of the dict
+                also gives a ``name``, or ``base_dir`` is not a path.
+            PlanError: A key of a table is missing, unknown or of the wrong type or range, a
+                value is out of its range (``seq_len`` 0, ...), the sources disagree
+                (tokenizer, vocabulary), or a source would be repeated beyond its
                 ``max_repeats``.
             StoreError: A source's store is missing or damaged.
         """
-        tables: list[Any]
+        _check_build_args(
+            seq_len, seed, total_tokens, total_samples, weight_denominator, storage_options, phases
+        )
+        tables: list[dict[str, Any]]
         if isinstance(sources, Mapping):
             tables = []
             for name, table in sources.items():
-                if isinstance(table, Mapping) and "name" in table:
+                if not isinstance(table, Mapping):
+                    raise ArgumentError(
+                        f"sources[{name!r}]: expected a table (a dict), got {shown(table)}"
+                    )
+                if "name" in table:
                     raise ArgumentError(
                         f"sources[{name!r}]: give the name as the key only, not as 'name'"
                     )
-                tables.append({"name": name, **table} if isinstance(table, Mapping) else table)
+                tables.append({"name": name, **table})
         elif isinstance(sources, Sequence) and not isinstance(sources, str | bytes):
-            tables = [dict(t) if isinstance(t, Mapping) else t for t in sources]
+            if not all(isinstance(t, Mapping) for t in sources):
+                raise ArgumentError(
+                    f"sources: expected a list of tables (dicts), got {shown(list(sources))}"
+                )
+            tables = [dict(t) for t in sources]
         else:
             raise ArgumentError(
                 f"sources: expected a dict of name -> table or a list of tables, got "
@@ -199,7 +287,7 @@ class Plan:
             )
         for table in tables:
             for key in ("path", "tokenizer"):
-                if isinstance(table, dict) and isinstance(table.get(key), os.PathLike):
+                if isinstance(table.get(key), os.PathLike):
                     table[key] = os.fspath(table[key])
         keys = {
             "total_tokens": total_tokens,
@@ -211,7 +299,7 @@ class Plan:
         if storage_options is not None:
             data["storage_options"] = storage_options
         if phases:
-            data["phase"] = [dict(p) if isinstance(p, Mapping) else p for p in phases]
+            data["phase"] = [dict(p) for p in phases]
         where = "plan"
         check_path("base_dir", base_dir)
         plan = resolve_plan(plan_spec(data, where, os.fspath(base_dir)), where)
@@ -232,13 +320,14 @@ class Plan:
         """The tape: position -> (source, epoch, sample), a pure function of the plan.
 
         Returns:
-            The plan's ``Tape`` (``resolve(positions)``, ``position_of(...)``).
+            The plan's ``Tape`` (``resolve(positions)``, ``position_of(...)``); immutable, and
+            the same object for plans of the same tape (built once, see ``_tape``).
         """
-        return build_tape(
-            [s.name for s in self.sources],
-            [s.n_samples for s in self.sources],
+        return _tape(
+            tuple(s.name for s in self.sources),
+            tuple(s.n_samples for s in self.sources),
             self.seed,
-            list(zip(self.phase_starts, self.phase_units, strict=True)),
+            tuple(zip(self.phase_starts, self.phase_units, strict=True)),
         )
 
     @property
@@ -290,6 +379,192 @@ class Plan:
             if source["megatron"] is None:
                 del source["megatron"]
         return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+def _check_build_args(
+    seq_len: object,
+    seed: object,
+    total_tokens: object,
+    total_samples: object,
+    weight_denominator: object,
+    storage_options: object,
+    phases: object,
+) -> None:
+    """The types of ``Plan.build``'s arguments (their values are the plan file's: checked, as
+    for a file, by ``plan_spec``)."""
+    for name, value in (("seq_len", seq_len), ("seed", seed)):
+        if not is_int(value):
+            raise ArgumentError(f"{name} must be an integer, got {shown(value)}")
+    for name, value in (("total_tokens", total_tokens), ("total_samples", total_samples)):
+        if value is not None and not is_int(value) and not isinstance(value, str):
+            raise ArgumentError(
+                f"{name} must be an integer or a count such as '2T', got {shown(value)}"
+            )
+    if weight_denominator is not None and not is_int(weight_denominator):
+        raise ArgumentError(
+            f"weight_denominator must be an integer or None, got {shown(weight_denominator)}"
+        )
+    if storage_options is not None and not isinstance(storage_options, Mapping):
+        raise ArgumentError(
+            f"storage_options must be a dict of option name -> value, got {shown(storage_options)}"
+        )
+    if (
+        isinstance(phases, str | bytes)
+        or not isinstance(phases, Sequence)
+        or not all(isinstance(p, Mapping) for p in phases)
+    ):
+        raise ArgumentError(f"phases must be a list of tables (dicts), got {shown(phases)}")
+
+
+@functools.lru_cache(maxsize=4)
+def _tape(
+    names: tuple[str, ...],
+    n_samples: tuple[int, ...],
+    seed: int,
+    phases: tuple[tuple[int, tuple[int, ...]], ...],
+) -> Tape:
+    """``build_tape``, cached: a plan builds its tape at construction (its sources' draws), and
+    the loader, replay and locate ask for the same tape again. A ``Tape`` is immutable (frozen,
+    its arrays read-only), so one object serves them all."""
+    return build_tape(names, n_samples, seed, phases)
+
+
+def _check_scalars(plan: Plan) -> None:
+    """The plan's own numbers: of their types, in their ranges."""
+    version = plan.algorithm_version
+    if not is_int(version) or version not in READABLE_VERSIONS:
+        raise ArgumentError(
+            f"Plan: algorithm_version must be one of {', '.join(map(str, READABLE_VERSIONS))}, "
+            f"got {shown(version)}"
+        )
+    check_int("Plan: seq_len", plan.seq_len, 1, MAX_POSITION)
+    check_int("Plan: seed", plan.seed, 0, 2**63 - 1)
+    check_int("Plan: denominator", plan.denominator, 1, MAX_DENOMINATOR)
+    check_int("Plan: horizon_samples", plan.horizon_samples, 1, MAX_POSITION - 1)
+
+
+def _items(name: str, value: object, kind: type, what: str) -> tuple[Any, ...]:
+    """A tuple (or list) of ``kind``, as a tuple."""
+    if not isinstance(value, tuple | list) or not all(isinstance(v, kind) for v in value):
+        raise ArgumentError(f"Plan: {name} must be a tuple of {what}, got {shown(value)}")
+    return tuple(value)
+
+
+def _checked_sources(value: object, seq_len: int) -> tuple[PlanSource, ...]:
+    """The sources: each field of its type and range, names unique, one vocabulary."""
+    sources = _items("sources", value, PlanSource, "PlanSource")
+    if not sources:
+        raise ArgumentError("Plan: sources must not be empty")
+    for i, s in enumerate(sources):
+        _check_source(s, f"Plan: sources[{i}]", seq_len)
+    names = [s.name for s in sources]
+    for name in names:
+        if names.count(name) > 1:
+            raise PlanError(f"Plan: source name '{name}' appears twice")
+    first = sources[0]
+    for s in sources[1:]:
+        if (s.vocab_size, s.eod_id) != (first.vocab_size, first.eod_id):
+            raise PlanError(
+                f"Plan: source '{s.name}' has vocab_size {s.vocab_size} / eod_id {s.eod_id}, "
+                f"'{first.name}' has {first.vocab_size} / {first.eod_id}"
+            )
+    return sources
+
+
+def _check_text(name: str, value: object) -> None:
+    if not isinstance(value, str) or not value or not value.isprintable():
+        raise ArgumentError(f"{name} must be a non-empty printable string, got {shown(value)}")
+
+
+def _check_source(s: PlanSource, where: str, seq_len: int) -> None:
+    """One source's fields (the derived ones are set by the plan, whatever they are)."""
+    _check_text(f"{where}: name", s.name)
+    here = f"{where} ('{s.name}')"
+    for key in ("path", "content_hash", "tokenizer_fingerprint"):
+        _check_text(f"{here}: {key}", getattr(s, key))
+    check_number(f"{here}: weight", s.weight, 0)
+    check_number(f"{here}: max_repeats", s.max_repeats, 0, positive=True)
+    check_int(f"{here}: weight_units", s.weight_units, 0, MAX_DENOMINATOR)
+    check_int(f"{here}: vocab_size", s.vocab_size, 1)
+    check_int(f"{here}: eod_id", s.eod_id, 0, s.vocab_size - 1)
+    check_int(f"{here}: n_tokens", s.n_tokens, 2, MAX_POSITION)
+    if not isinstance(s.dtype, str) or s.dtype not in TOKEN_DTYPES:
+        raise ArgumentError(
+            f"{here}: dtype must be one of {', '.join(sorted(TOKEN_DTYPES))}, got {shown(s.dtype)}"
+        )
+    if not isinstance(s.format, str) or s.format not in FORMATS:
+        raise ArgumentError(
+            f"{here}: format must be one of {', '.join(FORMATS)}, got {shown(s.format)}"
+        )
+    if s.tokenizer is not None:
+        _check_text(f"{here}: tokenizer", s.tokenizer)
+    if s.megatron is not None and not isinstance(s.megatron, MegatronRecord):
+        raise ArgumentError(f"{here}: megatron must be a MegatronRecord or None")
+    if s.format == TOKENTAPE and (s.tokenizer is not None or s.megatron is not None):
+        key = "tokenizer" if s.tokenizer is not None else "megatron"
+        raise ArgumentError(f"{here}: {key} applies to a Megatron source, not a tokentape store")
+    if (s.weight == 0) != (s.weight_units == 0):
+        raise PlanError(
+            f"{here}: weight {s.weight:g} and weight_units {s.weight_units}: one is 0, the "
+            "other not"
+        )
+    if s.n_tokens < seq_len + 1:
+        raise PlanError(
+            f"{here}: n_tokens {s.n_tokens} is fewer than seq_len + 1 = {seq_len + 1}: not one "
+            "sample"
+        )
+
+
+def _checked_phases(
+    value: object, sources: tuple[PlanSource, ...], horizon: int
+) -> tuple[PlanPhase, ...]:
+    """The later phases: starts increasing inside the horizon, one weight per source, units
+    that sum to their denominator."""
+    phases = _items("phases", value, PlanPhase, "PlanPhase")
+    checked = []
+    before = 0
+    for i, p in enumerate(phases):
+        where = f"Plan: phases[{i}]"
+        check_int(f"{where}: start", p.start, 1, MAX_POSITION - 1)
+        check_int(f"{where}: denominator", p.denominator, 1, MAX_DENOMINATOR)
+        if not before < p.start < horizon:
+            raise PlanError(
+                f"{where}: start {p.start} is not after {before} (the phase before) and below "
+                f"horizon_samples {horizon}"
+            )
+        lists = {}
+        for key in ("weights", "weight_units"):
+            values = getattr(p, key)
+            if not isinstance(values, tuple | list) or len(values) != len(sources):
+                raise ArgumentError(
+                    f"{where}: {key} must hold one value per source ({len(sources)}), got "
+                    f"{shown(values)}"
+                )
+            lists[key] = tuple(values)
+        for d, w in enumerate(lists["weights"]):
+            check_number(f"{where}: weights[{d}]", w, 0)
+        for d, u in enumerate(lists["weight_units"]):
+            check_int(f"{where}: weight_units[{d}]", u, 0, MAX_DENOMINATOR)
+        units = lists["weight_units"]
+        if sum(units) != p.denominator or not any(units):
+            raise PlanError(
+                f"{where}: weight_units sum to {sum(units)}, not its denominator "
+                f"{p.denominator} (one positive at least)"
+            )
+        if any((w == 0) != (u == 0) for w, u in zip(lists["weights"], units, strict=True)):
+            raise PlanError(f"{where}: a weight and its weight_units disagree on 0")
+        checked.append(replace(p, **lists))
+        before = p.start
+    return tuple(checked)
+
+
+def _checked_options(value: object) -> dict[str, Any]:
+    """The storage options: a table of options with text keys, no credentials."""
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise ArgumentError(
+            f"Plan: storage_options must be a dict of option name -> value, got {shown(value)}"
+        )
+    return plan_storage_options(value, "Plan")
 
 
 def build_tape(
@@ -362,7 +637,8 @@ def plan_index_hash(
 
 
 def expected_index_hash(plan: Plan) -> str:
-    """The index hash ``plan``'s fields give (a plan read back or edited must match it)."""
+    """The index hash ``plan``'s fields give: what a plan sets as its ``index_hash`` at
+    construction (a hash recorded in a file must match it)."""
     return plan_index_hash(
         plan.sources, plan.seq_len, plan.seed, plan.denominator, plan.algorithm_version,
         plan.phases,
@@ -487,13 +763,8 @@ def resolve_plan(
     for i, p in enumerate(spec.phases):
         units, period = _phase_units(p.weights, names, spec, f"{where}: phase {i + 2}")
         phases.append(PlanPhase(p.start, p.weights, units, period))
-    n_samples = [(m.n_tokens - 1) // spec.seq_len for _, m in manifests]
-    tape = build_tape(
-        names, n_samples, spec.seed, [(0, weights), *((p.start, p.weight_units) for p in phases)]
-    )
     sources = []
     for i, (s, (_, m)) in enumerate(zip(spec.sources, manifests, strict=True)):
-        draws = tape.blend.count(i, spec.horizon_samples)
         sources.append(
             PlanSource(
                 name=s.name,
@@ -502,32 +773,32 @@ def resolve_plan(
                 max_repeats=s.max_repeats,
                 weight_units=weights[i],
                 n_tokens=m.n_tokens,
-                n_samples=n_samples[i],
+                n_samples=0,  # the derived fields: the plan computes them (Plan.__post_init__)
                 dtype=m.dtype,
                 content_hash=m.content_hash,
                 vocab_size=m.vocab_size,
                 eod_id=m.eod_id,
                 tokenizer_fingerprint=str(m.tokenizer.get("fingerprint")),
-                draws=draws,
-                passes=draws / n_samples[i],
+                draws=0,
+                passes=0.0,
                 format=kinds[i],
                 tokenizer=tokenizers[i],
                 megatron=records[i],
             )
         )
-    return Plan(
-        algorithm_version=ALGORITHM_VERSION,
-        seq_len=spec.seq_len,
-        seed=spec.seed,
-        denominator=den,
-        horizon_samples=spec.horizon_samples,
-        sources=tuple(sources),
-        index_hash=plan_index_hash(
-            tuple(sources), spec.seq_len, spec.seed, den, phases=tuple(phases)
-        ),
-        storage_options=dict(spec.storage_options),
-        phases=tuple(phases),
-    )
+    try:
+        return Plan(
+            algorithm_version=ALGORITHM_VERSION,
+            seq_len=spec.seq_len,
+            seed=spec.seed,
+            denominator=den,
+            horizon_samples=spec.horizon_samples,
+            sources=tuple(sources),
+            storage_options=dict(spec.storage_options),
+            phases=tuple(phases),
+        )
+    except ArgumentError as exc:  # a value a store's manifest gave: the plan is refused
+        raise PlanError(f"{where}: {exc}") from None
 
 
 def _phase_units(

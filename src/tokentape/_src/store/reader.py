@@ -37,7 +37,7 @@ from tokentape._src.store.format import (
     read_npy_header,
 )
 from tokentape._src.store.tokenizers import STORED_NAMES, Tokenizer, tokenizer_from_manifest
-from tokentape._src.util.checks import as_index
+from tokentape._src.util.checks import as_index, shown
 from tokentape.errors import ArgumentError, OutOfRangeError, StoreError, TokentapeError
 
 INDEX_DTYPE = np.dtype("<i8")
@@ -279,8 +279,8 @@ class TokenStream(ABC):
 
     def prefetch(self, samples: np.ndarray, seq_len: int) -> None:
         """Start reading the windows of ``samples`` in the background; nothing for memory-mapped
-        sources (the page cache does it)."""
-        return None
+        sources (the page cache does it) beyond checking the arguments."""
+        self._check_samples(samples, seq_len)
 
     def windows_into(
         self, samples: np.ndarray, seq_len: int, out: np.ndarray, rows: np.ndarray | None = None
@@ -292,7 +292,8 @@ class TokenStream(ABC):
         stitched); ``out`` may have any integer dtype wide enough for the ids.
         """
         k = self._check_samples(samples, seq_len)
-        targets = np.arange(k.size) if rows is None else np.asarray(rows)
+        _check_array("out", out)
+        targets = np.arange(k.size) if rows is None else _integers("rows", rows)
         if out.ndim != 2 or out.shape[1] != seq_len + 1:
             raise ArgumentError(f"out must have rows of seq_len + 1 = {seq_len + 1} tokens")
         if targets.shape != k.shape:
@@ -323,6 +324,7 @@ class TokenStream(ABC):
         k = self._check_samples(samples, seq_len)
         width = seq_len + 1
         for name, array in (("segment", segment), ("position", position)):
+            _check_array(name, array)
             if array.shape != (k.size, width):
                 raise ArgumentError(f"{name} must have shape {(k.size, width)}, got {array.shape}")
         columns = np.arange(width, dtype=np.int64)
@@ -353,9 +355,7 @@ class TokenStream(ABC):
 
     def _check_samples(self, samples: np.ndarray, seq_len: int) -> np.ndarray:
         n = self.n_samples(seq_len)
-        raw = np.asarray(samples)
-        if raw.size and raw.dtype.kind not in "iu":
-            raise ArgumentError(f"samples must be integers, got an array of {raw.dtype}")
+        raw = _integers("samples", samples)
         if raw.ndim > 1:
             raise ArgumentError(f"samples must be one-dimensional, got shape {raw.shape}")
         k = raw.astype(np.int64).reshape(-1) if raw.size else np.zeros(0, dtype=np.int64)
@@ -379,7 +379,10 @@ class TokenStream(ABC):
 
     def decode(self, tokens: np.ndarray | list[int]) -> str:
         """The text of ``tokens`` (with ``tokenizer``)."""
-        return self.tokenizer.decode([int(t) for t in tokens])
+        ids = _integers("tokens", tokens)
+        if ids.ndim != 1:
+            raise ArgumentError(f"tokens must be one-dimensional, got shape {ids.shape}")
+        return self.tokenizer.decode([int(t) for t in ids])
 
 
 class Source(TokenStream):
@@ -496,6 +499,25 @@ def _map_tokenizer_copy(
         if os.fstat(f.fileno()).st_size == 0:
             return b""
         return mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+
+
+def _check_array(name: str, value: object) -> None:
+    """An output array (written in place)."""
+    if not isinstance(value, np.ndarray):
+        raise ArgumentError(f"{name} must be a numpy array, got {type(value).__name__}")
+
+
+def _integers(name: str, value: object) -> np.ndarray:
+    """An array of integers, or what ``np.asarray`` reads as one (a list of ints, an int), as
+    an array (an empty one of any dtype too); bools, floats, text and objects are refused."""
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError):  # a ragged list, an object numpy cannot read
+        raise ArgumentError(f"{name} must be integers, got {shown(value)}") from None
+    if array.size and array.dtype.kind not in "iu":
+        given = f"an array of {array.dtype}" if isinstance(value, np.ndarray) else shown(value)
+        raise ArgumentError(f"{name} must be integers, got {given}")
+    return array
 
 
 def _check_seq_len(seq_len: int) -> None:

@@ -35,7 +35,7 @@ from tokentape._src.train.logwriter import StepLogWriter
 from tokentape._src.train.partition import BatchConfig, positions_for
 from tokentape._src.train.stage import stage_plan
 from tokentape._src.train.state import DataState
-from tokentape._src.util.checks import check_path
+from tokentape._src.util.checks import check_flag, check_path, shown
 from tokentape.errors import ArgumentError, PlanError, TokentapeError
 
 
@@ -171,7 +171,6 @@ class Loader:
             raise ArgumentError(f"fetch must be a FetchConfig, got {fetch!r}")
         if cache_dir is not None:
             check_path("cache_dir", cache_dir)
-            plan = stage_plan(plan, cache_dir)
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ArgumentError(f"prefetch must be an integer >= 0, got {prefetch!r}")
         if state is not None and not isinstance(state, DataState):
@@ -179,7 +178,13 @@ class Loader:
                 "state must be a DataState (DataState.from_dict(saved)), got "
                 + type(state).__name__
             )
+        if step_log is not None:
+            check_path("step_log", step_log)
+        check_flag("segments", segments)
+        _check_dtype(dtype)
         positions_for(0, dp_rank, config)  # validates dp_rank against the config
+        if cache_dir is not None:  # every argument checked: stage
+            plan = stage_plan(plan, cache_dir)
         self.batcher = Batcher(plan, dtype, segments, fetch=fetch)
         # The step log hashes the whole step in the stores' own width (cheaper); same stores.
         self._log_batcher = (
@@ -422,6 +427,16 @@ class Loader:
             "tokens_hash": tokens_hash,
             "time": round(time.time(), 3),
         }
+
+
+def _check_dtype(dtype: object) -> None:
+    """A numpy dtype or what names one (``np.int32``, ``"int32"``)."""
+    if not isinstance(dtype, np.dtype | type | str):
+        raise ArgumentError(f"dtype must be a numpy integer dtype, got {shown(dtype)}")
+    try:
+        np.dtype(dtype)
+    except TypeError:
+        raise ArgumentError(f"dtype must be a numpy integer dtype, got {shown(dtype)}") from None
 
 
 def _failed(future: Future[Any]) -> bool:

@@ -32,6 +32,7 @@ from tokentape._src.tape.blend import MAX_POSITION
 from tokentape._src.train.batch import Batcher
 from tokentape._src.train.loader import Loader, Step
 from tokentape._src.train.partition import BatchConfig
+from tokentape._src.util.checks import as_index
 from tokentape.errors import ArgumentError, TokentapeError
 
 _FIELDS = ("rank", "dp_rank", "step", "consumed", "dp_size", "micro", "accum", "first", "count",
@@ -259,8 +260,19 @@ def check_step(
     Raises:
         TokentapeError: A rank read another rank's positions, or model-parallel peers read
             different inputs (every rank raises the same).
-        ArgumentError: ``tp_size`` and ``model_parallel_size`` disagree, or a size is invalid.
+        ArgumentError: An argument of the wrong type (checked before the collective), or
+            ``tp_size`` and ``model_parallel_size`` disagree, or a size is invalid.
     """
+    if not isinstance(step, Step):
+        raise ArgumentError(f"step must be a Step (what loader.step() returned), got {step!r}")
+    as_index("dp_rank", dp_rank)
+    for name, size in (("model_parallel_size", model_parallel_size), ("tp_size", tp_size)):
+        if size is not None:
+            _positive(name, size)
+    if group is not None and not isinstance(group, dist.ProcessGroup):
+        raise ArgumentError(f"group must be a torch.distributed process group, got {group!r}")
+    if device is not None and not isinstance(device, torch.device | str):
+        raise ArgumentError(f"device must be a torch.device, its name or None, got {device!r}")
     if tp_size is not None:
         if model_parallel_size is not None and model_parallel_size != tp_size:
             raise ArgumentError("check_step: give model_parallel_size or tp_size (its old name)")

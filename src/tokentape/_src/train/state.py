@@ -9,6 +9,7 @@ that any step number maps back to its positions. Everything is JSON-friendly.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from os import PathLike
 from typing import Any
 
 from tokentape._src.plan.plan import Plan
@@ -21,7 +22,9 @@ from tokentape._src.train.identity import (
     plan_identity,
 )
 from tokentape._src.train.partition import BatchConfig
+from tokentape._src.util.checks import as_index, check_int, shown
 from tokentape.errors import (
+    ArgumentError,
     InputError,
     OutOfRangeError,
     ResumeRefused,
@@ -142,6 +145,23 @@ class DataState:
     history: tuple[BatchChange, ...] = ()
     plan_changes: tuple[PlanChange, ...] = ()
 
+    def __post_init__(self) -> None:
+        """Refuse fields of the wrong type. ``index_hash`` is not checked here (a test may
+        craft a saved state): it is derived from ``identity``, and ``resume_on`` checks that
+        it is before using either."""
+        if not isinstance(self.identity, dict):
+            raise ArgumentError(
+                f"DataState: identity must be a plan identity (a dict), got {shown(self.identity)}"
+            )
+        check_int("DataState: consumed", self.consumed, 0, MAX_POSITION)
+        check_int("DataState: step", self.step, 0, MAX_POSITION)
+        for name, kind in (("history", BatchChange), ("plan_changes", PlanChange)):
+            value = getattr(self, name)
+            if not isinstance(value, tuple) or not all(isinstance(c, kind) for c in value):
+                raise ArgumentError(
+                    f"DataState: {name} must be a tuple of {kind.__name__}, got {shown(value)}"
+                )
+
     @classmethod
     def start(cls, plan: Plan) -> DataState:
         """The state at the start of ``plan``: nothing consumed, no step taken.
@@ -151,8 +171,11 @@ class DataState:
 
         Returns:
             A state at step 0 with ``plan``'s index hash and identity.
+
+        Raises:
+            ArgumentError: ``plan`` is not a ``Plan``.
         """
-        return cls(plan.index_hash, plan_identity(plan))
+        return cls(_plan_arg(plan).index_hash, plan_identity(plan))
 
     def commit(self, config: BatchConfig) -> DataState:
         """The state after one more optimizer step of shape ``config`` was applied.
@@ -165,8 +188,11 @@ class DataState:
             The next state: ``consumed`` advanced by ``config.global_batch``, ``step`` by one.
 
         Raises:
+            ArgumentError: ``config`` is not a ``BatchConfig``.
             OutOfRangeError: The step would end beyond position 2**62.
         """
+        if not isinstance(config, BatchConfig):
+            raise ArgumentError(f"config must be a BatchConfig, got {shown(config)}")
         if self.consumed + config.global_batch > MAX_POSITION:
             raise OutOfRangeError(
                 f"commit: a step of {config.global_batch} samples after consumed {self.consumed} "
@@ -195,8 +221,10 @@ class DataState:
             ``(consumed, config)``: the samples applied before ``step`` and its shape.
 
         Raises:
+            ArgumentError: ``step`` is not an integer.
             OutOfRangeError: ``step`` is not in the history.
         """
+        step = as_index("step", step)
         if not 0 <= step < self.step:
             raise OutOfRangeError(f"step {step} is not in the history (steps 0..{self.step - 1})")
         change = next(c for c in reversed(self.history) if c.step <= step)
@@ -232,11 +260,16 @@ class DataState:
             The state. It is not yet checked against a plan: see ``check_plan``.
 
         Raises:
+            ArgumentError: ``data`` is not a dict.
             InputError: ``data`` is not a state of this version, a field is missing or of the
                 wrong type or range, the index hash does not match the identity, or the
                 history does not add up to ``step`` and ``consumed``.
         """
-        if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
+        if not isinstance(data, dict):
+            raise ArgumentError(
+                f"data must be a data state as to_dict() returned it (a dict), got {shown(data)}"
+            )
+        if data.get("version") != STATE_VERSION:
             raise InputError(f"data state: expected a tokentape state of version {STATE_VERSION}")
         history = data.get("history")
         if not isinstance(history, list):
@@ -325,17 +358,32 @@ class DataState:
         (a phase appended or edited at or after ``consumed``, a source first drawn later, a
         longer horizon), this state moved to ``plan`` with the change recorded.
 
+        The plan's index hash is its own (a ``Plan`` computes it from its fields at
+        construction, however it was made), so a plan rebuilt by any route resumes as the
+        same plan, and a plan changed by any route is compared sample by sample below
+        ``consumed``.
+
         Args:
-            plan: The plan to go on under.
+            plan: The plan to go on under: a ``Plan`` (``load_plan`` reads one from its
+                ``PLAN.json``; a path is not accepted here).
 
         Returns:
             A state on ``plan`` (``plan_changes`` records the change, if any).
 
         Raises:
+            ArgumentError: ``plan`` is not a ``Plan``.
+            InputError: This state's ``index_hash`` is not the hash of its ``identity`` (a
+                state built by hand; ``from_dict`` refuses such data).
             ResumeRefused: ``plan`` would change a sample below ``consumed``; the message
                 names what changes and the first position it changes, and ``differences``
                 lists what differs between the plans (seed, a source's content hash, ...).
         """
+        _plan_arg(plan)
+        if identity_hash(self.identity) != self.index_hash:  # derived: never taken on trust
+            raise InputError(
+                f"data state: 'index_hash' {shown(self.index_hash)} is not the hash of its "
+                "'identity': edited or mixed up"
+            )
         if plan.index_hash == self.index_hash:
             return self
         identity = plan_identity(plan)
@@ -369,9 +417,18 @@ class DataState:
         """Refuse to resume on a plan that changes a sample the run already drew.
 
         Args:
-            plan: The plan to resume on.
+            plan: The plan to resume on (a ``Plan``).
 
         Raises:
+            ArgumentError: ``plan`` is not a ``Plan``.
             ResumeRefused: See ``resume_on``.
         """
         self.resume_on(plan)
+
+
+def _plan_arg(plan: object) -> Plan:
+    """``plan`` when it is a ``Plan``; a path or anything else is refused, naming ``plan``."""
+    if not isinstance(plan, Plan):
+        hint = " (load_plan(path) reads a PLAN.json)" if isinstance(plan, str | PathLike) else ""
+        raise ArgumentError(f"plan must be a Plan{hint}, got {shown(plan)}")
+    return plan

@@ -30,6 +30,7 @@ from tokentape._src.tape.resolve import Resolved
 from tokentape._src.train.ahead import ResolveAhead, StepShape
 from tokentape._src.train.batch import Batch, Batcher
 from tokentape._src.train.partition import BatchConfig, positions_for
+from tokentape._src.util.checks import as_index, check_flag
 from tokentape.errors import ArgumentError, OutOfRangeError
 
 
@@ -51,9 +52,11 @@ def to_torch(batch: Batch, pin: bool | None = None) -> dict[str, torch.Tensor]:
     """
     if not isinstance(batch, Batch):
         raise ArgumentError(
-            f"to_torch takes a micro-batch (a Batch: step.micro_batches[i]), got "
+            f"batch must be a micro-batch (a Batch: step.micro_batches[i]), got "
             f"{type(batch).__name__}"
         )
+    if pin is not None:
+        check_flag("pin", pin)
     pin = torch.cuda.is_available() if pin is None else pin
     tensors = _tensors(batch, shared=False)
     return {k: t.pin_memory() for k, t in tensors.items()} if pin else tensors
@@ -338,6 +341,7 @@ class TapeSamples(Sequence[dict[str, torch.Tensor]]):
     ) -> dict[str, torch.Tensor] | list[dict[str, torch.Tensor]]:
         if isinstance(i, slice):
             return [self[j] for j in range(len(self))[i]]
+        i = as_index("i", i)
         if not -len(self) <= i < len(self):
             raise IndexError(f"sample {i} of {len(self)}")
         return {k: v[i] for k, v in self.tensors.items()}
@@ -356,6 +360,10 @@ def collate(samples: Sequence[Any]) -> Any:
     """
     if isinstance(samples, TapeSamples):
         return samples.tensors
+    if isinstance(samples, str | bytes) or not isinstance(samples, Sequence):
+        raise ArgumentError(
+            f"samples must be a batch of samples (a TapeSamples or a list), got {_shown(samples)}"
+        )
     return default_collate(list(samples))
 
 
@@ -382,15 +390,18 @@ class TapeDataset(Dataset[dict[str, torch.Tensor]]):
         elif not isinstance(plan, Plan):
             raise ArgumentError(f"plan must be a Plan or the path of a PLAN.json, got {plan!r}")
         self.plan = plan
-        self.segments = segments
+        self.segments = check_flag("segments", segments)
         self._batcher: Batcher | None = None
         self._ahead: ResolveAhead | None = None
 
     def _batch(self, positions: Sequence[int]) -> Batch:
+        given = np.asarray(positions)
+        if given.size and given.dtype.kind not in "iu":
+            raise ArgumentError(f"positions must be integers, got {_shown(positions)}")
+        p = given.astype(np.int64, copy=False)
         if self._batcher is None:
             self._batcher = Batcher(self.plan, np.int64, self.segments)
             self._ahead = ResolveAhead(self._batcher.tape, AHEAD)
-        p = np.asarray(positions, dtype=np.int64)
         resolved = None
         if isinstance(positions, MicroBatch) and p.size:  # resolved with the coming steps
             assert self._ahead is not None
@@ -402,7 +413,19 @@ class TapeDataset(Dataset[dict[str, torch.Tensor]]):
         return self._batcher.batch(p, resolved)
 
     def __getitem__(self, position: int) -> dict[str, torch.Tensor]:
-        one = _tensors(self._batch([position]), shared=False)
+        """The sample at ``position`` (``to_torch`` of it, without the batch dimension).
+
+        Args:
+            position: A tape position (an integer).
+
+        Returns:
+            The sample's tensors.
+
+        Raises:
+            ArgumentError: ``position`` is not an integer.
+            OutOfRangeError: ``position`` is not in ``[0, 2**62)``.
+        """
+        one = _tensors(self._batch([as_index("position", position)]), shared=False)
         return {k: v[0] for k, v in one.items()}
 
     def __getitems__(self, positions: Sequence[int]) -> TapeSamples:
@@ -413,7 +436,12 @@ class TapeDataset(Dataset[dict[str, torch.Tensor]]):
 
         Returns:
             The samples as one dict of stacked tensors (``collate`` hands it on as it is).
+
+        Raises:
+            ArgumentError: ``positions`` is not a sequence of integers.
         """
+        if isinstance(positions, str | bytes) or not isinstance(positions, Sequence | np.ndarray):
+            raise ArgumentError(f"positions must be a list of positions, got {_shown(positions)}")
         return TapeSamples(_tensors(self._batch(positions), shared=get_worker_info() is not None))
 
     def __getstate__(self) -> dict[str, object]:

@@ -71,3 +71,51 @@ def check_path(flag: str, value: object) -> None:
         raise ArgumentError(f"{flag} must not be empty")
     if "\0" in value:
         raise ArgumentError(f"{flag} {value!r}: a path cannot hold NUL")
+
+
+def shown(value: object) -> str:
+    """``value`` for a one-line message: its repr cut to 60 characters (huge integers by their
+    size)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an integer of {value.bit_length()} bits"
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
+def check_int(name: str, value: object, low: int, high: int | None = None) -> int:
+    """An ``int`` (not a ``bool``, a float or a numpy integer: a field recorded in JSON) in
+    ``[low, high]``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ArgumentError(f"{name} must be an integer, got {shown(value)}")
+    if value < low or (high is not None and value > high):
+        bound = f"in [{low}, {high}]" if high is not None else f">= {low}"
+        raise ArgumentError(f"{name} must be an integer {bound}, got {shown(value)}")
+    return value
+
+
+def check_number(name: str, value: object, low: float, positive: bool = False) -> float:
+    """A finite real number (an ``int`` or a ``float``, not a ``bool``) >= ``low`` (>
+    ``low`` when ``positive``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ArgumentError(f"{name} must be a number, got {shown(value)}")
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an integer beyond any float
+        finite = False
+    if not finite or value < low or (positive and value == low):
+        bound = f"> {low:g}" if positive else f">= {low:g}"
+        raise ArgumentError(f"{name} must be a finite number {bound}, got {shown(value)}")
+    return value
+
+
+def check_flag(name: str, value: object) -> bool:
+    """``True`` or ``False`` (not 0, 1 or a string)."""
+    if not isinstance(value, bool):
+        raise ArgumentError(f"{name} must be True or False, got {shown(value)}")
+    return value
+
+
+def check_optional_text(name: str, value: object) -> None:
+    """None, or what ``check_text`` accepts."""
+    if value is not None:
+        check_text(name, value)

@@ -20,6 +20,10 @@ one draw per request, so a given request order gives the same faults):
 - ``deny``: the fraction of requests answered ``403 AccessDenied`` (with ``methods={"PUT"}``: a
   bucket one may read but not write).
 
+``before`` (not a fault: another writer) is called with each request's method, path and
+``Range`` header (None without one), in the proxy's handler thread, before the request is
+forwarded: a test rewrites an object there at a chosen request, as another writer would.
+
 ``methods`` limits the faults (not the delay) to some methods (e.g. ``{"GET"}``); ``ranged``
 limits them to requests with a ``Range`` header. Counters (``stats()``): requests seen, faults
 by kind, body bytes sent to clients (``bytes_sent``: what a client fetched) and received.
@@ -39,6 +43,7 @@ import socket
 import threading
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -82,6 +87,7 @@ class Faults:
     stall_seconds: float = 2.0
     methods: frozenset[str] | None = None
     ranged: bool = False
+    before: Callable[[str, str, str | None], None] | None = None
 
     def __post_init__(self) -> None:
         if self.delay < 0 or self.stall_seconds < 0:
@@ -287,6 +293,8 @@ class _Handler(BaseHTTPRequestHandler):
         proxy = self.server.proxy
         body = self._read_body()
         faults, fault, ticket = proxy._draw(self.command, self.path, "Range" in self.headers)
+        if faults.before is not None:
+            faults.before(self.command, self.path, self.headers.get("Range"))
         if faults.delay:
             time.sleep(faults.delay)
         if fault == "stall":

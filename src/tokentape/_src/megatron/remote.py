@@ -274,7 +274,9 @@ class RemoteMegatronSource(RangedSource):
         where = f"Megatron prefix '{self.url}'"
         self.vocab = Vocabulary(vocab_size, eod_id, tokenizer, fingerprint, where)
         objects = object_store(self.url, storage_options)
-        identity, _ = current_identity(objects, self.url)
+        identity, keys = current_identity(objects, self.url)
+        self.keys = keys
+        """Both objects' sizes and versions (ETags): every read is pinned to them."""
         problem = id_range_problem(identity, self.vocab.vocab_size)
         if problem is not None:
             raise StoreError(f"{bin_url(self.url)}: {problem}")
@@ -289,7 +291,9 @@ class RemoteMegatronSource(RangedSource):
                 f"{APPEND_EOD_HINT}"
             )
         self.identity = identity
-        blocks = Blocks(identity.block_bytes, identity.block_sha256, identity.bin_bytes)
+        blocks = Blocks(
+            identity.block_bytes, identity.block_sha256, identity.bin_bytes, keys.bin.version
+        )
         files = [(bin_url(self.url), identity.n_tokens, blocks)]
         dtype = np.dtype(identity.dtype)
         super().__init__(
@@ -300,7 +304,9 @@ class RemoteMegatronSource(RangedSource):
         """The ``.idx`` object, checked against its recorded sha256, parsed."""
         identity = self.identity
         check = sha256_check(identity.idx_sha256, "the sha256 its sidecar records")
-        data = self.objects.read_checked(idx_url(self.url), 0, identity.idx_bytes, check)
+        data = self.objects.read_checked(
+            idx_url(self.url), 0, identity.idx_bytes, check, self.keys.idx.version
+        )
         index = index_from_bytes(self.url, data, identity.bin_bytes, identity.n_tokens)
         return index.doc_starts()
 

@@ -29,7 +29,14 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from tokentape.errors import ArgumentError, InputError, ObjectStorageError, StoreError
+from tokentape.errors import (
+    ArgumentError,
+    InputError,
+    ObjectStorageError,
+    StoreChanged,
+    StoreError,
+    TokentapeError,
+)
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://(.*)$", re.DOTALL)
 _SECRET_KEY = re.compile(
@@ -190,8 +197,28 @@ _REFUSED = {
 
 
 def _permanent(exc: BaseException) -> bool:
-    """Not found and access denied: raised as they are (the caller says what it was)."""
-    return isinstance(exc, FileNotFoundError | PermissionError | IsADirectoryError)
+    """Not found, access denied, an object changed: raised as they are (the caller says what
+    it was)."""
+    return isinstance(exc, FileNotFoundError | PermissionError | IsADirectoryError | TokentapeError)
+
+
+def _precondition_failed(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is the server's 412 answer to ``If-Match``."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        response = getattr(seen, "response", None)
+        if isinstance(response, Mapping):
+            error = response.get("Error") or {}
+            status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+            if error.get("Code") in ("PreconditionFailed", "412") or status == 412:
+                return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+PINNED_PROTOCOLS = ("s3", "s3a")
+"""Where a read carries the object's ETag as an ``If-Match`` precondition (S3's API); elsewhere
+a pinned read is a plain read, checked by the hashes alone."""
 
 
 def _refused(exc: BaseException) -> bool:
@@ -338,17 +365,37 @@ class ObjectStore:
     def _info(self, key: str, detail: Mapping[str, Any]) -> ObjectInfo:
         return ObjectInfo(self._url(key), int(detail.get("size") or 0), _version(detail))
 
-    def read(self, url: str, start: int | None = None, stop: int | None = None) -> bytes:
+    def read(
+        self, url: str, start: int | None = None, stop: int | None = None, etag: str = ""
+    ) -> bytes:
         """Bytes ``[start, stop)`` of the object (the whole object without a range); a body of
-        another length than asked for is retried."""
+        another length than asked for is retried. With ``etag`` (the version recorded when the
+        object was planned or first looked at), the GET carries it as ``If-Match``: an object
+        rewritten since (even at the same size) is refused with ``StoreChanged``, never
+        served (S3; ``PINNED_PROTOCOLS``)."""
 
         whole = start is None and stop is None
         # s3fs reads a whole object after a HEAD for its size (to split a large one into
         # parallel parts): one round trip more for every manifest, sidecar and tokenizer copy.
         kwargs = {"max_concurrency": 1} if whole and self.protocol == "s3" else {}
+        pinned = bool(etag) and self.protocol in PINNED_PROTOCOLS
 
         def get() -> bytes:
-            data = self.fs.cat_file(self._key(url), start=start, end=stop, **kwargs)
+            key = self._key(url)
+            try:
+                if pinned:
+                    data = _get_if_match(self.fs, key, start, stop, etag)
+                else:
+                    data = self.fs.cat_file(key, start=start, end=stop, **kwargs)
+            except Exception as exc:
+                if pinned and _precondition_failed(exc):
+                    raise StoreChanged(
+                        f"{url}: the object was rewritten since it was recorded (its ETag is "
+                        f"no longer {etag}); it is not the object planned: check who writes "
+                        "there, then re-run `tokentape plan` (and `tokentape verify` the store)",
+                        path=url,
+                    ) from None
+                raise
             if start is not None and stop is not None and len(data) != stop - start:
                 raise _Short(f"got {len(data)} bytes of a {stop - start}-byte range")
             return data
@@ -362,14 +409,20 @@ class ObjectStore:
         return self.read(url, 0, size)
 
     def read_checked(
-        self, url: str, start: int, stop: int, check: Callable[[bytes], str | None]
+        self,
+        url: str,
+        start: int,
+        stop: int,
+        check: Callable[[bytes], str | None],
+        etag: str = "",
     ) -> bytes:
         """Bytes ``[start, stop)`` that ``check`` accepts (it returns None, or what is wrong):
         fetched again while it does not (a body damaged on the way), up to the retry budget,
-        then a ``StoreError`` naming the object and what ``check`` said."""
+        then a ``StoreError`` naming the object and what ``check`` said; ``etag``: see
+        ``read``."""
         delay = self.retry.backoff
         for attempt in range(1, self.retry.attempts + 1):
-            data = self.read(url, start, stop) if stop > start else b""
+            data = self.read(url, start, stop, etag) if stop > start else b""
             problem = check(data)
             if problem is None:
                 return data
@@ -457,6 +510,25 @@ class _RangeFile(io.RawIOBase):
         return len(data)
 
 
+def _get_if_match(fs: Any, key: str, start: int | None, stop: int | None, etag: str) -> bytes:
+    """An S3 GET of ``key`` (bytes ``[start, stop)``, or all) with ``If-Match: "etag"``."""
+    from fsspec.asyn import sync
+
+    bucket, path, _ = fs.split_path(key)
+    request = {"Bucket": bucket, "Key": path, "IfMatch": f'"{etag}"'}
+    if start is not None or stop is not None:
+        request["Range"] = f"bytes={start or 0}-{'' if stop is None else stop - 1}"
+
+    async def get() -> bytes:
+        response = await fs._call_s3("get_object", **request)
+        try:
+            return await response["Body"].read()
+        finally:
+            response["Body"].close()
+
+    return sync(fs.loop, get)
+
+
 def _version(detail: Mapping[str, Any]) -> str:
     for key in ("ETag", "etag", "md5", "LastModified", "last_modified", "mtime"):
         if detail.get(key) is not None:
@@ -474,6 +546,7 @@ def object_store(url: str, options: StorageOptions | None = None) -> ObjectStore
 
 __all__ = [
     "EXTRA_HINT",
+    "PINNED_PROTOCOLS",
     "ObjectInfo",
     "ObjectStore",
     "Retry",

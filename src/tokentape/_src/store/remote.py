@@ -11,8 +11,11 @@ a shard (``ShardInfo.block_sha256``) is checked against its hash before it is us
 is checked by its length (a body cut short is retried, ``store.objects``). Document starts (for
 segments, replay and locate) are read whole, one ``.idx.npy`` per shard, on first use.
 
-Every shard's size is checked (one HEAD) before its first range is read: a store cut short or
-replaced in the bucket is refused by name, like a local one.
+Every shard's size and version (ETag) are looked at (one HEAD) before its first range is read:
+a store cut short or replaced in the bucket is refused by name, like a local one. Every GET of
+the shard then carries that ETag (or the one the plan recorded, ``versions``, which the object
+must still have) as ``If-Match``: an object rewritten in place while it is read, even at the
+same size, fails the read with ``StoreChanged`` naming it instead of serving other bytes.
 """
 
 from __future__ import annotations
@@ -23,9 +26,9 @@ import io
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
@@ -47,7 +50,7 @@ from tokentape._src.store.reader import (
 )
 from tokentape._src.store.tokenizers import STORED_NAMES, Tokenizer, tokenizer_from_manifest
 from tokentape._src.util.checks import check_count
-from tokentape.errors import ArgumentError, StoreError
+from tokentape.errors import ArgumentError, StoreChanged, StoreError
 
 DEFAULT_CONCURRENCY = 32
 DEFAULT_CACHE_BYTES = 512 * 2**20
@@ -92,11 +95,13 @@ class FetchStats:
 @dataclass(frozen=True)
 class Blocks:
     """What a file read in ranges is checked against: the sha256 of each ``block_bytes`` block
-    of its ``size`` bytes (the last block may be shorter)."""
+    of its ``size`` bytes (the last block may be shorter), and the object's version (ETag)
+    every ranged GET of it carries as ``If-Match`` ("": none known yet)."""
 
     block_bytes: int
     sha256: tuple[str, ...]
     size: int
+    etag: str = ""
 
 
 class _Ranges:
@@ -144,7 +149,7 @@ class RangeCache:
         cache_bytes: int,
     ) -> None:
         self.objects = objects
-        self.shards = shards  # URL -> its block hashes: whole blocks are checked
+        self.shards = dict(shards)  # URL -> its block hashes and version: whole blocks checked
         self.cache_bytes = cache_bytes
         self.concurrency = concurrency
         self.stats = FetchStats()
@@ -163,6 +168,11 @@ class RangeCache:
     def _forked(self) -> None:
         if self._pid != os.getpid():  # a forked DataLoader worker: the threads stayed behind
             self._start()
+
+    def pin(self, url: str, etag: str) -> None:
+        """Pin every later GET of ``url`` to the object version ``etag`` (``If-Match``)."""
+        if url in self.shards and etag:
+            self.shards[url] = replace(self.shards[url], etag=etag)
 
     def prefetch(self, url: str, ranges: list[tuple[int, int]]) -> None:
         """Start fetching every range of ``url`` not cached yet, merged where they touch."""
@@ -215,8 +225,13 @@ class RangeCache:
 
     def _fetch(self, url: str, start: int, stop: int) -> bytes:
         """The range, its whole blocks checked (fetched again while one does not match)."""
+        blocks = self.shards.get(url)
         data = self.objects.read_checked(
-            url, start, stop, lambda got: self._block_problem(url, start, got)
+            url,
+            start,
+            stop,
+            lambda got: self._block_problem(url, start, got),
+            etag="" if blocks is None else blocks.etag,
         )
         with self._lock:
             self.stats.requests += 1
@@ -379,6 +394,8 @@ class RemoteSource(RangedSource):
         storage_options: fsspec options (endpoint, region ...); credentials come from the
             environment or a profile.
         fetch: Requests in flight and bytes cached (default ``FetchConfig()``).
+        versions: The ETag each file of the store had when the plan was made, by file name:
+            a file must still have it, and every read of it is pinned to it.
     """
 
     def __init__(
@@ -386,8 +403,10 @@ class RemoteSource(RangedSource):
         url: str,
         storage_options: StorageOptions | None = None,
         fetch: FetchConfig | None = None,
+        versions: Mapping[str, str] | None = None,
     ) -> None:
         self.url = url.rstrip("/")
+        self.versions = dict(versions or {})
         objects = object_store(self.url, storage_options)
         self._manifest = read_remote_manifest(objects, self.url)
         dtype = numpy_dtype(self._manifest.dtype)
@@ -442,7 +461,8 @@ class RemoteSource(RangedSource):
         return tokenizer_from_manifest(self._manifest.tokenizer, self.url, data)
 
     def check_size(self, index: int) -> None:
-        """Refuse shard ``index`` unless its ``.bin`` has the size the manifest says (checked
+        """Refuse shard ``index`` unless its ``.bin`` has the size the manifest says and the
+        version the plan recorded (if it did), then pin its reads to that version (checked
         once per shard)."""
         if index in self._sizes_checked:
             return
@@ -460,6 +480,15 @@ class RemoteSource(RangedSource):
                 f"{url}: size is {info.size} bytes, the manifest says {expected}; the store is "
                 "damaged (run `tokentape verify`)"
             )
+        recorded = self.versions.get(shard.bin_file)
+        if recorded and info.version and info.version != recorded:
+            raise StoreChanged(
+                f"{url}: the object was rewritten since the plan recorded it (ETag "
+                f"{info.version}, the plan recorded {recorded}); it is not the object planned: "
+                "re-run `tokentape plan` (and `tokentape verify` the store)",
+                path=url,
+            )
+        self.cache.pin(url, recorded or info.version)
         with self._size_lock:
             self._sizes_checked.add(index)
 
@@ -478,7 +507,8 @@ class RemoteSource(RangedSource):
         """A shard's document starts, its ``.idx.npy`` checked against the manifest's hash
         (fetched again when it does not match, up to the retry budget)."""
         url = join(self.url, shard.idx_file)
-        data = self.objects.read_checked(url, 0, shard.idx_bytes, idx_check(shard))
+        etag = self.versions.get(shard.idx_file, "")
+        data = self.objects.read_checked(url, 0, shard.idx_bytes, idx_check(shard), etag)
         at = index_offset(io.BytesIO(data), shard, url)
         local = np.frombuffer(data, dtype=INDEX_DTYPE, count=shard.n_docs, offset=at)
         check_starts(local, shard, url)

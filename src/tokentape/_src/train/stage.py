@@ -101,6 +101,7 @@ from tokentape._src.store.format import (
     read_manifest_text,
 )
 from tokentape._src.store.objects import (
+    ObjectInfo,
     ObjectStore,
     Retry,
     StorageOptions,
@@ -265,17 +266,17 @@ def _read_remote_manifest(store: ObjectStore, url: str) -> tuple[bytes, Manifest
     return text.encode("utf-8"), parse_manifest(text, join(url, MANIFEST_NAME))
 
 
-def _listing(store: ObjectStore, url: str) -> dict[str, int]:
-    """The size of every object directly under the store's prefix, by name."""
+def _listing(store: ObjectStore, url: str) -> dict[str, ObjectInfo]:
+    """Every object directly under the store's prefix (its size and version), by name."""
     url = url.rstrip("/")
     try:
         found = store.find(url)
     except PermissionError as exc:
         raise StoreError(f"{url}/: listing denied ({redact(str(exc))})") from None
-    return {basename(i.url): i.size for i in found if parent(i.url) == url}
+    return {basename(i.url): i for i in found if parent(i.url) == url}
 
 
-def _remote_sizes(url: str, manifest: Manifest, listed: dict[str, int]) -> dict[str, int]:
+def _remote_sizes(url: str, manifest: Manifest, listed: dict[str, ObjectInfo]) -> dict[str, int]:
     """Each file's size in the bucket (``listed``), checked against the manifest."""
     url = url.rstrip("/")
     sizes = {}
@@ -283,12 +284,12 @@ def _remote_sizes(url: str, manifest: Manifest, listed: dict[str, int]) -> dict[
         where = join(url, name)
         if name not in listed:
             raise StoreError(f"{where}: no such object, though the store's manifest names it")
-        if expected is not None and listed[name] != expected:
+        if expected is not None and listed[name].size != expected:
             raise StoreError(
-                f"{where}: {listed[name]} bytes, the store's manifest says {expected}; the "
+                f"{where}: {listed[name].size} bytes, the store's manifest says {expected}; the "
                 "object was changed or cut short"
             )
-        sizes[name] = listed[name]
+        sizes[name] = listed[name].size
     return sizes
 
 
@@ -395,7 +396,8 @@ def _stage_locked(s: _Stage) -> StagedStore:
         verified = set()
         if found is not None:  # a staged copy with damaged files: the others are kept
             verified = _link_verified(s.cache, s.name, work, found)
-        job = s.job(store, s.url, work, verified=frozenset(verified))
+        versions = {name: listed[name].version for name in sizes}
+        job = s.job(store, s.url, work, verified=frozenset(verified), versions=versions)
         fetched, reused = download(job, manifest, sizes, s.workers, s.label, s.progress)
         work.write_atomic(MANIFEST_NAME, manifest_bytes)  # last: the store is complete
         _read_only(work)
@@ -481,7 +483,8 @@ def _stage_prefix_locked(s: _Stage) -> StagedStore:
     blocked = [(f"{name}.bin", bin_record, identity.bin_bytes)]
     blocked.append((f"{name}.idx", idx_record, identity.idx_bytes))
     with _prepare_work(s.cache, s.work_name, marker_bytes) as work:
-        job = s.job(store, parent(s.url), work, record="its sidecar")
+        versions = {f"{name}.bin": keys.bin.version, f"{name}.idx": keys.idx.version}
+        job = s.job(store, parent(s.url), work, record="its sidecar", versions=versions)
         fetched, reused = fetch_files(job, blocked, [], s.workers, s.label, s.progress)
         _read_only(work)
         staged = FileKeys(*(FileKey.of(work.check(f, "file")) for f, _, _ in blocked))  # type: ignore[arg-type]

@@ -18,7 +18,7 @@ import os
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from functools import partial
@@ -77,9 +77,15 @@ class Job:
     """What the hashes come from, in messages (a Megatron prefix's: its sidecar)."""
     verified: frozenset[str] = frozenset()
     """Files in ``work`` known to match their hashes (linked from a verified staged copy)."""
+    versions: Mapping[str, str] = field(default_factory=dict)
+    """Each object's version (ETag) when the stage looked: every GET of it is pinned to it."""
 
     def object_url(self, name: str) -> str:
         return join(self.url, name)
+
+    def read(self, name: str, start: int, stop: int) -> bytes:
+        """Bytes ``[start, stop)`` of the object ``name``, pinned to its version."""
+        return self.store.read(self.object_url(name), start, stop, self.versions.get(name, ""))
 
     def check(self) -> None:
         if self.stop.is_set():
@@ -185,7 +191,7 @@ class _BinFile:
             while pos < stop:
                 job.check()
                 piece_stop = min(stop, pos + job.range_bytes)
-                data = memoryview(job.store.read(job.object_url(self.name), pos, piece_stop))
+                data = memoryview(job.read(self.name, pos, piece_stop))
                 os.pwrite(fd, data, pos)
                 job.counter.add(len(data), len(data))
                 off = 0
@@ -262,7 +268,7 @@ def _fetch_whole(job: Job, name: str, size: int, check: Callable[[bytes], str | 
     fetching it again up to the retry budget (``ObjectStore.read_checked``), and write it into
     the staging directory."""
     job.check()
-    data = job.store.read_checked(job.object_url(name), 0, size, check)
+    data = job.store.read_checked(job.object_url(name), 0, size, check, job.versions.get(name, ""))
     job.counter.add(len(data), len(data))
     job.work.write_atomic(name, data)
 

@@ -225,14 +225,30 @@ def test_foreign_files_are_never_removed(tmp_path, capsys):
 def test_part_of_a_store_is_replaced_only_with_overwrite(tmp_path, capsys):
     build(tmp_path / "m", docs_of(5))
     out = tmp_path / "store"
-    out.mkdir()
-    (out / "part-00000.bin").write_bytes(b"\0\0")  # an unfinished store of ours, no manifest
+    write_store(out, [[1, 2, 3]] * 20, shard_tokens=100)
+    (out / "manifest.json").unlink()  # an unfinished store of ours: shard pairs, no manifest
+    before = snapshot(out)
     args = ("convert", "--from", "megatron", tmp_path / "m", out, *FROM_ARGS)
     code, _, err = cli(capsys, *args)
     assert code == 2 and "pass --overwrite" in one_line_error(err)
-    assert snapshot(out) == {"part-00000.bin": b"\0\0"}
+    assert snapshot(out) == before
     assert cli(capsys, *args, "--overwrite")[0] == 0
     assert open_source(out).n_docs == len(docs_of(5))
+
+
+def test_a_lone_shard_file_is_not_ours_to_replace(tmp_path, capsys):
+    """A ``part-00000.bin`` nothing vouches for (no manifest, no index beside it, no run) may be
+    another tool's: refused with or without --overwrite, never suggested it, left in place."""
+    build(tmp_path / "m", docs_of(5))
+    out = tmp_path / "store"
+    out.mkdir()
+    (out / "part-00000.bin").write_bytes(b"\0\0")
+    args = ("convert", "--from", "megatron", tmp_path / "m", out, *FROM_ARGS)
+    for extra in ((), ("--overwrite",)):
+        code, _, err = cli(capsys, *args, *extra)
+        line = one_line_error(err)
+        assert code == 2 and "part-00000.bin" in line and "pass --overwrite" not in line
+        assert snapshot(out) == {"part-00000.bin": b"\0\0"}
 
 
 def test_an_unrelated_bin_or_idx_is_not_replaced(tmp_path, capsys):

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import json
 import os
+import shutil
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -18,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import make_documents, run_cli, write_jsonl
+from helpers import make_documents, run_cli, tree_bytes, write_jsonl
 
 from tokentape import TokentapeError, open_source
 from tokentape._src.megatron.source import MegatronSource
@@ -315,3 +317,163 @@ def test_atomic_writer_lets_other_errors_through_and_removes_its_temporary(tmp_p
         open(tmp_path / "an-input-that-is-not-there")  # noqa: SIM115 - raises at once
     assert caught.value.filename == str(tmp_path / "an-input-that-is-not-there")
     assert os.listdir(tmp_path) == []
+
+
+# --- --overwrite removes only what it can tell is tokentape's ---------------------------------
+
+SOMEONE_ELSES = b"\x00\x01 another tool's part file, not a tokentape shard"
+
+
+def npy(array: np.ndarray) -> bytes:
+    path = io.BytesIO()
+    np.save(path, array, allow_pickle=False)
+    return path.getvalue()
+
+
+def small_corpus(tmp_path: Path) -> Path:
+    docs = [json.dumps({"text": t}) for t in make_documents(300, seed=9)]
+    return write_jsonl(tmp_path / "small.jsonl", docs)
+
+
+def one_error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert err.startswith("tokentape: error: "), err
+    return err
+
+
+def listing(directory: Path) -> tuple[list[str], dict[str, bytes]]:
+    return sorted(os.listdir(directory)), tree_bytes(directory)
+
+
+UNCLAIMED = {  # what is planted in --out; the file the refusal names first
+    "beside-an-empty-manifest": ({"part-00000.bin": SOMEONE_ELSES, MANIFEST_NAME: b""}, "bin"),
+    "alone": ({"part-00000.bin": SOMEONE_ELSES}, "bin"),
+    "with-an-index-not-ours": (
+        {
+            "part-00000.bin": SOMEONE_ELSES,
+            "part-00000.idx.npy": npy(np.arange(4, dtype=np.float32)),
+            MANIFEST_NAME: b"",
+        },
+        "bin",
+    ),
+    "a-tokenizer-json": ({"tokenizer.json": b'{"model": "mine"}'}, "tokenizer"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNCLAIMED))
+def test_overwrite_never_deletes_a_store_file_it_cannot_tell_is_its_own(case, tmp_path, capsys):
+    """A ``part-00000.bin`` is tokentape's only where a readable manifest names it, an
+    unfinished run is there, or it is one of a shard's pair as the writer leaves them: here
+    it is none, so neither a plain run nor ``--overwrite`` removes it, and neither suggests
+    ``--overwrite``."""
+    files, named = UNCLAIMED[case]
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, data in files.items():
+        (out / name).write_bytes(data)
+    before = listing(out)
+    args = ["tokenize", str(small_corpus(tmp_path)), "--out", str(out)]
+    for extra in ((), ("--overwrite",)):
+        assert main([*args, *extra]) == 2
+        line = one_error(capsys)
+        expected = "'part-00000.bin'" if named == "bin" else "'tokenizer.json'"
+        assert f"--out '{out}': holds {expected}" in line, line
+        assert "move it away or choose another --out" in line and "pass --overwrite" not in line
+        assert listing(out) == before  # byte for byte, nothing added, nothing removed
+
+
+def test_overwrite_never_deletes_what_it_cannot_tell_is_its_own_in_the_staging_directory(
+    tmp_path, capsys
+):
+    """A store of other settings is replaced by building beside it, in a hidden sibling: one
+    that holds an unclaimed part file is refused before ``--overwrite`` is suggested."""
+    out = tmp_path / "s"
+    args = ["tokenize", str(small_corpus(tmp_path)), "--out", str(out)]
+    assert main(args) == 0
+    staging = tmp_path / ".s.tokentape-next"
+    staging.mkdir()
+    (staging / "part-00000.bin").write_bytes(SOMEONE_ELSES)
+    (staging / MANIFEST_NAME).write_bytes(b"")
+    before, store = listing(staging), listing(out)
+    capsys.readouterr()
+    for extra in ((), ("--overwrite",)):
+        assert main([*args, "--shard-mb", "0.001", *extra]) == 2
+        line = one_error(capsys)
+        assert f"staging directory '{staging}': holds 'part-00000.bin'" in line, line
+        assert "pass --overwrite" not in line
+        assert listing(staging) == before and listing(out) == store
+
+
+@pytest.mark.subprocess
+def test_overwrite_still_replaces_its_own_unfinished_run_and_stores(
+    tmp_path, capsys, hf_tokenizer_json
+):
+    """What is tokentape's is replaced as before: an unfinished run's part files (its job
+    record is there), a store with a readable manifest, and a store whose manifest was
+    damaged (its shard pairs and tokenizer copy are recognised)."""
+    out = tmp_path / "s"
+    corpus = small_corpus(tmp_path)
+    args = ["tokenize", str(corpus), "--out", str(out), "--tokenizer", str(hf_tokenizer_json)]
+    args += ["--unit-mb", "0.01", "--shard-mb", "0.002"]
+    other = [*args, "--filter", "min-tokens:3"]
+    killed = run_cli(*args, env={"TOKENTAPE_CRASH_AT": "before-manifest"})
+    assert killed.returncode == -9, killed.stderr
+    assert len([n for n in os.listdir(out) if n.startswith("part-")]) > 2
+    assert not (out / MANIFEST_NAME).exists() and (out / ".tokentape-work/job.json").is_file()
+    assert main(other) == 2
+    assert "unfinished run with other inputs or settings" in one_error(capsys)
+
+    def replaced_by(argv: list[str]) -> None:
+        """``argv --overwrite`` succeeds, and leaves what a fresh run of ``argv`` makes."""
+        assert main([*argv, "--overwrite"]) == 0
+        reference = tmp_path / "reference"
+        shutil.rmtree(reference, ignore_errors=True)
+        assert main([*argv[:3], str(reference), *argv[4:]]) == 0
+        assert listing(out) == listing(reference)
+
+    replaced_by(other)  # the unfinished run
+    replaced_by(args)  # a store with a readable manifest
+    (out / MANIFEST_NAME).write_bytes(b"")
+    assert main(other) == 2
+    assert "pass --overwrite to replace the store" in one_error(capsys)
+    replaced_by(other)  # a store whose manifest cannot be read
+
+
+def test_convert_overwrite_never_deletes_a_part_file_it_cannot_tell_is_its_own(tmp_path, capsys):
+    prefix = megatron_prefix(tmp_path, "a", [[0] * (n % 9 + 1) for n in range(40)])
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "part-00000.bin").write_bytes(SOMEONE_ELSES)
+    (out / MANIFEST_NAME).write_bytes(b"")
+    before = listing(out)
+    args = ["convert", "--from", "megatron", str(prefix), str(out), "--vocab-size", "257"]
+    capsys.readouterr()
+    for extra in ((), ("--overwrite",)):
+        assert main([*args, "--eod-id", "256", *extra]) == 2
+        line = one_error(capsys)
+        assert f"'{out}': holds 'part-00000.bin'" in line and "move it away" in line, line
+        assert "pass --overwrite" not in line
+        assert listing(out) == before
+
+
+def test_convert_to_megatron_suggests_overwrite_only_where_it_would_replace(tmp_path, capsys):
+    """A ``model.bin`` that is no Megatron dataset is never replaced: the refusal without
+    ``--overwrite`` says so at once instead of suggesting it."""
+    store = tmp_path / "store"
+    corpus = small_corpus(tmp_path)
+    assert main(["tokenize", str(corpus), "--out", str(store)]) == 0
+    model = tmp_path / "model.bin"
+    model.write_bytes(b"weights" * 10)
+    capsys.readouterr()
+    for extra in ((), ("--overwrite",)):
+        assert (
+            main(["convert", "--to", "megatron", str(store), str(tmp_path / "model"), *extra]) == 2
+        )
+        line = one_error(capsys)
+        assert "refusing to replace it" in line and "pass --overwrite" not in line, line
+        assert model.read_bytes() == b"weights" * 10
+    prefix = megatron_prefix(tmp_path, "b", [[0] * 3] * 10)  # a Megatron dataset: replaced
+    assert main(["convert", "--to", "megatron", str(store), str(prefix)]) == 2
+    assert "pass --overwrite" in one_error(capsys)
+    assert main(["convert", "--to", "megatron", str(store), str(prefix), "--overwrite"]) == 0

@@ -1,16 +1,25 @@
 """The ``tokentape`` program's frame: parser, dispatch, and one-line errors.
 
 Bad input prints one line ``tokentape: error: ...`` and exits with code 2.
+
+Standard output closed by its reader (``tokentape info STORE | head -1``) is not an error: the
+command stops, prints nothing more and exits with code 0. Only a ``BrokenPipeError`` of a write
+to (or flush of) ``sys.stdout`` counts as that: while a command runs, ``sys.stdout`` is
+``_GuardedStdout``, which turns one into ``_StdoutClosed``. Any other ``BrokenPipeError`` (a
+pipe to a helper process that died, a socket) is an error like any other: one line, code 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import re
 import sys
-from collections.abc import Sequence
-from typing import Any, NoReturn, Protocol
+import traceback
+from collections.abc import Iterable, Sequence
+from contextlib import suppress
+from typing import Any, NoReturn, Protocol, TextIO, cast
 
 from tokentape._src.cli import (
     convert,
@@ -130,8 +139,77 @@ def _one_line(message: str) -> str:
     return message.replace("\r", "\\r").replace("\n", "\\n")
 
 
+class _StdoutClosed(Exception):
+    """The reader of standard output went away (``| head``): the command stops, exit code 0."""
+
+
+class _GuardedStdout:
+    """``sys.stdout`` while a command runs: the stream it wraps, but a ``BrokenPipeError`` of a
+    write or flush becomes ``_StdoutClosed`` (so that it is told apart from any other)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise _StdoutClosed from None
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise _StdoutClosed from None
+
+    def __getattr__(self, name: str) -> Any:  # fileno, isatty, encoding, buffer, ...
+        return getattr(self._stream, name)
+
+
+def _silence(stream: TextIO) -> None:
+    """Point the closed standard output's descriptor at the null device: what is left in its
+    buffer then goes there when the interpreter flushes it on exit, instead of failing with
+    "Exception ignored ... BrokenPipeError" (and exit code 120)."""
+    with suppress(OSError, ValueError, AttributeError):  # no descriptor (a test's capture)
+        fd = stream.fileno()
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, fd)
+        finally:
+            os.close(null)
+
+
+def _where(exc: BaseException) -> str:
+    """Where ``exc`` was raised: the innermost frame's file name, line and function."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not frames:
+        return "unknown"
+    last = frames[-1]
+    return f"{os.path.basename(last.filename)}:{last.lineno} in {last.name}"
+
+
 def main(argv: Sequence[str] | None = None, extra: Sequence[Command] = ()) -> int:
     """Run one command line; returns the exit code (errors are one line on stderr, code 2)."""
+    stdout = sys.stdout
+    if stdout is None:  # no standard output at all (pythonw): nothing to guard
+        return _run(argv, extra)
+    sys.stdout = cast(TextIO, _GuardedStdout(stdout))
+    code = 0  # a command stopped by its reader going away: not an error
+    try:
+        code = _run(argv, extra)
+        sys.stdout.flush()  # what the command printed: a closed pipe may show only here
+    except _StdoutClosed:  # output piped into `head` and the like
+        _silence(stdout)  # (closed at this last flush: the command's code stands)
+    finally:
+        sys.stdout = stdout
+    return code
+
+
+def _run(argv: Sequence[str] | None, extra: Sequence[Command]) -> int:
     try:
         args: Any = build_parser(extra).parse_args(argv)
     except SystemExit as exc:  # a usage error (one line, above), --help or --version
@@ -141,9 +219,14 @@ def main(argv: Sequence[str] | None = None, extra: Sequence[Command] = ()) -> in
     except TokentapeError as exc:
         print(f"tokentape: error: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
-    except BrokenPipeError:  # output piped into `head` and the like
-        sys.stderr.close()
-        return 0
+    except BrokenPipeError as exc:  # not standard output's (that is _StdoutClosed): an error
+        where = f"{exc.filename}: " if exc.filename else ""
+        message = (
+            f"{where}broken pipe at {_where(exc)}: the process or connection this command was "
+            "writing to went away (not its standard output)"
+        )
+        print(f"tokentape: error: {_one_line(message)}", file=sys.stderr)
+        return EXIT_USAGE
     except OSError as exc:  # a file system error the command did not anticipate: one line
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"tokentape: error: {_one_line(f'{where}{exc.strerror or exc}')}", file=sys.stderr)

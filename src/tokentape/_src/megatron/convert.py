@@ -12,8 +12,9 @@ Nothing existing is touched until the new output is complete: it is written unde
 names beside the output (``.NAME.tokentape-convert-HOST-PID-RANDOM``: a sibling directory for a
 store, ``.bin``/``.idx`` files for a prefix) and only then swapped in, so an interruption, a full
 disk or bad data mid-run leaves the old output as it was and no partial new one. ``--overwrite``
-replaces only what is recognisably ours: a store directory holding nothing but tokentape's own
-file names, or a prefix whose ``.idx`` is a Megatron index that its ``.bin`` matches.
+replaces only what is recognisably ours: a store directory holding nothing but files tokentape
+can tell are its own (``store.output.survey``: not just its file names), or a prefix whose
+``.idx`` is a Megatron index that its ``.bin`` matches.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from tokentape._src.store.format import (
 )
 from tokentape._src.store.lock import output_lock
 from tokentape._src.store.objects import StorageOptions, is_url
-from tokentape._src.store.output import discard_store, is_store_file
+from tokentape._src.store.output import discard_store, is_store_file, survey, unclaimed_text
 from tokentape._src.store.reader import Source, TokenStream
 from tokentape._src.store.remote import RemoteSource
 from tokentape._src.store.tokenizers import (
@@ -289,16 +290,15 @@ def _check_sidecar_names(out: Path) -> None:
 
 
 def _check_prefix_out(out: Path, overwrite: bool) -> None:
-    """Refuse to replace an existing ``OUT.bin``/``OUT.idx`` unless ``overwrite``, and even then
-    unless they are recognisably a Megatron dataset: the ``.idx`` starts with Megatron's magic,
-    its size agrees with its header, and the ``.bin`` (if any) has the size the index implies.
-    An unrelated ``model.bin`` is never replaced by tokens."""
+    """Refuse to replace an existing ``OUT.bin``/``OUT.idx`` unless they are recognisably a
+    Megatron dataset (even with ``overwrite``): the ``.idx`` starts with Megatron's magic, its
+    size agrees with its header, and the ``.bin`` (if any) has the size the index implies; and
+    one that is, unless ``overwrite``. An unrelated ``model.bin`` is never replaced by tokens,
+    and never told to pass ``--overwrite``."""
     bin_file, idx_file = megatron.bin_path(out), megatron.idx_path(out)
     existing = [p for p in (bin_file, idx_file) if os.path.lexists(p)]
     if not existing:
         return
-    if not overwrite:
-        raise OutputError(f"'{existing[0]}' exists; pass --overwrite to replace it")
     keep = "; refusing to replace it (remove it yourself or choose another output prefix)"
     if os.path.lexists(idx_file) and not idx_file.is_file():
         raise OutputError(f"'{idx_file}' is not a regular file{keep}")
@@ -307,15 +307,16 @@ def _check_prefix_out(out: Path, overwrite: bool) -> None:
             f"'{bin_file}' exists without a Megatron index '{idx_file.name}' beside it{keep}"
         )
     implied = _implied_bin_bytes(idx_file, keep)
-    if not os.path.lexists(bin_file):
-        return
-    found = bin_file.stat().st_size if bin_file.is_file() else None
-    if found != implied:
-        what = "is not a regular file" if found is None else f"holds {found} bytes"
-        raise OutputError(
-            f"'{bin_file}' {what}, but '{idx_file.name}' describes {implied} bytes of tokens: "
-            f"not one Megatron dataset{keep}"
-        )
+    if os.path.lexists(bin_file):
+        found = bin_file.stat().st_size if bin_file.is_file() else None
+        if found != implied:
+            what = "is not a regular file" if found is None else f"holds {found} bytes"
+            raise OutputError(
+                f"'{bin_file}' {what}, but '{idx_file.name}' describes {implied} bytes of "
+                f"tokens: not one Megatron dataset{keep}"
+            )
+    if not overwrite:
+        raise OutputError(f"'{existing[0]}' exists; pass --overwrite to replace it")
 
 
 def _implied_bin_bytes(idx_file: Path, keep: str) -> int:
@@ -691,20 +692,26 @@ def _store_dir(out: str) -> Path:
 
 
 def _check_store_out(out: Path, overwrite: bool) -> None:
-    """Refuse an output that is a file, a directory holding anything not ours (even with
-    ``overwrite``), or one holding a store or part of one without ``overwrite``. Nothing is
-    removed here: an old store is replaced only once the new one is complete."""
+    """Refuse an output that is a file, a directory holding anything tokentape cannot tell is
+    its own (even with ``overwrite``: ``store.output.survey``), or one holding a store or part
+    of one without ``overwrite``. Nothing is removed here: an old store is replaced only once
+    the new one is complete, and then only what is tokentape's (``discard_store``)."""
     if not os.path.lexists(out):
         return
     if not out.is_dir():
         raise OutputError(f"'{out}': exists and is not a directory")
-    names = sorted(os.listdir(out))
-    foreign = [n for n in names if not is_store_file(n)]
-    if foreign:
+    found = survey(out)
+    if found.foreign:
         raise OutputError(
-            f"'{out}': not empty and not a tokentape store (found '{foreign[0]}'); choose a new "
-            "or empty directory"
+            f"'{out}': not empty and not a tokentape store (found '{found.foreign[0]}'); choose "
+            "a new or empty directory"
         )
+    if found.unclaimed:
+        raise OutputError(
+            f"'{out}': holds {unclaimed_text(found.unclaimed[0])}: move it away or choose "
+            "another output directory"
+        )
+    names = found.ours
     if names and not overwrite:
         if MANIFEST_NAME in names:
             raise OutputError(f"'{out}': holds a store; pass --overwrite to replace it")

@@ -25,13 +25,19 @@ from tokentape._src.store.format import (
     parse_manifest,
 )
 from tokentape._src.store.objects import check_storage_options
-from tokentape._src.store.output import WORK_DIR, clear_out, discard_store, is_store_file
+from tokentape._src.store.output import (
+    JOB_FILE,
+    WORK_DIR,
+    clear_out,
+    discard_store,
+    survey,
+    unclaimed_text,
+)
 from tokentape._src.tokenize.inputs import InputFile
 from tokentape._src.util.checks import check_count, check_mb, check_path, check_text
 from tokentape._src.util.hashing import canonical_hash
 from tokentape.errors import ArgumentError, OutputError, StoreError, TokentapeError
 
-JOB_FILE = "job.json"
 UNITS_PREFIX = "units-"
 """Unit files live in ``WORK_DIR/units-<hash of the resume key>/``: a helper of an earlier,
 killed run with other settings (a Ray task that outlives its driver) can only write into its
@@ -233,25 +239,40 @@ def summary_problem(manifest: Manifest) -> str | None:
     return None
 
 
-def _check_ours(out: Path, what: str) -> list[str]:
-    names = sorted(os.listdir(out))
-    foreign = [n for n in names if not is_store_file(n)]
-    if foreign:
+def _check_ours(directory: Path, what: str, remedy: str) -> None:
+    """Refuse ``directory`` if it holds anything tokentape cannot tell is its own (see
+    ``store.output``): a name a store never has, or a store file that is not identifiably
+    ours. ``--overwrite`` never removes such a file, so this refusal never suggests it."""
+    found = survey(directory)
+    if found.foreign:
         raise OutputError(
-            f"{what} '{out}': not empty and not a tokentape store (found '{foreign[0]}'); "
-            "choose a new or empty directory"
+            f"{what} '{directory}': not empty and not a tokentape store (found "
+            f"'{found.foreign[0]}'); choose a new or empty directory"
         )
-    return names
+    if found.unclaimed:
+        raise OutputError(
+            f"{what} '{directory}': holds {unclaimed_text(found.unclaimed[0])}: {remedy}"
+        )
+
+
+def _check_staging(staging: Path) -> None:
+    """Refuse a staging directory a replacement could not be built in (before ``--overwrite``
+    is suggested: it would then refuse)."""
+    if staging.is_symlink() or (os.path.lexists(staging) and not staging.is_dir()):
+        raise OutputError(f"'{staging}': exists and is not a directory; remove it")
+    if staging.exists():
+        _check_ours(staging, "staging directory", "move it away")
 
 
 def _ours_only(directory: Path) -> bool:
-    """Whether ``directory`` is a directory (not a link) holding only names a store holds."""
+    """Whether ``directory`` is a directory (not a link) holding only what is tokentape's."""
     if directory.is_symlink() or not directory.is_dir():
         return False
     try:
-        return all(is_store_file(name) for name in os.listdir(directory))
+        found = survey(directory)
     except OSError:
         return False
+    return not found.foreign and not found.unclaimed
 
 
 def units_dir(work_dir: Path, resume_key: dict[str, Any]) -> Path:
@@ -277,7 +298,10 @@ def inspect_out(
 ) -> OutPlan:
     """Decide what to do with ``out``; refuse a directory that is not ours or not this job's,
     and a store of this job that is damaged (without ``overwrite``). ``stored`` is the
-    tokenizer copy this job writes (checked in a complete store)."""
+    tokenizer copy this job writes (checked in a complete store).
+
+    Whatever is in ``out`` that tokentape cannot tell is its own (``store.output.survey``) is
+    refused, with or without ``overwrite``: nothing would remove it."""
     if out.exists() and not out.is_dir():
         raise OutputError(f"--out '{out}': exists and is not a directory")
     if out.is_symlink() and not out.exists():
@@ -293,27 +317,31 @@ def inspect_out(
                 return plan
         discard_store(staging)
         return OutPlan(OutState.FRESH, out)
-    _check_ours(out, "--out")
+    _check_ours(out, "--out", "move it away or choose another --out")
     manifest_path = out / MANIFEST_NAME
     if os.path.lexists(manifest_path):  # a link there is the store's manifest, refused
-        manifest = _read_manifest(manifest_path, overwrite)
-        if manifest is None:  # unreadable, and --overwrite: replaced like any other store
-            return _staged(staging, job_hash, resume_key, stored)
-        if manifest.job == job_hash:
-            damage = store_damage(out, manifest, stored)
-            if damage is None:
-                discard_store(staging)
-                return OutPlan(OutState.COMPLETE, out, manifest)
-            if not overwrite:
-                raise OutputError(
+        try:
+            manifest = _read_manifest(manifest_path)
+        except TokentapeError as exc:  # unreadable: replaced like any other store
+            refusal = f"{exc}; pass --overwrite to replace the store"
+        else:
+            if manifest.job == job_hash:
+                damage = store_damage(out, manifest, stored)
+                if damage is None:
+                    discard_store(staging)
+                    return OutPlan(OutState.COMPLETE, out, manifest)
+                refusal = (
                     f"--out '{out}': holds this job's store, but it is damaged ({damage}); "
                     "pass --overwrite to rebuild it"
                 )
-        elif not overwrite:
-            raise OutputError(
-                f"--out '{out}': holds a store made from other inputs or settings; "
-                "pass --overwrite to replace it"
-            )
+            else:
+                refusal = (
+                    f"--out '{out}': holds a store made from other inputs or settings; "
+                    "pass --overwrite to replace it"
+                )
+        _check_staging(staging)  # where --overwrite builds the replacement
+        if not overwrite:
+            raise OutputError(refusal)
         return _staged(staging, job_hash, resume_key, stored)
     discard_store(staging)
     job_path = out / WORK_DIR / JOB_FILE
@@ -329,37 +357,33 @@ def inspect_out(
     return OutPlan(OutState.FRESH, out)
 
 
-def _read_manifest(path: Path, overwrite: bool) -> Manifest | None:
-    """The manifest at ``path``; one that cannot be read or parsed is an error naming it,
-    or None with ``overwrite`` (the store is replaced)."""
-    problem: TokentapeError
+def _read_manifest(path: Path) -> Manifest:
+    """The manifest at ``path``; one that cannot be read or parsed is a ``StoreError``
+    naming it."""
     try:
         with open(open_inside(path.parent, path.name, "the manifest"), "rb") as f:
             return parse_manifest(f.read().decode("utf-8"), str(path))
     except UnicodeDecodeError:
-        problem = StoreError(f"{path}: not UTF-8 text; not a readable manifest")
-    except TokentapeError as exc:
-        problem = exc
+        raise StoreError(f"{path}: not UTF-8 text; not a readable manifest") from None
     except OSError as exc:
-        problem = StoreError(f"{path}: cannot read ({exc.strerror or exc})")
-    if overwrite:
-        return None
-    raise OutputError(f"{problem}; pass --overwrite to replace the store") from None
+        raise StoreError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
 
 def _staged(
     staging: Path, job_hash: str, resume_key: dict[str, Any], stored: tuple[str, bytes] | None
 ) -> OutPlan:
     """The plan of a build beside ``out`` that replaces it: resume the staging directory an
-    interrupted run of this job left (or swap it in, if it finished), else start it afresh."""
-    if staging.is_symlink() or (os.path.lexists(staging) and not staging.is_dir()):
-        raise OutputError(f"'{staging}': exists and is not a directory; remove it")
+    interrupted run of this job left (or swap it in, if it finished), else start it afresh.
+    What in it tokentape cannot tell is its own is refused, never removed."""
+    _check_staging(staging)
     if not staging.exists():
         return OutPlan(OutState.FRESH, staging, replace=True)
-    _check_ours(staging, "staging directory")
     manifest_path = staging / MANIFEST_NAME
     if os.path.lexists(manifest_path):
-        manifest = _read_manifest(manifest_path, overwrite=True)  # None: unreadable, built anew
+        try:
+            manifest: Manifest | None = _read_manifest(manifest_path)
+        except TokentapeError:  # unreadable: built anew
+            manifest = None
         if (
             manifest is not None
             and manifest.job == job_hash

@@ -8,6 +8,7 @@ must land mid-stage)."""
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -19,9 +20,10 @@ from helpers import build, cli, random_docs, write_store
 from tokentape import BatchConfig, Loader, Plan
 from tokentape._src.megatron import identity as megatron_identity
 from tokentape._src.megatron.remote import RemoteMegatronSource
+from tokentape._src.plan.load import load_plan
 from tokentape._src.store.remote import RemoteSource
 from tokentape._src.train.stage import stage
-from tokentape.errors import StoreChanged
+from tokentape.errors import PlanError, StoreChanged
 
 pytestmark = pytest.mark.s3
 
@@ -127,3 +129,49 @@ def test_a_megatron_prefix_rewritten_while_streamed_is_refused(remote_prefix, s3
     with pytest.raises(StoreChanged, match=rf"{url}.bin: the object was rewritten"):
         source.windows_into(np.array([source.n_tokens // 8 - 1]), 8, out)
     source.close()
+
+
+def test_the_plan_records_every_objects_version_and_pins_reads_to_it(remote_store, s3, tmp_path):
+    """A shard rewritten at the same size after the plan was made (before any loader opened
+    it) is refused by name at the first read, not served: the plan's ETag is the pin."""
+    local, url, manifest = remote_store
+    plan = Plan.build(
+        {"web": {"path": url, "weight": 1, "max_repeats": 100}}, seq_len=8, seed=3,
+        total_samples=200,
+    )  # fmt: skip
+    listed = {
+        key.rsplit("/", 1)[1]: s3.client.head_object(Bucket=s3.name, Key=key)["ETag"].strip('"')
+        for key in s3.keys(url)
+    }
+    names = [n for s in manifest.shards for n in (s.bin_file, s.idx_file)]
+    assert sorted(listed) == sorted([*names, "manifest.json"])
+    assert dict(plan.sources[0].versions) == {n: listed[n] for n in names}
+    saved = tmp_path / "plan.json"
+    plan.save(saved)
+    assert json.loads(saved.read_text())["sources"][0]["versions"] == dict(plan.sources[0].versions)
+    assert load_plan(saved) == plan
+    first = manifest.shards[0].bin_file
+    s3.put(f"{url}/{first}", _flipped((local / first).read_bytes()))
+    with (
+        Loader(load_plan(saved), 0, BatchConfig(1, 4), prefetch=0) as loader,
+        pytest.raises(
+            StoreChanged, match=rf"{url}/{first}: the object was rewritten since the plan"
+        ),
+    ):
+        for _ in range(plan.horizon_samples // 4):
+            loader.step()
+            loader.commit()
+
+
+def test_a_plan_json_with_malformed_versions_is_refused(remote_store, tmp_path):
+    _, url, _ = remote_store
+    plan = Plan.build(
+        {"web": {"path": url, "weight": 1, "max_repeats": 100}}, seq_len=8, seed=3,
+        total_samples=200,
+    )  # fmt: skip
+    data = json.loads(plan.to_json())
+    for bad in ({"../part-00000.bin": "x"}, {"part-00000.bin": ""}, ["x"], {"a": 3}):
+        data["sources"][0]["versions"] = bad
+        (tmp_path / "bad.json").write_text(json.dumps(data))
+        with pytest.raises(PlanError, match=r"field 'versions': expected an object"):
+            load_plan(tmp_path / "bad.json")

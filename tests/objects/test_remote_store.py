@@ -39,9 +39,10 @@ def test_plan_from_bucket_has_the_local_index_hash(stores, s3):
     assert [s.path for s in remote.sources] == [
         f"{s3.url}/stores/{n}" for n in ("web", "code", "math")
     ]
-    assert [dataclasses.replace(s, path="") for s in remote.sources] == [
+    assert [dataclasses.replace(s, path="", versions=()) for s in remote.sources] == [
         dataclasses.replace(s, path="") for s in local.sources
     ]
+    assert all(s.versions for s in remote.sources) and not any(s.versions for s in local.sources)
     saved = stores / "remote.json"
     remote.save(saved)
     assert "storage_options" not in json.loads(saved.read_text())  # none given: as before

@@ -20,6 +20,7 @@ from tokentape._src.plan.plan import (
     PlanSource,
 )
 from tokentape._src.plan.spec import plan_storage_options
+from tokentape._src.store.confine import is_plain_name
 from tokentape._src.tape.blend import (
     MAX_DENOMINATOR,
     MAX_POSITION,
@@ -81,7 +82,7 @@ def _exact_keys(data: dict[str, Any], required: set[str], optional: set[str], wh
         raise PlanError(f"{where}: field '{missing[0]}' is missing; re-run `tokentape plan`")
 
 
-_SOURCE_OPTIONAL = {"format", "tokenizer", "megatron"}
+_SOURCE_OPTIONAL = {"format", "tokenizer", "megatron", "versions"}
 
 
 def _plan_source(data: Any, where: str) -> PlanSource:
@@ -131,7 +132,24 @@ def _plan_source(data: Any, where: str) -> PlanSource:
             raise PlanError(
                 f"{where}: field 'megatron' is malformed (edited by hand?); re-run `tokentape plan`"
             )
-    return PlanSource(**values, format=kind, tokenizer=tokenizer, megatron=record)
+    versions = _versions(data.get("versions", {}), where)
+    return PlanSource(
+        **values, format=kind, tokenizer=tokenizer, megatron=record, versions=versions
+    )
+
+
+def _versions(data: Any, where: str) -> tuple[tuple[str, str], ...]:
+    """A bucket store's object versions: an object of plain file names -> version strings."""
+    ok = isinstance(data, dict) and all(
+        isinstance(k, str) and is_plain_name(k) and isinstance(v, str) and v and v.isprintable()
+        for k, v in data.items()
+    )
+    if not ok:
+        raise PlanError(
+            f"{where}: field 'versions': expected an object of file name -> version (edited by "
+            "hand?); re-run `tokentape plan`"
+        )
+    return tuple(data.items())
 
 
 _PLAN_KEYS = {

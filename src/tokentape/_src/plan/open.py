@@ -155,7 +155,9 @@ def open_store(
             )
         if tokenizer is not None:
             raise ArgumentError(f"store '{path}': a tokenizer applies to a Megatron source only")
-        return _checked(RemoteSource(url, storage_options, fetch), path, vocab_size, eod_id)
+        return vocabulary_checked(
+            RemoteSource(url, storage_options, fetch), path, vocab_size, eod_id
+        )
     kind = detect_format(path) if format is None else format
     if kind == TOKENTAPE:
         if tokenizer is not None:
@@ -163,13 +165,13 @@ def open_store(
                 f"store '{path}': a tokenizer applies to a Megatron source only; a tokentape "
                 "store records its own"
             )
-        return _checked(Source(path), path, vocab_size, eod_id)
+        return vocabulary_checked(Source(path), path, vocab_size, eod_id)
     if kind == MEGATRON:
         return MegatronSource(path, vocab_size, eod_id, tokenizer, progress=progress)
     raise ArgumentError(f"'{path}': unknown format '{kind}'; expected one of {', '.join(FORMATS)}")
 
 
-def _checked(
+def vocabulary_checked(
     store: Source | RemoteSource,
     path: str | os.PathLike[str],
     vocab_size: int | None,
@@ -193,4 +195,5 @@ __all__ = [
     "detect_format",
     "detect_remote_format",
     "open_store",
+    "vocabulary_checked",
 ]

@@ -34,6 +34,7 @@ from tokentape._src.plan.open import (
     detect_format,
     detect_remote_format,
     open_store,
+    vocabulary_checked,
 )
 from tokentape._src.plan.spec import (
     PlanSpec,
@@ -46,7 +47,12 @@ from tokentape._src.store.atomic import write_atomic
 from tokentape._src.store.format import Manifest
 from tokentape._src.store.objects import is_url, object_store
 from tokentape._src.store.reader import Source, SourceManifest, TokenStream
-from tokentape._src.store.remote import FetchConfig, read_remote_manifest
+from tokentape._src.store.remote import (
+    FetchConfig,
+    RemoteSource,
+    read_remote_manifest,
+    store_versions,
+)
 from tokentape._src.tape.blend import (
     MAX_DENOMINATOR,
     MAX_POSITION,
@@ -111,6 +117,12 @@ class PlanSource:
     """Megatron source: both files' keys when the plan identified it, with the identity the
     loader then uses without hashing (None: the files were too recent, or a plan made before
     it was recorded; absent from PLAN.json for a tokentape store)."""
+    versions: tuple[tuple[str, str], ...] = ()
+    """A tokentape store at an object URL: (file name, version) of each of its objects when
+    the plan was made (the ETag, on S3). A streamed object must still have it, and every read
+    is pinned to it (``If-Match``): one rewritten since, even at the same size, is refused.
+    Not in the index hash (re-uploading the same bytes gives other ETags, not another tape);
+    absent from PLAN.json for a local source."""
 
 
 @dataclass(frozen=True)
@@ -378,6 +390,10 @@ class Plan:
         for source in data["sources"]:
             if source["megatron"] is None:
                 del source["megatron"]
+            if source["versions"]:
+                source["versions"] = dict(source["versions"])
+            else:
+                del source["versions"]
         return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -498,6 +514,14 @@ def _check_source(s: PlanSource, where: str, seq_len: int) -> None:
         )
     if s.tokenizer is not None:
         _check_text(f"{here}: tokenizer", s.tokenizer)
+    if not isinstance(s.versions, tuple) or not all(
+        isinstance(v, tuple) and len(v) == 2 and all(isinstance(x, str) and x for x in v)
+        for v in s.versions
+    ):
+        raise ArgumentError(
+            f"{here}: versions must be a tuple of (file name, version) pairs of strings, got "
+            f"{shown(s.versions)}"
+        )
     if s.megatron is not None and not isinstance(s.megatron, MegatronRecord):
         raise ArgumentError(f"{here}: megatron must be a MegatronRecord or None")
     if s.format == TOKENTAPE and (s.tokenizer is not None or s.megatron is not None):
@@ -645,41 +669,50 @@ def expected_index_hash(plan: Plan) -> str:
     )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class _Opened:
+    """What resolving a plan takes from one source: its format and manifest, and what the
+    plan records of it (a local Megatron prefix's keys; a bucket store's object versions)."""
+
+    kind: str
+    manifest: SourceManifest
+    record: MegatronRecord | None = None
+    versions: tuple[tuple[str, str], ...] = ()
+
+
 def _open_source(
     s: SourceSpec,
     path: Path | str,
     progress: ProgressCallback | None,
     storage_options: Mapping[str, Any],
-) -> tuple[str, SourceManifest, MegatronRecord | None]:
-    """The source's format and manifest (a Megatron prefix is opened: validated, identified,
-    hashed if no identity is current) and, for a Megatron prefix, what the plan records of it.
-    A store at an object URL: its manifest is read, nothing else."""
+) -> _Opened:
+    """Open the source (a Megatron prefix: validated, identified, hashed if no identity is
+    current). A store at an object URL: its manifest is read and its objects listed (their
+    versions), nothing else; a Megatron prefix there: its sidecar and both objects' sizes."""
     if isinstance(path, str):
         kind = s.format or detect_remote_format(path, storage_options)
-        if kind == MEGATRON:  # its sidecar and both objects' sizes: no token data
+        if kind == MEGATRON:
             remote = RemoteMegatronSource(
                 path, s.vocab_size, s.eod_id, s.tokenizer, storage_options=storage_options
             )
-            return kind, remote.manifest, None
+            return _Opened(kind, remote.manifest)
         if s.tokenizer is not None:
             raise PlanError(
                 "'tokenizer' applies to a Megatron source; a tokentape store records its own"
             )
-        return (
-            kind,
-            _checked(s, read_remote_manifest(object_store(path, storage_options), path)),
-            None,
-        )
+        objects = object_store(path, storage_options)
+        manifest = _checked(s, read_remote_manifest(objects, path))
+        return _Opened(kind, manifest, versions=store_versions(objects, path, manifest))
     kind = s.format or detect_format(path)
     if kind == MEGATRON:
         source = MegatronSource(path, s.vocab_size, s.eod_id, s.tokenizer, progress=progress)
-        return kind, source.manifest, source.plan_record()
+        return _Opened(kind, source.manifest, source.plan_record())
     if s.tokenizer is not None:
         raise PlanError(
             "'tokenizer' applies to a Megatron source; a tokentape store records its own"
         )
     m = Source(path).manifest  # opened, not only read: shard files missing or cut short refused
-    return kind, _checked(s, m), None
+    return _Opened(kind, _checked(s, m))
 
 
 def _checked(s: SourceSpec, m: Manifest) -> Manifest:
@@ -716,23 +749,21 @@ def resolve_plan(
     ``progress`` receives the hashing of a Megatron prefix that has no current identity."""
     manifests: list[tuple[str, SourceManifest]] = []
     paths: list[str] = []
-    kinds: list[str] = []
     tokenizers: list[str | None] = []
-    records: list[MegatronRecord | None] = []
+    opened: list[_Opened] = []
     for s in spec.sources:
         path: Path | str = s.path if is_url(s.path) else Path(spec.base_dir, s.path)
         tok = s.tokenizer and resolve_tokenizer_spec(s.tokenizer, spec.base_dir)
         try:
-            kind, manifest, record = _open_source(
+            found = _open_source(
                 SourceSpec(**{**asdict(s), "tokenizer": tok}), path, progress, spec.storage_options
             )
         except TokentapeError as exc:
             raise _reworded(exc, f"{where}: source '{s.name}': {exc}") from None
-        manifests.append((s.name, manifest))
+        manifests.append((s.name, found.manifest))
         paths.append(path.rstrip("/") if isinstance(path, str) else str(path.resolve()))
-        kinds.append(kind)
         tokenizers.append(tok)
-        records.append(record)
+        opened.append(found)
     known = [(n, m) for n, m in manifests if m.tokenizer.get("fingerprint") != _NO_FINGERPRINT]
     for name, m in known[1:]:
         first_name, first = known[0]
@@ -781,9 +812,10 @@ def resolve_plan(
                 tokenizer_fingerprint=str(m.tokenizer.get("fingerprint")),
                 draws=0,
                 passes=0.0,
-                format=kinds[i],
+                format=opened[i].kind,
                 tokenizer=tokenizers[i],
-                megatron=records[i],
+                megatron=opened[i].record,
+                versions=opened[i].versions,
             )
         )
     try:
@@ -846,6 +878,9 @@ def open_plan_store(
             fetch=fetch,
             fingerprint=fingerprint,
         )
+    if source.format != MEGATRON and is_url(source.path):  # pinned to the versions planned
+        remote = RemoteSource(source.path, storage_options, fetch, dict(source.versions))
+        return vocabulary_checked(remote, source.path, source.vocab_size, source.eod_id)
     if source.format != MEGATRON:
         return open_store(
             source.path,

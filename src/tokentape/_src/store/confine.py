@@ -55,7 +55,8 @@ def check_shard_names(names: Sequence[object], where: str) -> None:
             raise StoreError(f"{where}: {problem}")
 
 
-def _plain(name: str) -> bool:
+def is_plain_name(name: str) -> bool:
+    """Whether ``name`` names a file inside a directory (no separator, not ``.``/``..``)."""
     return bool(name) and name not in (".", "..") and "/" not in name and "\0" not in name
 
 
@@ -115,7 +116,7 @@ def open_inside(directory: Path, name: str, what: str, dir_fd: int | None = None
     what it is in errors), looked up in ``dir_fd`` when given (``directory`` then only names
     it in messages). Refused, naming the file: a name that is not a plain file name, a
     missing file, a symbolic link, anything but a regular file."""
-    if not _plain(name):
+    if not is_plain_name(name):
         raise _refusal(directory / name, what, "is not a plain file name")
     path = directory / name
     try:
@@ -137,7 +138,7 @@ def inside_problem(directory: Path, name: str, dir_fd: int | None = None) -> str
     """What stops ``name`` being read as a file of the store in ``directory`` (or ``dir_fd``)
     (a link, not a regular file, not a plain name), or None; a missing file is None (the
     caller says so)."""
-    if not _plain(name):
+    if not is_plain_name(name):
         return "is not a plain file name"
     try:
         mode = os.lstat(directory / name if dir_fd is None else name, dir_fd=dir_fd).st_mode

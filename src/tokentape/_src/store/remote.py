@@ -39,9 +39,19 @@ from tokentape._src.store.format import (
     ShardInfo,
     block_record_problem,
     numpy_dtype,
+    store_files,
 )
 from tokentape._src.store.format import parse_manifest as parse_manifest_text
-from tokentape._src.store.objects import ObjectStore, StorageOptions, join, object_store, redact
+from tokentape._src.store.objects import (
+    ObjectInfo,
+    ObjectStore,
+    StorageOptions,
+    basename,
+    join,
+    object_store,
+    parent,
+    redact,
+)
 from tokentape._src.store.reader import (
     INDEX_DTYPE,
     TokenStream,
@@ -562,6 +572,28 @@ def remote_manifest_text(objects: ObjectStore, url: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         raise StoreError(f"{where}: not UTF-8 text; not a readable manifest") from None
+
+
+def list_store(objects: ObjectStore, url: str) -> dict[str, ObjectInfo]:
+    """Every object directly under the store's prefix ``url`` (its size and version), by
+    name: one listing."""
+    url = url.rstrip("/")
+    try:
+        found = objects.find(url)
+    except PermissionError as exc:
+        raise StoreError(f"{url}/: listing denied ({redact(str(exc))})") from None
+    return {basename(i.url): i for i in found if parent(i.url) == url}
+
+
+def store_versions(
+    objects: ObjectStore, url: str, manifest: Manifest
+) -> tuple[tuple[str, str], ...]:
+    """(name, version) of each file ``manifest`` names in the store at ``url``, as listed now
+    (what a plan records: every later read of the file is pinned to it); a file not listed, or
+    listed without a version, is left out (reading it says what is wrong)."""
+    listed = list_store(objects, url)
+    names = [name for name, _ in store_files(manifest)]
+    return tuple((n, listed[n].version) for n in names if n in listed and listed[n].version)
 
 
 def total_stats(sources: list[TokenStream]) -> FetchStats:

@@ -110,9 +110,8 @@ from tokentape._src.store.objects import (
     join,
     object_store,
     parent,
-    redact,
 )
-from tokentape._src.store.remote import remote_manifest_text
+from tokentape._src.store.remote import list_store, remote_manifest_text
 from tokentape._src.store.safedir import SafeDir
 from tokentape._src.train.cachelock import cache_lock
 from tokentape._src.train.stagefetch import Job, download, fetch_files, file_problem
@@ -266,16 +265,6 @@ def _read_remote_manifest(store: ObjectStore, url: str) -> tuple[bytes, Manifest
     return text.encode("utf-8"), parse_manifest(text, join(url, MANIFEST_NAME))
 
 
-def _listing(store: ObjectStore, url: str) -> dict[str, ObjectInfo]:
-    """Every object directly under the store's prefix (its size and version), by name."""
-    url = url.rstrip("/")
-    try:
-        found = store.find(url)
-    except PermissionError as exc:
-        raise StoreError(f"{url}/: listing denied ({redact(str(exc))})") from None
-    return {basename(i.url): i for i in found if parent(i.url) == url}
-
-
 def _remote_sizes(url: str, manifest: Manifest, listed: dict[str, ObjectInfo]) -> dict[str, int]:
     """Each file's size in the bucket (``listed``), checked against the manifest."""
     url = url.rstrip("/")
@@ -383,7 +372,7 @@ def _stage_locked(s: _Stage) -> StagedStore:
         return s.cached(found)
     store = object_store(s.url, s.options)
     with ThreadPoolExecutor(1) as pool:  # the listing meanwhile: one round trip, not two
-        listing = pool.submit(_listing, store, s.url)
+        listing = pool.submit(list_store, store, s.url)
         manifest_bytes, manifest = _read_remote_manifest(store, s.url)
         listed = listing.result()
     _check_planned(s.url, "the store", manifest.content_hash, s.expected)
@@ -602,7 +591,7 @@ def stage_sources(
             verify=verify,
         )
         staged[s.name] = result
-        sources.append(replace(s, path=str(result.path)))
+        sources.append(replace(s, path=str(result.path), versions=()))  # local now
     new = replace(plan, sources=tuple(sources))
     if expected_index_hash(new) != plan.index_hash:
         raise PlanError("the plan's index hash does not follow from its sources; re-run plan")

@@ -63,25 +63,6 @@ EXEMPT = {
 """Public classes whose constructor a caller never calls (their methods are still checked).
 Error types are exempt too: they are raised, not called."""
 
-KNOWN_GAPS: dict[str, set[str]] = {
-    # src/tokentape/_src/train/batch.py (not this change's file): row is compared unchecked.
-    "tokentape.Batch.cu_seqlens": {"row"},
-    # src/tokentape/_src/megatron/convert.py (not this change's file): FromMegatron checks its
-    # fields only when converting, in the command line's names; to_megatron names STORE and
-    # OUT_PREFIX (the command's) and refuses a wrong storage_options type as a StoreError.
-    "tokentape.megatron.FromMegatron": {
-        "prefix", "out", "vocab_size", "eod_id", "tokenizer", "eod_token", "dtype", "shard_mb",
-    },
-    "tokentape.megatron.from_megatron": {"config"},
-    "tokentape.megatron.to_megatron": {"store", "prefix", "dtype", "storage_options"},
-    # src/tokentape/_src/megatron/format.py (not this change's file): MegatronWriter checks
-    # neither its prefix nor block_bytes nor the arrays add() takes.
-    "tokentape.megatron.MegatronWriter": {"prefix", "block_bytes"},
-    "tokentape.megatron.MegatronWriter.add": {"tokens", "lengths"},
-}  # fmt: skip
-"""Gaps in files this test's change could not touch: (callable, parameter) pairs still
-failing. Reported as xfail; once one is fixed the test fails until it is removed here."""
-
 UNCHECKED: dict[str, dict[str, str]] = {
     "tokentape.DataState": {
         "index_hash": "derived from identity: checked against it where it is used (resume_on, "
@@ -500,13 +481,7 @@ def test_an_argument_of_the_wrong_type_is_an_argument_error_naming_it(ctx, publi
     for name in UNCHECKED.get(public.name, {}):
         assert name in failures, f"{public.name}: {name} is checked now: remove it from UNCHECKED"
         del failures[name]
-    known = KNOWN_GAPS.get(public.name, set())
-    unexpected = {k: v for k, v in failures.items() if k not in known}
-    assert not unexpected, "\n".join(line for lines in unexpected.values() for line in lines)
-    fixed = known - set(failures)
-    assert not fixed, f"fixed, remove from KNOWN_GAPS[{public.name!r}]: {sorted(fixed)}"
-    if failures:
-        pytest.xfail(f"known gaps outside this change's files: {sorted(failures)}")
+    assert not failures, "\n".join(line for lines in failures.values() for line in lines)
 
 
 def test_resume_on_a_path_names_the_plan_parameter(ctx):

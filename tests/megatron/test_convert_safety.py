@@ -433,30 +433,30 @@ def test_a_bad_convert_flag_is_one_line_naming_it(extra, expected, tmp_path, cap
 @pytest.mark.parametrize(
     ("field", "value", "expected"),
     [
-        ("shard_mb", "1", "--shard-mb must be a number of MiB, got '1'"),
-        ("shard_mb", float("inf"), "--shard-mb must be a number of MiB"),
-        ("vocab_size", 257.0, "--vocab-size must be an integer, got 257.0"),
-        ("eod_id", True, "--eod-id must be an integer, got True"),
-        ("prefix", "", "PREFIX must not be empty"),
-        ("out", None, "OUT_STORE must be a path, got None"),
+        ("shard_mb", "1", "shard_mb must be a number of MiB, got '1'"),
+        ("shard_mb", float("inf"), "shard_mb must be a number of MiB"),
+        ("vocab_size", 257.0, "vocab_size must be an integer, got 257.0"),
+        ("eod_id", True, "eod_id must be an integer, got True"),
+        ("prefix", "", "prefix must not be empty"),
+        ("out", None, "out must be a path, got None"),
         ("append_eod", "yes", "append_eod: expected True or False"),
         ("overwrite", 1, "overwrite: expected True or False"),
-        ("dtype", "int32", "--dtype 'int32': a tokentape store is uint16 or uint32"),
+        ("dtype", "int32", "dtype 'int32': a tokentape store is uint16 or uint32"),
     ],
 )
 def test_from_megatron_settings_refuse_bad_values(field, value, expected, tmp_path):
     settings = {"prefix": str(tmp_path / "m"), "out": str(tmp_path / "s")}
     settings |= {"vocab_size": VOCAB, "eod_id": EOD}
-    with pytest.raises(ArgumentError, match=re.escape(expected)):
+    with pytest.raises(ArgumentError, match="^" + re.escape(expected)):
         convert.FromMegatron(**(settings | {field: value}))
 
 
 def test_to_megatron_refuses_bad_arguments(tmp_path):
     write_store(tmp_path / "store", [list(d[:-1]) for d in docs_of(1)], shard_tokens=64)
-    with pytest.raises(ArgumentError, match="--dtype must be a string, got 5"):
+    with pytest.raises(ArgumentError, match=r"^dtype must be a string, got 5"):
         convert.to_megatron(tmp_path / "store", tmp_path / "p", dtype=5)  # type: ignore[arg-type]
     with pytest.raises(ArgumentError, match="overwrite: expected True or False"):
         convert.to_megatron(tmp_path / "store", tmp_path / "p", overwrite="no")  # type: ignore[arg-type]
-    with pytest.raises(ArgumentError, match="OUT_PREFIX must be a path, got None"):
+    with pytest.raises(ArgumentError, match=r"^prefix must be a path, got None"):
         convert.to_megatron(tmp_path / "store", None)  # type: ignore[arg-type]
     assert sorted(os.listdir(tmp_path)) == ["store"]

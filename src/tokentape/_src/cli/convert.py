@@ -10,10 +10,12 @@ from tokentape._src.cli.storage import add_storage_options
 from tokentape._src.megatron.convert import (
     ConvertSummary,
     FromMegatron,
+    check_from_megatron,
     from_megatron,
     to_megatron,
 )
 from tokentape._src.megatron.source import MEGATRON
+from tokentape._src.util.checks import as_flag, check_path
 from tokentape._src.util.text import fmt_bytes, fmt_int, key_values
 from tokentape.errors import InputError
 
@@ -90,6 +92,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 _FROM_ONLY = ("vocab_size", "eod_id", "tokenizer", "eod_token", "append_eod")
+_ARGUMENTS = {"prefix": "PREFIX", "out": "OUT_STORE"}
+"""The ``FromMegatron`` fields given as positional arguments, by their names in the help."""
+
+
+def _named(field: str) -> str:
+    """A ``FromMegatron`` field as the command line spells it: an argument or a flag."""
+    return _ARGUMENTS.get(field) or as_flag(field)
 
 
 def cmd(args: argparse.Namespace) -> int:
@@ -101,23 +110,26 @@ def cmd(args: argparse.Namespace) -> int:
         if given:
             flag = "--" + given[0].replace("_", "-")
             raise InputError(f"{flag} applies to --from megatron only")
+        check_path("STORE", args.source)  # to_megatron names its parameters: store, prefix
+        check_path("OUT_PREFIX", args.out)
         summary = to_megatron(
             args.source, args.out, args.dtype, args.overwrite, bar, args.storage_options
         )
     else:
-        config = FromMegatron(
-            prefix=args.source,
-            out=args.out,
-            vocab_size=args.vocab_size,
-            eod_id=args.eod_id,
-            tokenizer=args.tokenizer,
-            eod_token=args.eod_token,
-            append_eod=args.append_eod,
-            dtype=args.dtype,
-            shard_mb=256.0 if args.shard_mb is None else args.shard_mb,
-            overwrite=args.overwrite,
-        )
-        summary = from_megatron(config, bar)
+        settings = {
+            "prefix": args.source,
+            "out": args.out,
+            "vocab_size": args.vocab_size,
+            "eod_id": args.eod_id,
+            "tokenizer": args.tokenizer,
+            "eod_token": args.eod_token,
+            "append_eod": args.append_eod,
+            "dtype": args.dtype,
+            "shard_mb": 256.0 if args.shard_mb is None else args.shard_mb,
+            "overwrite": args.overwrite,
+        }
+        check_from_megatron(settings, named=_named)  # FromMegatron names its fields
+        summary = from_megatron(FromMegatron(**settings), bar)
     if args.json:
         print(json.dumps(summary.to_json(), indent=2))
     else:

@@ -27,8 +27,8 @@ import secrets
 import shutil
 import socket
 import time
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,7 @@ from tokentape._src.store.format import (
     sha256_stream,
 )
 from tokentape._src.store.lock import output_lock
-from tokentape._src.store.objects import StorageOptions, is_url
+from tokentape._src.store.objects import StorageOptions, check_storage_options, is_url
 from tokentape._src.store.output import discard_store, is_store_file, survey, unclaimed_text
 from tokentape._src.store.reader import Source, TokenStream
 from tokentape._src.store.remote import RemoteSource
@@ -57,7 +57,14 @@ from tokentape._src.store.tokenizers import (
     tokenizer_manifest,
 )
 from tokentape._src.store.writer import ShardWriter
-from tokentape._src.util.checks import check_count, check_mb, check_path, check_text
+from tokentape._src.util.checks import (
+    as_parameter,
+    check_count,
+    check_mb,
+    check_path,
+    check_text,
+    shown,
+)
 from tokentape._src.util.faults import crashpoint
 from tokentape._src.util.hashing import canonical_hash
 from tokentape._src.util.progress import ProgressCallback, check_callback, tally
@@ -165,8 +172,8 @@ def to_megatron(
 
     Raises:
         ArgumentError: ``store`` or ``prefix`` is not a non-empty path, ``overwrite`` is not a
-            bool, ``dtype`` is not a Megatron integer dtype, or the vocabulary does not fit
-            int32.
+            bool, ``dtype`` is not a Megatron integer dtype, ``storage_options`` is not a
+            mapping of option names, or the vocabulary does not fit int32.
         InputError: ``dtype`` cannot hold the store's ids.
         StoreError: The store is missing or damaged.
         OutputError: The output exists (without ``overwrite``, or not recognisably a
@@ -174,14 +181,17 @@ def to_megatron(
     """
     check_callback(progress)
     started = time.monotonic()
-    check_path("STORE", store)
-    check_path("OUT_PREFIX", prefix)
+    check_path("store", store)
+    check_path("prefix", prefix)
     if not isinstance(dtype, str):
-        raise ArgumentError(f"--dtype must be a string, got {dtype!r}")
+        raise ArgumentError(f"dtype must be a string, got {shown(dtype)}")
     if not isinstance(overwrite, bool):
         raise ArgumentError(f"overwrite: expected True or False, got {overwrite!r}")
+    options = None
+    if storage_options is not None:
+        options = check_storage_options(storage_options, "storage_options")
     src: Source | RemoteSource = (
-        RemoteSource(str(store), storage_options) if is_url(store) else Source(store)
+        RemoteSource(str(store), options) if is_url(store) else Source(store)
     )
     try:
         m = src.manifest
@@ -507,33 +517,44 @@ class FromMegatron:
     overwrite: bool = False
 
     def __post_init__(self) -> None:
-        check_path("PREFIX", self.prefix)
-        check_path("OUT_STORE", self.out)
-        if is_url(self.prefix):
-            raise InputError(
-                f"'{self.prefix}': convert --from megatron reads a prefix on local disk; one in "
-                "object storage is read in place by a plan once `tokentape verify URL` has "
-                "recorded its identity (see docs/object-storage.md)"
-            )
-        if self.vocab_size is not None:
-            check_count("--vocab-size", self.vocab_size, 1, 2**32)
-        if self.eod_id is not None:
-            check_count("--eod-id", self.eod_id, 0, 2**32 - 1)
-            if self.vocab_size is not None and self.eod_id >= self.vocab_size:
-                raise ArgumentError(
-                    f"--eod-id {self.eod_id} is not below --vocab-size {self.vocab_size}"
-                )
-        for flag, value in (("--tokenizer", self.tokenizer), ("--eod-token", self.eod_token)):
-            if value is not None:
-                check_text(flag, value)
-        if self.dtype not in ("auto", "uint16", "uint32"):
+        check_from_megatron({f.name: getattr(self, f.name) for f in fields(self)})
+
+
+def check_from_megatron(
+    settings: Mapping[str, Any], named: Callable[[str], str] = as_parameter
+) -> None:
+    """Refuse bad ``FromMegatron`` settings (every field, by name). ``named`` spells a field
+    in messages: ``FromMegatron`` gives the fields' own names, the command line its arguments
+    and flags (``PREFIX``, ``--vocab-size``), checking them before it builds the settings."""
+    s = settings
+    prefix, vocab_size, eod_id = s["prefix"], s["vocab_size"], s["eod_id"]
+    check_path(named("prefix"), prefix)
+    check_path(named("out"), s["out"])
+    if is_url(prefix):
+        raise InputError(
+            f"'{prefix}': convert --from megatron reads a prefix on local disk; one in "
+            "object storage is read in place by a plan once `tokentape verify URL` has "
+            "recorded its identity (see docs/object-storage.md)"
+        )
+    if vocab_size is not None:
+        check_count(named("vocab_size"), vocab_size, 1, 2**32)
+    if eod_id is not None:
+        check_count(named("eod_id"), eod_id, 0, 2**32 - 1)
+        if vocab_size is not None and eod_id >= vocab_size:
             raise ArgumentError(
-                f"--dtype {self.dtype!r}: a tokentape store is uint16 or uint32 (or auto)"
+                f"{named('eod_id')} {eod_id} is not below {named('vocab_size')} {vocab_size}"
             )
-        check_mb("--shard-mb", self.shard_mb)
-        for name in ("append_eod", "overwrite"):
-            if not isinstance(getattr(self, name), bool):
-                raise ArgumentError(f"{name}: expected True or False, got {getattr(self, name)!r}")
+    for name in ("tokenizer", "eod_token"):
+        if s[name] is not None:
+            check_text(named(name), s[name])
+    if not isinstance(s["dtype"], str) or s["dtype"] not in ("auto", "uint16", "uint32"):
+        raise ArgumentError(
+            f"{named('dtype')} {shown(s['dtype'])}: a tokentape store is uint16 or uint32 (or auto)"
+        )
+    check_mb(named("shard_mb"), s["shard_mb"])
+    for name in ("append_eod", "overwrite"):
+        if not isinstance(s[name], bool):
+            raise ArgumentError(f"{named(name)}: expected True or False, got {s[name]!r}")
 
 
 def from_megatron(config: FromMegatron, progress: ProgressCallback | None = None) -> ConvertSummary:
@@ -550,8 +571,9 @@ def from_megatron(config: FromMegatron, progress: ProgressCallback | None = None
         What was written.
 
     Raises:
-        ArgumentError: The prefix's vocabulary is missing or inconsistent (``vocab_size`` or
-            ``eod_id`` not given and no tokenizer, or different from the tokenizer's).
+        ArgumentError: ``config`` is not a ``FromMegatron``, or the prefix's vocabulary is
+            missing or inconsistent (``vocab_size`` or ``eod_id`` not given and no tokenizer,
+            or different from the tokenizer's).
         InputError: ``eod_token`` without ``tokenizer``, a tokenizer spec that cannot be
             loaded, or a ``dtype`` that cannot hold the EOD id.
         StoreError: The prefix is missing or damaged, holds no tokens, has a document that
@@ -561,6 +583,8 @@ def from_megatron(config: FromMegatron, progress: ProgressCallback | None = None
         OutputError: ``out`` exists and is not a store (or holds one, without
             ``overwrite``), another process is writing it, or it cannot be written.
     """
+    if not isinstance(config, FromMegatron):
+        raise ArgumentError(f"config must be a FromMegatron, got {shown(config)}")
     check_callback(progress)
     started = time.monotonic()
     tokenizer = _tokenizer(config)

@@ -27,6 +27,7 @@ import numpy as np
 from tokentape._src.store.atomic import fsync_dir, temp_name
 from tokentape._src.store.format import DEFAULT_BLOCK_BYTES
 from tokentape._src.store.writer import BlockHasher
+from tokentape._src.util.checks import check_int, check_path, shown
 from tokentape.errors import ArgumentError, StoreError
 
 MAGIC = b"MMIDIDX\x00\x00"
@@ -499,6 +500,18 @@ def index_bytes(code: int, lengths: np.ndarray, doc_entries: np.ndarray) -> list
     return pieces
 
 
+def _integers(name: str, value: object) -> np.ndarray:
+    """``value`` as a 1-D integer array (an empty one of any dtype too: ``np.array([])`` is
+    float64), else an ``ArgumentError`` naming ``name``."""
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError):  # a ragged list, say
+        array = None
+    if array is None or array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+        raise ArgumentError(f"{name} must be a 1-D array of integers, got {shown(value)}")
+    return array
+
+
 class MegatronWriter:
     """Streams documents into ``PREFIX.bin`` and writes ``PREFIX.idx`` at the end.
 
@@ -515,17 +528,19 @@ class MegatronWriter:
             verification can name a damaged block); 64 MiB by default.
 
     Raises:
-        ArgumentError: ``dtype`` is not a Megatron integer dtype.
+        ArgumentError: ``prefix`` is not a non-empty path, ``dtype`` is not a Megatron integer
+            dtype, or ``block_bytes`` is not a positive integer.
         OSError: The temporary ``.bin`` cannot be created.
     """
 
     def __init__(
         self, prefix: str | os.PathLike[str], dtype: str, block_bytes: int = DEFAULT_BLOCK_BYTES
     ) -> None:
+        check_path("prefix", prefix)
         self.prefix = Path(prefix)
         self.code = dtype_code(dtype)
         self.dtype = DTYPES[self.code]
-        self.block_bytes = block_bytes
+        self.block_bytes = check_int("block_bytes", block_bytes, 1)
         self._bin_tmp = temp_name(bin_path(prefix))
         self._idx_tmp = temp_name(idx_path(prefix))
         self._file = open(self._bin_tmp, "wb")  # noqa: SIM115 - closed in finish()/abort()
@@ -543,11 +558,13 @@ class MegatronWriter:
             lengths: Each document's token count, in order; they add up to ``len(tokens)``.
 
         Raises:
-            ArgumentError: ``lengths`` do not add up to ``len(tokens)``, a document has 2**31
-                tokens or more, or an id does not fit the writer's dtype.
+            ArgumentError: ``tokens`` or ``lengths`` is not a 1-D integer array, ``lengths`` do
+                not add up to ``len(tokens)``, a document has 2**31 tokens or more, or an id
+                does not fit the writer's dtype.
             OSError: The ``.bin`` cannot be written.
         """
-        lengths = np.asarray(lengths, dtype=np.int64)
+        tokens = _integers("tokens", tokens)
+        lengths = _integers("lengths", lengths).astype(np.int64, copy=False)
         if int(lengths.sum()) != len(tokens):
             raise ArgumentError(
                 f"lengths add up to {int(lengths.sum())} tokens, tokens has {len(tokens)}"

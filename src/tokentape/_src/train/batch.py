@@ -10,6 +10,7 @@ from tokentape._src.plan.plan import Plan, open_plan_store
 from tokentape._src.store.reader import TokenStream
 from tokentape._src.store.remote import FetchConfig
 from tokentape._src.tape.resolve import Resolved, Tape, as_positions
+from tokentape._src.util.checks import as_index
 from tokentape.errors import (
     ArgumentError,
     OutOfRangeError,
@@ -65,9 +66,11 @@ class Batch:
             only its tokens inside it).
 
         Raises:
-            ArgumentError: The batch was built without segment ids.
+            ArgumentError: ``row`` is not an integer, or the batch was built without segment
+                ids.
             OutOfRangeError: ``row`` is not a row of the batch.
         """
+        row = as_index("row", row)
         if self.segment_ids is None:
             raise ArgumentError("segment ids were not requested (Batcher(..., segments=True))")
         if not 0 <= row < self.segment_ids.shape[0]:

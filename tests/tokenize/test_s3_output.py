@@ -124,11 +124,14 @@ def test_damaged_upload_reuploads_only_what_is_missing_or_corrupt(
     versioned(s3)
     url = s3.url + "/web"
     tokenize(config(corpus, url, hf_tokenizer_json, work_dir=str(tmp_path / "w")))
-    # a kill mid-upload, simulated: no manifest, one shard file missing, one object corrupt
+    # a kill mid-upload, simulated: no manifest, one shard file missing, one object another
+    # upload of tokentape's left (same size, other bytes, tagged with their sha256)
     s3.client.delete_object(Bucket=s3.name, Key="web/manifest.json")
     s3.client.delete_object(Bucket=s3.name, Key="web/part-00001.bin")
     idx = s3.get(url + "/part-00000.idx.npy")
-    s3.put(url + "/part-00000.idx.npy", idx[:-1] + bytes([idx[-1] ^ 1]))  # same size
+    changed = idx[:-1] + bytes([idx[-1] ^ 1])
+    tag = {"sha256": hashlib.sha256(changed).hexdigest()}
+    s3.client.put_object(Bucket=s3.name, Key="web/part-00000.idx.npy", Body=changed, Metadata=tag)
     before = puts(s3)
     summary = tokenize(config(corpus, url, hf_tokenizer_json, work_dir=str(tmp_path / "w")))
     assert summary.status == "resumed"
@@ -216,6 +219,27 @@ def test_foreign_objects_are_refused(s3, corpus, hf_tokenizer_json, tmp_path):
         tokenize(config(corpus, s3.url + "/one", hf_tokenizer_json))
     assert s3.keys() == ["data/notes.txt", "one"]
     assert not (tmp_path / "w").exists()
+
+
+def test_a_foreign_object_at_a_store_name_is_never_replaced(
+    s3, corpus, hf_tokenizer_json, tmp_path
+):
+    """A ``part-00000.bin`` tokentape did not upload (no sha256 metadata) and no readable
+    manifest names is another tool's: refused with or without --overwrite, never suggested
+    it, left as it was (before, --overwrite uploaded over it; without, a resume did)."""
+    url = s3.url + "/data"
+    s3.put(url + "/part-00000.bin", b"someone else's shard")
+    for manifest in (None, b""):
+        if manifest is not None:
+            s3.put(url + "/manifest.json", manifest)
+        for overwrite in (False, True):
+            cfg = config(corpus, url, hf_tokenizer_json, work_dir=str(tmp_path / "w"))
+            with pytest.raises(
+                OutputError, match=r"holds 'part-00000\.bin'.*tokentape did not"
+            ) as e:
+                tokenize(TokenizeConfig(**{**cfg.__dict__, "overwrite": overwrite}))
+            assert "pass --overwrite" not in str(e.value)
+    assert s3.get(url + "/part-00000.bin") == b"someone else's shard"
 
 
 def test_one_writer_per_work_directory(s3, corpus, hf_tokenizer_json, tmp_path):

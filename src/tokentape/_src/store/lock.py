@@ -179,11 +179,18 @@ def _open_lock_file(path: Path, out: str | os.PathLike[str]) -> int:
             ) from None
     else:
         raise OutputError(f"'{path}': cannot create the writer lock of '{out}'")
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+    st = os.fstat(fd)
+    problem = None
+    if not stat.S_ISREG(st.st_mode):
+        problem = "is not a regular file"
+    elif st.st_uid != os.geteuid():
+        problem = f"belongs to uid {st.st_uid}, not to this user"
+    elif st.st_nlink != 1:  # the holder's record would be written into the other name's file
+        problem = f"has {st.st_nlink} hard links"
+    if problem is not None:
         os.close(fd)
         raise OutputError(
-            f"'{path}': the writer lock file of '{out}' is not a regular file, "
-            "not tokentape's; remove it"
+            f"'{path}': the writer lock file of '{out}' {problem}, not tokentape's; remove it"
         )
     return fd
 

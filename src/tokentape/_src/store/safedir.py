@@ -311,4 +311,41 @@ class SafeDir:
         os.fsync(self.fd)
 
 
-__all__ = ["SafeDir"]
+def made_directory(path: Path, remedy: str) -> Path:
+    """``path``, a directory tokentape names inside one that exists: made if missing, and
+    refused (``OutputError``: one line naming it, then ``remedy``) unless it is a directory of
+    this user, so that a link, a file or another user's directory planted at that name is never
+    followed or written into. For directories other processes (tokenize's helpers, Ray tasks)
+    write into by path; a stage cache, which one process works in, is a ``SafeDir``."""
+    try:
+        os.mkdir(path, 0o755)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise OutputError(f"'{path}': cannot create ({exc.strerror or exc})") from None
+    check_directory(path, remedy)
+    return path
+
+
+def check_directory(path: Path, remedy: str) -> None:
+    """Refuse ``path`` (see ``made_directory``) when it exists and is anything but a directory
+    of this user; nothing is made."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    problem: str | None
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            problem = f"is a symbolic link (to '{os.readlink(path)}')"
+        except OSError:
+            problem = "is a symbolic link"
+    elif not stat.S_ISDIR(st.st_mode):
+        problem = f"is {_kind(st.st_mode)}, not a directory"
+    else:
+        problem = _owner_problem(st)
+    if problem is not None:
+        raise OutputError(f"'{path}': {problem}; {remedy}")
+
+
+__all__ = ["SafeDir", "check_directory", "made_directory"]

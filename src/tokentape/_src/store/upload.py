@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +49,7 @@ from tokentape._src.store.format import (
 )
 from tokentape._src.store.objects import ObjectInfo, ObjectStore, join, redact
 from tokentape._src.store.output import is_store_file
+from tokentape._src.store.safedir import check_directory
 from tokentape._src.util.faults import crashpoint
 from tokentape._src.util.progress import ProgressCallback, tally
 from tokentape.errors import OutputError, StoreError, TokentapeError
@@ -67,6 +69,16 @@ def upload_work_dir(url: str) -> Path:
     base = Path(cache) if os.path.isabs(cache) else Path.home() / ".cache"
     digest = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:16]
     return base.joinpath(*UPLOADS_DIR, digest)
+
+
+def check_upload_work_dir(work_dir: Path) -> None:
+    """Refuse the default build directory ``work_dir`` (``upload_work_dir``) unless the two
+    names below the user's cache directory (``.../tokentape``, which may be a link) are
+    missing or this user's directories: tokentape's names, never followed through a link
+    (the writer lock goes beside ``work_dir``)."""
+    remedy = "tokentape makes it for the uploads it builds: remove it, or give --work-dir"
+    check_directory(work_dir.parent, remedy)
+    check_directory(work_dir, remedy)
 
 
 def _listing(store: ObjectStore, url: str) -> dict[str, ObjectInfo]:
@@ -112,16 +124,43 @@ def _inspect(store: ObjectStore, url: str, job_hash: str, overwrite: bool) -> Ma
             "choose a new or empty prefix"
         )
     info = found.get(MANIFEST_NAME)
-    if info is None:
-        return None  # nothing there, or an unfinished upload: resumed object by object
     manifest_url = join(url, MANIFEST_NAME)
-    data = store.read_whole(manifest_url, info.size)
+    data = None if info is None else store.read_whole(manifest_url, info.size)
+    _check_claimed(store, url, found, data)
+    if data is None:
+        return None  # nothing there, or an unfinished upload: resumed object by object
     problem = _problem(data, manifest_url, url, job_hash, found)
     if isinstance(problem, Manifest):
         return problem
     if not overwrite:
         raise OutputError(problem)
     return None  # replaced
+
+
+def _check_claimed(
+    store: ObjectStore, url: str, found: dict[str, ObjectInfo], manifest: bytes | None
+) -> None:
+    """Refuse (with or without ``--overwrite``) an object at a store name that tokentape cannot
+    tell is its own: the manifest there (readable) does not name it, and it does not carry the
+    ``sha256`` metadata every object tokentape uploads carries. An upload would replace or
+    delete it. Where the object store keeps no metadata (not S3), store names are trusted."""
+    if store.protocol != "s3":  # no user metadata (ObjectStore.metadata): names trusted
+        return
+    named: set[str] = set()
+    if manifest is not None:
+        with suppress(UnicodeDecodeError, TokentapeError):
+            parsed = parse_manifest(manifest.decode(), join(url, MANIFEST_NAME), strict=False)
+            named = {name for name, _ in store_files(parsed)}
+    for name in sorted(found):
+        if name == MANIFEST_NAME or name in named:
+            continue
+        tag = store.metadata(join(url, name)).get(HASH_KEY, "")
+        if not re.fullmatch(r"[0-9a-f]{64}", tag):
+            raise OutputError(
+                f"--out '{url}': holds '{name}', which tokentape cannot tell is its own (no "
+                f"readable {MANIFEST_NAME} there names it, and tokentape did not upload it); "
+                "--overwrite never replaces such an object: move it away or choose another URL"
+            )
 
 
 def _problem(
@@ -382,6 +421,7 @@ __all__ = [
     "UPLOAD_THREADS",
     "ShardUploader",
     "UploadReport",
+    "check_upload_work_dir",
     "inspect_remote",
     "remote_damage",
     "upload_store",

@@ -69,7 +69,8 @@ class _OpenShard:
         self.name = shard_name(index)
         self.final = directory / (self.name + BIN_SUFFIX)
         self.tmp = temp_name(self.final)
-        self.file = open(self.tmp, "wb")  # noqa: SIM115 - closed in close()/abort()
+        # "x": a new file (O_EXCL), never one (or a link) already at the name
+        self.file = open(self.tmp, "xb")  # noqa: SIM115 - closed in close()/abort()
         self.hasher = BlockHasher(block_bytes)
         self.n_tokens = 0
         self.starts: list[np.ndarray] = []

@@ -58,6 +58,7 @@ from tokentape._src.store.format import (
 from tokentape._src.store.lock import output_lock
 from tokentape._src.store.objects import is_url, object_store
 from tokentape._src.store.output import WORK_DIR, clear_out, discard_store
+from tokentape._src.store.safedir import made_directory
 from tokentape._src.store.tokenizers import (
     Tokenizer,
     load_tokenizer,
@@ -66,6 +67,7 @@ from tokentape._src.store.tokenizers import (
 )
 from tokentape._src.store.upload import (
     ShardUploader,
+    check_upload_work_dir,
     inspect_remote,
     upload_store,
     upload_work_dir,
@@ -301,6 +303,8 @@ def _to_url(job: _Job, url: str, progress: ProgressCallback | None) -> TokenizeS
     store = object_store(url, config.storage_options)
     scratch = config.work_dir is None  # the default: ours alone, replaced and removed at will
     local = upload_work_dir(url) if scratch else Path(str(config.work_dir))
+    if scratch:
+        check_upload_work_dir(local)
     with output_lock(local, "tokenize"):
         remote = _complete(inspect_remote(store, url, job.job_hash, config.overwrite), url, config)
         if remote is not None:
@@ -399,7 +403,9 @@ def _run(
     created = not build.exists()
     unit_dir = units_dir(work_dir, job.resume_key)
     try:
-        unit_dir.mkdir(parents=True, exist_ok=True)
+        build.mkdir(parents=True, exist_ok=True)
+        for directory in (work_dir, unit_dir):  # helpers write there by path: no link followed
+            made_directory(directory, f"tokentape makes it in {build} itself: remove it")
         if plan.state is OutState.FRESH:
             write_atomic(work_dir / JOB_FILE, json.dumps(job.resume_key).encode())
         itemsize = numpy_dtype(job.dtype).itemsize

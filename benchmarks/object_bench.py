@@ -22,6 +22,11 @@ reports its best round:
   GET and the listing, in parallel: one round trip, which weighs on a small store at 50 ms)
   and after it (the rename): it times the download from stage's final progress report
   (``elapsed``).
+- **reuse**: reusing a staged copy, as every rank's ``Loader(cache_dir=...)`` does at every
+  start: sealed (its files' keys unchanged: nothing is read), one shard file changed on disk
+  (it is hashed again, found damaged and fetched again), and ``verify=True`` (every file hashed
+  again), against a bare read-and-sha256 of the same files (ratio: 1.0 = verify costs only the
+  hashing).
 - **stream**: the streamed ``Loader`` (no ``cache_dir``) on one rank, ``--batch`` windows of
   ``--seq-len`` per step, over a store of random token ids (``--stream-windows`` windows'
   worth, uploaded to ``s3://BUCKET/stores/random/``). First its production time per step with
@@ -77,9 +82,10 @@ from objstore import ACCESS_KEY, SECRET_KEY, Bucket, S3Server, new_bucket, s3_en
 from tokenize_bench import build_corpus  # noqa: E402
 
 import tokentape  # noqa: E402
+from tokentape._src.store.format import sha256_stream  # noqa: E402
 from tokentape._src.store.tokenizers import load_tokenizer  # noqa: E402
 from tokentape._src.store.writer import ShardWriter  # noqa: E402
-from tokentape._src.train.stage import stage_store  # noqa: E402
+from tokentape._src.train.stage import stage, stage_store  # noqa: E402
 from tokentape._src.util.progress import Progress  # noqa: E402
 
 DEFAULT_OUT = REPO / "bench-out" / "object"
@@ -305,6 +311,64 @@ def stage_row(bench: Bench, proxy: FaultProxy) -> Row:
     )
 
 
+def reuse_row(bench: Bench, proxy: FaultProxy) -> Row:
+    """Reusing a staged copy (what every rank's ``Loader(cache_dir=...)`` does at every start):
+    sealed (nothing read), one shard file changed on disk (hashed again, found damaged, fetched
+    again), and ``verify=True`` (every file hashed again) against a bare read-and-sha256 of the
+    same files; best of the rounds."""
+    options = {"endpoint_url": proxy.endpoint}
+    cache = bench.work / "reuse-cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    entry = stage(bench.store_url, cache, storage_options=options, workers=bench.workers).path
+    stage(bench.store_url, cache, storage_options=options)  # sealed once (a fresh copy is)
+    files = sorted(p for p in entry.iterdir() if p.name != "manifest.json")
+    total = sum(p.stat().st_size for p in files)
+    best = dict.fromkeys(("sealed", "changed", "verify", "sha256"), float("inf"))
+    for _ in range(bench.rounds):
+        started = time.perf_counter()
+        sealed = stage(bench.store_url, cache, storage_options=options)
+        best["sealed"] = min(best["sealed"], time.perf_counter() - started)
+        assert sealed.cached and sealed.rehashed_bytes == 0
+        started = time.perf_counter()
+        for path in files:
+            with open(path, "rb") as f:
+                sha256_stream(f)
+        best["sha256"] = min(best["sha256"], time.perf_counter() - started)
+        started = time.perf_counter()
+        checked = stage(bench.store_url, cache, storage_options=options, verify=True)
+        best["verify"] = min(best["verify"], time.perf_counter() - started)
+        assert checked.rehashed_bytes == total
+        victim = files[0]
+        victim.chmod(0o644)
+        with open(victim, "r+b") as f:  # one byte changed in place, the size kept
+            first = f.read(1)
+            f.seek(0)
+            f.write(bytes([first[0] ^ 1]))
+        proxy.reset()
+        started = time.perf_counter()
+        repaired = stage(bench.store_url, cache, storage_options=options)
+        best["changed"] = min(best["changed"], time.perf_counter() - started)
+        assert repaired.downloaded_bytes == victim.stat().st_size
+        files = sorted(p for p in entry.iterdir() if p.name != "manifest.json")
+    if store_files(entry) != store_files(bench.store_dir):
+        raise AssertionError("reuse: the repaired copy differs from the local store")
+    return Row(
+        "stage reuse (sealed / 1 changed / verify)",
+        proxy.faults.delay * 1000,
+        {
+            "sealed ms": best["sealed"] * 1000,
+            "1 changed s": best["changed"],
+            "verify s": best["verify"],
+            "sha256 s": best["sha256"],
+            "verify / sha256": best["verify"] / best["sha256"],
+            "verify GB/s": total / 1e9 / best["verify"],
+        },
+        proxy.stats().requests,
+        proxy.stats().bytes_sent / MB,
+        f"{len(files)} files, {total / MB:.0f} MB; a change: 1 file fetched again",
+    )
+
+
 def _drained(loader: tokentape.Loader, quiet_s: float = 0.5, limit_s: float = 60.0) -> None:
     """Return once the loader's fetch counters have not moved for ``quiet_s`` (its prefetched
     steps' reads finished), or after ``limit_s``."""
@@ -389,6 +453,7 @@ MEASURES: dict[str, Measurement] = {
     "tokenize": tokenize_row,
     "s3fs-get": s3fs_get_row,
     "stage": stage_row,
+    "reuse": reuse_row,
     "stream": stream_row,
 }
 

@@ -42,6 +42,14 @@ def _remote_store(root: Path, s3, block_bytes: int):
     return root / "web", url, manifest
 
 
+def _plan(url: str) -> Plan:
+    """A plan of the one store at ``url``."""
+    return Plan.build(
+        {"web": {"path": url, "weight": 1, "max_repeats": 100}}, seq_len=8, seed=3,
+        total_samples=200,
+    )  # fmt: skip
+
+
 @pytest.fixture
 def remote_store(tmp_path, s3):
     """Hash blocks larger than a shard: a window's range is never checked by its hash."""
@@ -67,10 +75,7 @@ def test_a_shard_rewritten_while_streamed_is_refused_by_name(remote_store, s3):
 
 def test_the_loader_stops_on_a_store_rewritten_mid_run(remote_store, s3):
     local, url, manifest = remote_store
-    plan = Plan.build(
-        {"web": {"path": url, "weight": 1, "max_repeats": 100}}, seq_len=8, seed=3,
-        total_samples=200,
-    )  # fmt: skip
+    plan = _plan(url)
     with Loader(plan, 0, BatchConfig(1, 4), prefetch=0) as loader:
         loader.step()
         loader.commit()
@@ -135,10 +140,7 @@ def test_the_plan_records_every_objects_version_and_pins_reads_to_it(remote_stor
     """A shard rewritten at the same size after the plan was made (before any loader opened
     it) is refused by name at the first read, not served: the plan's ETag is the pin."""
     local, url, manifest = remote_store
-    plan = Plan.build(
-        {"web": {"path": url, "weight": 1, "max_repeats": 100}}, seq_len=8, seed=3,
-        total_samples=200,
-    )  # fmt: skip
+    plan = _plan(url)
     listed = {
         key.rsplit("/", 1)[1]: s3.client.head_object(Bucket=s3.name, Key=key)["ETag"].strip('"')
         for key in s3.keys(url)
@@ -165,10 +167,7 @@ def test_the_plan_records_every_objects_version_and_pins_reads_to_it(remote_stor
 
 def test_a_plan_json_with_malformed_versions_is_refused(remote_store, tmp_path):
     _, url, _ = remote_store
-    plan = Plan.build(
-        {"web": {"path": url, "weight": 1, "max_repeats": 100}}, seq_len=8, seed=3,
-        total_samples=200,
-    )  # fmt: skip
+    plan = _plan(url)
     data = json.loads(plan.to_json())
     for bad in ({"../part-00000.bin": "x"}, {"part-00000.bin": ""}, ["x"], {"a": 3}):
         data["sources"][0]["versions"] = bad

@@ -128,6 +128,10 @@ class Routes:
     def make(self, route: str, spec: Spec) -> Plan:
         return getattr(self, route)(spec)
 
+    def any_route(self, data: st.DataObject, spec: Spec) -> Plan:
+        """The plan of ``spec``, made by a route ``data`` draws."""
+        return self.make(data.draw(st.sampled_from(self.ROUTES)), spec)
+
 
 @pytest.fixture(scope="module")
 def stores(mixture_stores: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
@@ -295,8 +299,8 @@ def steps(draw: st.DrawFn) -> list[int]:
 def test_the_same_inputs_by_any_route_are_the_same_plan(stores, data):
     routes = Routes(Path(stores["scratch"]))
     spec = data.draw(specs(stores))
-    first = routes.make(data.draw(st.sampled_from(Routes.ROUTES)), spec)
-    again = routes.make(data.draw(st.sampled_from(Routes.ROUTES)), spec)
+    first = routes.any_route(data, spec)
+    again = routes.any_route(data, spec)
     assert again == first
     assert again.index_hash == first.index_hash
     assert again.to_json() == first.to_json()
@@ -309,11 +313,10 @@ def test_the_same_inputs_by_any_route_are_the_same_plan(stores, data):
 def test_a_resume_is_accepted_exactly_when_the_samples_below_consumed_are_the_same(stores, data):
     routes = Routes(Path(stores["scratch"]))
     spec = data.draw(specs(stores))
-    old = routes.make(data.draw(st.sampled_from(Routes.ROUTES)), spec)
+    old = routes.any_route(data, spec)
     try:
         if data.draw(st.booleans()):
-            new = routes.make(data.draw(st.sampled_from(Routes.ROUTES)), data.draw(
-                changed_specs(spec, stores)))  # fmt: skip
+            new = routes.any_route(data, data.draw(changed_specs(spec, stores)))
         else:
             new = data.draw(replaced(old))
     except (PlanError, ArgumentError) as exc:

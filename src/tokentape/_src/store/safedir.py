@@ -30,6 +30,7 @@ import secrets
 import shutil
 import socket
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Self
 
@@ -63,6 +64,27 @@ def _owner_problem(st: os.stat_result) -> str | None:
     if st.st_uid != me:
         return f"belongs to uid {st.st_uid}, not to this user (uid {me})"
     return None
+
+
+def _entry_problem(
+    st: os.stat_result, kind: str, single: bool, described: Callable[[], str]
+) -> str | None:
+    """What stops the entry ``st`` being this user's ``kind`` (``"file"`` or ``"dir"``; with
+    ``single``, a file with no other hard link), or None; ``described`` says what it is."""
+    wanted = stat.S_ISREG if kind == "file" else stat.S_ISDIR
+    if not wanted(st.st_mode):
+        return f"{described()}, not {'a regular file' if kind == 'file' else 'a directory'}"
+    problem = _owner_problem(st)
+    if problem is None and single and st.st_nlink != 1:
+        problem = f"has {st.st_nlink} hard links (a file written in place must have one)"
+    return problem
+
+
+def _link_words(target: Callable[[], str]) -> str:
+    try:
+        return f"is a symbolic link (to '{target()}')"
+    except OSError:
+        return "is a symbolic link"
 
 
 class SafeDir:
@@ -170,10 +192,7 @@ class SafeDir:
     def describe(self, name: str, st: os.stat_result) -> str:
         """What the entry ``name`` is, a link with its target."""
         if stat.S_ISLNK(st.st_mode):
-            try:
-                return f"is a symbolic link (to '{os.readlink(name, dir_fd=self.fd)}')"
-            except OSError:
-                return "is a symbolic link"
+            return _link_words(lambda: os.readlink(name, dir_fd=self.fd))
         return f"is {_kind(st.st_mode)}"
 
     def check(self, name: str, kind: str, single: bool = False) -> os.stat_result | None:
@@ -183,13 +202,7 @@ class SafeDir:
         st = self.lstat(name)
         if st is None:
             return None
-        wanted = stat.S_ISREG if kind == "file" else stat.S_ISDIR
-        if not wanted(st.st_mode):
-            expected = "a regular file" if kind == "file" else "a directory"
-            raise self.refusal(name, f"{self.describe(name, st)}, not {expected}")
-        problem = _owner_problem(st)
-        if problem is None and single and st.st_nlink != 1:
-            problem = f"has {st.st_nlink} hard links (a file written in place must have one)"
+        problem = _entry_problem(st, kind, single, lambda: self.describe(name, st))
         if problem is not None:
             raise self.refusal(name, problem)
         return st
@@ -222,12 +235,8 @@ class SafeDir:
             raise self._cannot(name, "open", exc) from None
         try:
             st = os.fstat(fd)
-            writing = flags & (os.O_WRONLY | os.O_RDWR)
-            if not stat.S_ISREG(st.st_mode):
-                raise self.refusal(name, f"{self.describe(name, st)}, not a regular file")
-            problem = _owner_problem(st)
-            if problem is None and writing and st.st_nlink != 1:
-                problem = f"has {st.st_nlink} hard links (a file written in place must have one)"
+            writing = bool(flags & (os.O_WRONLY | os.O_RDWR))
+            problem = _entry_problem(st, "file", writing, lambda: self.describe(name, st))
             if problem is not None:
                 raise self.refusal(name, problem)
             os.set_blocking(fd, True)
@@ -327,6 +336,13 @@ def made_directory(path: Path, remedy: str) -> Path:
     return path
 
 
+def _path_words(path: Path, st: os.stat_result) -> str:
+    """What the entry at ``path`` is (``SafeDir.describe`` for a path)."""
+    if stat.S_ISLNK(st.st_mode):
+        return _link_words(lambda: os.readlink(path))
+    return f"is {_kind(st.st_mode)}"
+
+
 def check_directory(path: Path, remedy: str) -> None:
     """Refuse ``path`` (see ``made_directory``) when it exists and is anything but a directory
     of this user; nothing is made."""
@@ -334,16 +350,7 @@ def check_directory(path: Path, remedy: str) -> None:
         st = os.lstat(path)
     except FileNotFoundError:
         return
-    problem: str | None
-    if stat.S_ISLNK(st.st_mode):
-        try:
-            problem = f"is a symbolic link (to '{os.readlink(path)}')"
-        except OSError:
-            problem = "is a symbolic link"
-    elif not stat.S_ISDIR(st.st_mode):
-        problem = f"is {_kind(st.st_mode)}, not a directory"
-    else:
-        problem = _owner_problem(st)
+    problem = _entry_problem(st, "dir", False, lambda: _path_words(path, st))
     if problem is not None:
         raise OutputError(f"'{path}': {problem}; {remedy}")
 

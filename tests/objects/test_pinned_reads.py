@@ -21,6 +21,7 @@ from tokentape import BatchConfig, Loader, Plan
 from tokentape._src.megatron import identity as megatron_identity
 from tokentape._src.megatron.remote import RemoteMegatronSource
 from tokentape._src.plan.load import load_plan
+from tokentape._src.program import main
 from tokentape._src.store.remote import RemoteSource
 from tokentape._src.train.stage import stage
 from tokentape.errors import PlanError, StoreChanged
@@ -110,6 +111,31 @@ def test_a_shard_rewritten_mid_stage_is_refused_by_name(s3, s3_server, tmp_path)
     assert len(set(seen)) == len(seen)  # no range asked for twice: a 412 is not retried
 
 
+def test_the_stage_command_exits_2_with_one_line_on_a_shard_rewritten_mid_stage(
+    remote_store, s3, s3_server, tmp_path, capsys
+):
+    """`tokentape stage` (in this process), one GET per shard: the last shard is rewritten
+    while the first is fetched."""
+    local, url, manifest = remote_store
+    saved = tmp_path / "plan.json"
+    _plan(url).save(saved)
+    first, last = manifest.shards[0].bin_file, manifest.shards[-1].bin_file
+
+    def another_writer(method: str, path: str, ranged: str | None) -> None:
+        if method == "GET" and ranged and path.endswith(f"/{first}"):
+            s3.put(f"{url}/{last}", _flipped((local / last).read_bytes()))
+
+    with FaultProxy(s3_server.endpoint) as proxy:
+        proxy.set(before=another_writer)
+        options = json.dumps({"endpoint_url": proxy.endpoint})
+        args = ["stage", str(saved), "--cache", str(tmp_path / "cache"), "--workers", "1"]
+        code = main([*args, "--storage-options", options, "--json"])
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert code == 2 and out == "" and len(lines) == 1, err
+    assert lines[0].startswith(f"tokentape: error: {url}/{last}: the object was rewritten"), err
+
+
 @pytest.fixture
 def remote_prefix(tmp_path, s3, monkeypatch):
     """A Megatron prefix in the bucket, identified by `tokentape verify` (its sidecar)."""
@@ -163,6 +189,25 @@ def test_the_plan_records_every_objects_version_and_pins_reads_to_it(remote_stor
         for _ in range(plan.horizon_samples // 4):
             loader.step()
             loader.commit()
+
+
+def test_replay_of_a_plan_whose_store_was_rewritten_is_exit_2_with_one_line(
+    remote_store, s3, tmp_path, capsys
+):
+    local, url, manifest = remote_store
+    saved = tmp_path / "plan.json"
+    _plan(url).save(saved)
+    args = ["replay", str(saved), "--step", "0", "--global-batch", "4", "--json"]
+    assert main(args) == 0
+    capsys.readouterr()
+    for shard in manifest.shards:  # whichever the step reads
+        s3.put(f"{url}/{shard.bin_file}", _flipped((local / shard.bin_file).read_bytes()))
+    code = main(args)
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert code == 2 and out == "" and len(lines) == 1, err
+    assert lines[0].startswith(f"tokentape: error: {url}/part-0000"), lines[0]
+    assert "the object was rewritten since the plan recorded it" in lines[0]
 
 
 def test_a_plan_json_with_malformed_versions_is_refused(remote_store, tmp_path):

@@ -26,6 +26,7 @@ from helpers import tree_bytes, write_store
 from objstore import env_with_s3, new_bucket, s3_environment
 
 from tokentape._src.plan.plan import Plan
+from tokentape._src.program import main
 from tokentape._src.store.tokenizers import load_tokenizer
 from tokentape._src.train.loader import Loader
 from tokentape._src.train.partition import BatchConfig
@@ -77,6 +78,12 @@ class World:
         self.outside.mkdir()
         (self.outside / "tripwire.bin").write_bytes(os.urandom(4096))
         shutil.copytree(self.local, self.outside / "store")
+        self.plan = Plan.build(
+            {"web": {"path": self.url, "weight": 1, "max_repeats": 100}}, seq_len=8, seed=1,
+            total_samples=50,
+        )  # fmt: skip
+        self.plan_path = root / "plan.json"
+        self.plan.save(self.plan_path)
 
     def _interrupt(self, cache: Path, mp: pytest.MonkeyPatch) -> None:
         """Stage with the last block of the second shard damaged in the bucket (one attempt):
@@ -186,7 +193,10 @@ def _expect_refusal(name: str, kind: str, is_dir: bool) -> bool:
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("name", CASES)
-def test_a_planted_entry_is_refused_or_replaced_never_followed(world, tmp_path, name, kind):
+def test_a_planted_entry_is_refused_or_replaced_never_followed(world, tmp_path, capsys, name, kind):
+    """`tokentape stage PLAN --cache DIR` (in this process): a refusal is exit 2, one line
+    naming the planted entry and the remedy, nothing on stdout, the entry left in place; an
+    acceptance is exit 0 and the staged copy of the store. Either way the outside is intact."""
     if kind == "foreign" and os.geteuid() != 0:
         pytest.skip("planting another user's file needs root (chown)")
     name = name.format(key=world.key)
@@ -197,31 +207,28 @@ def test_a_planted_entry_is_refused_or_replaced_never_followed(world, tmp_path, 
     _plant(world, cache, name, kind)
     before = _tree_digest(world.outside)
     refused = _expect_refusal(name, kind, is_dir)
-    try:
-        result = stage(world.url, cache, expected_hash=world.manifest.content_hash, workers=2)
-    except OutputError as exc:
-        message = str(exc)
-        assert refused, f"{kind} at {name} refused: {message}"
-        assert "\n" not in message
-        assert str(cache / name) in message, message
-        assert "remove it" in message or "use a directory of your own" in message, message
+    code = main(["stage", str(world.plan_path), "--cache", str(cache), "--workers", "2", "--json"])
+    out, err = capsys.readouterr()
+    if refused:
+        lines = err.splitlines()
+        assert code == 2 and out == "", (kind, name, code, err)
+        assert len(lines) == 1 and lines[0].startswith("tokentape: error: "), err
+        assert f"'{cache / name}': " in lines[0], lines[0]
+        assert "remove it" in lines[0], lines[0]
         assert os.path.lexists(cache / name)  # named, not removed
     else:
-        assert not refused, f"{kind} at {name} was accepted"
-        assert tree_bytes(result.path) == tree_bytes(world.local)
+        assert code == 0, f"{kind} at {name} refused: {err}"
+        staged = json.loads(out)["sources"][0]["path"]
+        assert tree_bytes(Path(staged)) == tree_bytes(world.local)
         assert not (cache / name).is_symlink()
     assert _tree_digest(world.outside) == before
 
 
 def test_a_planted_link_is_refused_by_the_command_and_the_loader(world, tmp_path):
-    """`tokentape stage` exits 2 with one line; ``Loader(cache_dir=...)`` raises the same error
-    instead of training on the outside copy the staged copy's name points to."""
-    plan = Plan.build(
-        {"web": {"path": world.url, "weight": 1, "max_repeats": 100}}, seq_len=8, seed=1,
-        total_samples=50,
-    )  # fmt: skip
-    plan_path = tmp_path / "plan.json"
-    plan.save(plan_path)
+    """`tokentape stage` (a process of its own) exits 2 with one line; ``Loader(cache_dir=...)``
+    raises the same error instead of training on the outside copy the staged copy's name points
+    to."""
+    plan, plan_path = world.plan, world.plan_path
     cache = tmp_path / "cache"
     shutil.copytree(world.complete, cache)
     shutil.rmtree(cache / world.key)

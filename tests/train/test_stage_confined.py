@@ -284,6 +284,30 @@ def test_a_staged_file_changed_on_disk_is_hashed_again_and_fetched_again(world, 
     assert everything.cached and everything.rehashed_bytes == everything.total_bytes
 
 
+def test_an_object_rewritten_after_staging_leaves_the_verified_copy_in_use(world, tmp_path, capsys):
+    """A shard rewritten in the bucket at the same size after it was staged: the staged copy
+    (verified, sealed) is what a stage on the plan reuses, nothing read from the bucket; a
+    fresh stage of the rewritten object fails on its block hashes, exit 2 with one line."""
+    cache = tmp_path / "cache"
+    shutil.copytree(world.complete, cache)
+    name = world.manifest.shards[0].bin_file
+    good = (world.local / name).read_bytes()
+    world.bucket.put(f"{world.url}/{name}", bytes(b ^ 0x33 for b in good))
+    try:
+        args = ["stage", str(world.plan_path), "--workers", "2", "--json"]
+        assert main([*args, "--cache", str(cache)]) == 0
+        row = json.loads(capsys.readouterr().out)["sources"][0]
+        assert row["cached"] and row["downloaded_bytes"] == 0
+        assert tree_bytes(Path(row["path"])) == tree_bytes(world.local)
+        code = main([*args, "--cache", str(tmp_path / "fresh")])
+        out, err = capsys.readouterr()
+        lines = err.splitlines()
+        assert code == 2 and out == "" and len(lines) == 1, err
+        assert f"{world.url}/{name}: block 0" in lines[0] and "does not match" in lines[0]
+    finally:
+        world.bucket.put(f"{world.url}/{name}", good)
+
+
 def test_a_staged_copy_is_read_only_and_its_seal_is_json(world):
     entry = world.complete / world.key
     for path in entry.iterdir():

@@ -463,7 +463,7 @@ class RemoteSource(RangedSource):
         if name in STORED_NAMES:
             url = join(self.url, str(name))
             try:
-                data = self.objects.read(url)
+                data = self.objects.read(url, etag=self.versions.get(str(name), ""))
             except FileNotFoundError:
                 raise StoreError(
                     f"{url}: the tokenizer copy the manifest names is missing"

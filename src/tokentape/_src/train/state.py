@@ -146,9 +146,9 @@ class DataState:
     plan_changes: tuple[PlanChange, ...] = ()
 
     def __post_init__(self) -> None:
-        """Refuse fields of the wrong type. ``index_hash`` is not checked here (a test may
-        craft a saved state): it is derived from ``identity``, and ``resume_on`` checks that
-        it is before using either."""
+        """Refuse fields of the wrong type. ``index_hash`` is derived from ``identity``: that
+        it is is checked where a state is used (``from_dict``, ``resume_on``), so a state
+        made by hand with a stale hash is refused before it resumes anything."""
         if not isinstance(self.identity, dict):
             raise ArgumentError(
                 f"DataState: identity must be a plan identity (a dict), got {shown(self.identity)}"

@@ -48,7 +48,7 @@ from tokentape._src.store.format import (
 )
 from tokentape._src.store.lock import output_lock
 from tokentape._src.store.objects import StorageOptions, check_storage_options, is_url
-from tokentape._src.store.output import discard_store, is_store_file, survey, unclaimed_text
+from tokentape._src.store.output import check_ours, discard_store, is_store_file
 from tokentape._src.store.reader import Source, TokenStream
 from tokentape._src.store.remote import RemoteSource
 from tokentape._src.store.tokenizers import (
@@ -724,18 +724,7 @@ def _check_store_out(out: Path, overwrite: bool) -> None:
         return
     if not out.is_dir():
         raise OutputError(f"'{out}': exists and is not a directory")
-    found = survey(out)
-    if found.foreign:
-        raise OutputError(
-            f"'{out}': not empty and not a tokentape store (found '{found.foreign[0]}'); choose "
-            "a new or empty directory"
-        )
-    if found.unclaimed:
-        raise OutputError(
-            f"'{out}': holds {unclaimed_text(found.unclaimed[0])}: move it away or choose "
-            "another output directory"
-        )
-    names = found.ours
+    names = check_ours(out, f"'{out}'", "move it away or choose another output directory").ours
     if names and not overwrite:
         if MANIFEST_NAME in names:
             raise OutputError(f"'{out}': holds a store; pass --overwrite to replace it")

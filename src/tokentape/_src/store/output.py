@@ -48,7 +48,7 @@ from tokentape._src.store.format import (
     store_files,
 )
 from tokentape._src.store.tokenizers import STORED_NAMES
-from tokentape.errors import TokentapeError
+from tokentape.errors import OutputError, TokentapeError
 
 WORK_DIR = ".tokentape-work"
 JOB_FILE = "job.json"
@@ -102,12 +102,25 @@ def survey(directory: Path) -> Contents:
     )
 
 
-def unclaimed_text(name: str) -> str:
-    """Why the unclaimed file ``name`` stays, for a refusal (the caller adds the remedy)."""
-    return (
-        f"'{name}', which tokentape cannot tell is its own (no readable {MANIFEST_NAME} there "
-        "names it, and no unfinished run is there); --overwrite never removes such a file"
-    )
+def check_ours(directory: Path, where: str, remedy: str) -> Contents:
+    """``survey(directory)``, refused when it holds anything tokentape cannot tell is its own:
+    a name a store never has, or a store file not identifiably ours (``where`` names the
+    directory in the message, ``remedy`` ends the second). ``--overwrite`` never removes such
+    a file, so the refusal never suggests it."""
+    found = survey(directory)
+    if found.foreign:
+        raise OutputError(
+            f"{where}: not empty and not a tokentape store (found '{found.foreign[0]}'); "
+            "choose a new or empty directory"
+        )
+    if found.unclaimed:
+        name = found.unclaimed[0]
+        raise OutputError(
+            f"{where}: holds '{name}', which tokentape cannot tell is its own (no readable "
+            f"{MANIFEST_NAME} there names it, and no unfinished run is there); --overwrite "
+            f"never removes such a file: {remedy}"
+        )
+    return found
 
 
 def _claimed(directory: Path, stored: list[str]) -> set[str]:

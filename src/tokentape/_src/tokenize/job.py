@@ -28,10 +28,10 @@ from tokentape._src.store.objects import check_storage_options
 from tokentape._src.store.output import (
     JOB_FILE,
     WORK_DIR,
+    check_ours,
     clear_out,
     discard_store,
     survey,
-    unclaimed_text,
 )
 from tokentape._src.tokenize.inputs import InputFile
 from tokentape._src.util.checks import check_count, check_mb, check_path, check_text
@@ -239,29 +239,13 @@ def summary_problem(manifest: Manifest) -> str | None:
     return None
 
 
-def _check_ours(directory: Path, what: str, remedy: str) -> None:
-    """Refuse ``directory`` if it holds anything tokentape cannot tell is its own (see
-    ``store.output``): a name a store never has, or a store file that is not identifiably
-    ours. ``--overwrite`` never removes such a file, so this refusal never suggests it."""
-    found = survey(directory)
-    if found.foreign:
-        raise OutputError(
-            f"{what} '{directory}': not empty and not a tokentape store (found "
-            f"'{found.foreign[0]}'); choose a new or empty directory"
-        )
-    if found.unclaimed:
-        raise OutputError(
-            f"{what} '{directory}': holds {unclaimed_text(found.unclaimed[0])}: {remedy}"
-        )
-
-
 def _check_staging(staging: Path) -> None:
     """Refuse a staging directory a replacement could not be built in (before ``--overwrite``
     is suggested: it would then refuse)."""
     if staging.is_symlink() or (os.path.lexists(staging) and not staging.is_dir()):
         raise OutputError(f"'{staging}': exists and is not a directory; remove it")
     if staging.exists():
-        _check_ours(staging, "staging directory", "move it away")
+        check_ours(staging, f"staging directory '{staging}'", "move it away")
 
 
 def _ours_only(directory: Path) -> bool:
@@ -317,7 +301,7 @@ def inspect_out(
                 return plan
         discard_store(staging)
         return OutPlan(OutState.FRESH, out)
-    _check_ours(out, "--out", "move it away or choose another --out")
+    check_ours(out, f"--out '{out}'", "move it away or choose another --out")
     manifest_path = out / MANIFEST_NAME
     if os.path.lexists(manifest_path):  # a link there is the store's manifest, refused
         try:

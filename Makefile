@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint format bench fuzz soak gpu-check clean
+.PHONY: demo test test-load lint format bench fuzz soak gpu-check clean
 
 $(STAMP): pyproject.toml setup.py src/tokentape/_src/tape/_cwalk.c Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -21,8 +21,15 @@ lint: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 
+# The suite on every CPU (pytest-xdist: one worker per CPU; each has its own S3 server and
+# temporary directories).
 test: lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n auto
+
+# The same suite while `nproc` busy processes compete for the CPUs (started and stopped here):
+# no test may decide anything from wall-clock time.
+test-load: lint
+	$(BIN)/python tests/tools/under_load.py -- $(BIN)/pytest -q -n auto
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix .

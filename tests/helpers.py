@@ -12,6 +12,8 @@ import os
 import random
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -192,6 +194,20 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
         env={**os.environ, **(env or {})},
         timeout=300,
     )
+
+
+def wait_for(
+    done: Callable[[], object], what: str, alive: Callable[[], bool] = lambda: True
+) -> None:
+    """Poll ``done()`` until it is true: the way a test waits for observable progress (a file
+    appearing, a checkpoint advancing) instead of sleeping a fixed time. Fails, naming ``what``,
+    if ``alive()`` turns false first or nothing happens for 10 minutes (a hang, not a slow
+    machine: the bound is far above any busy machine's delay)."""
+    deadline = time.monotonic() + 600
+    while not done():
+        assert alive(), f"ended before {what}"
+        assert time.monotonic() < deadline, f"no progress: waited 10 minutes for {what}"
+        time.sleep(0.002)
 
 
 def tree_bytes(directory: Path) -> dict[str, bytes]:

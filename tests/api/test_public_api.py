@@ -36,6 +36,10 @@ def exported() -> list[tuple[str, str, object]]:
     return rows
 
 
+EXPORTED_IDS = [f"{module}.{name}" for module, name, _ in exported()]
+"""Stable ids (an object's repr holds its address, which differs between pytest-xdist workers)."""
+
+
 def callables_of(obj: object) -> list[tuple[str, object]]:
     """The function itself, or a class's ``__init__`` and its public methods defined by us."""
     if not inspect.isclass(obj):
@@ -98,7 +102,7 @@ def test_error_types_are_exported():
             assert name in tokentape.__all__, name
 
 
-@pytest.mark.parametrize(("module", "name", "obj"), exported(), ids=lambda x: str(x)[:40])
+@pytest.mark.parametrize(("module", "name", "obj"), exported(), ids=EXPORTED_IDS)
 def test_every_exported_name_has_a_docstring(module, name, obj):
     if not (inspect.isclass(obj) or callable(obj)):
         return
@@ -109,7 +113,7 @@ OWN = {"tokentape._src.api", "tokentape._src.plan.plan"}
 """Modules whose exported functions also have ``Returns:`` and ``Raises:`` sections."""
 
 
-@pytest.mark.parametrize(("module", "name", "obj"), exported(), ids=lambda x: str(x)[:40])
+@pytest.mark.parametrize(("module", "name", "obj"), exported(), ids=EXPORTED_IDS)
 def test_parameters_are_documented_under_args(module, name, obj):
     missing = {
         f"{name}.{m}" if m else name: undocumented_args(obj, f)

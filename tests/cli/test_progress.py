@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import io
 import json
-import time
 
 import numpy as np
 import pytest
+from helpers import wait_for
 
 from tokentape._src.cli.progress import TerminalBar, bar_line, terminal_bar
 from tokentape._src.megatron.convert import to_megatron
@@ -115,7 +115,7 @@ def test_an_exception_in_a_callback_on_the_monitor_thread_reaches_the_job():
 
     counters = Counters()
     with pytest.raises(Stop), watch(counters, 100, "tokenize", stop_midway, interval=0.01):
-        time.sleep(0.2)  # the job's work: the monitor reports (and fails) meanwhile
+        wait_for(lambda: calls, "the monitor's first report")  # the job's work meanwhile
     assert len(calls) == 1 and not calls[0].final  # no report after the failure
 
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import make_documents, tree_bytes, write_jsonl
+from helpers import make_documents, tree_bytes, wait_for, write_jsonl
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -456,13 +456,30 @@ def test_a_killed_runs_helper_writes_nothing_after_the_run_died(corpus, tmp_path
     of a temporary name, 'Directory not empty') or could slip a unit of the old settings in."""
     out = tmp_path / "s"
     argv = [*tokenize_argv(corpus, out), "--workers", "2"]
-    killed = subprocess.run(argv, env={**os.environ, "TOKENTAPE_CRASH_AT": "after-unit"})
+    mark = f"TOKENTAPE_TEST_MARK={tmp_path}"  # inherited by every process the run starts
+    env = {**os.environ, "TOKENTAPE_CRASH_AT": "after-unit", "TOKENTAPE_TEST_MARK": str(tmp_path)}
+    killed = subprocess.run(argv, env=env)
     assert killed.returncode == -signal.SIGKILL
     work = out / ".tokentape-work"
-    time.sleep(0.05)
     before = work_files(work)
-    time.sleep(1.5)
+    wait_for(lambda: not processes_with(mark), "the run's helper process to be gone")
     assert work_files(work) == before
+
+
+def processes_with(variable: str) -> list[int]:
+    """The live processes whose environment holds ``variable`` (``NAME=value``)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if variable.encode() in environ and state != "Z":
+            found.append(int(entry.name))
+    return found
 
 
 @pytest.mark.subprocess

@@ -810,14 +810,23 @@ def test_a_malformed_sidecar_counts_as_absent(tmp_path, capsys, damage):
 def test_the_racy_window_ends_when_the_keys_were_taken(tmp_path, monkeypatch):
     prefix = tmp_path / "d"
     build(prefix, random_docs(45, 20, 257, 256), np.uint16)
-    monkeypatch.setattr(megatron_identity, "RACY_SECONDS", 0.3)
+    monkeypatch.setattr(megatron_identity, "RACY_SECONDS", 600.0)  # the files are recent
     real = megatron_identity.hash_files
+
+    class Clock:  # the identity module's clock: 20 minutes on once the hash is done
+        ahead = 0
+
+        def time_ns(self) -> int:
+            return time.time_ns() + self.ahead
+
+    clock = Clock()
 
     def slow(*args, **kwargs):  # a long hash: written well after the files' last change
         identity = real(*args, **kwargs)
-        time.sleep(0.4)
+        clock.ahead = 1200 * 10**9
         return identity
 
+    monkeypatch.setattr(megatron_identity, "time", clock)
     monkeypatch.setattr(megatron_identity, "hash_files", slow)
     MegatronSource(prefix, 257, 256)
     assert not Path(f"{prefix}.tokentape.json").exists()  # recent when the keys were taken

@@ -20,14 +20,13 @@ from __future__ import annotations
 import json
 import random
 import struct
-import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 from faultproxy import FaultProxy
-from helpers import jsonl_corpus, run_cli, tree_bytes, write_store
+from helpers import jsonl_corpus, run_cli, tree_bytes, wait_for, write_store
 from objstore import SECRET_KEY
 
 from tokentape import BatchConfig, DataState, FetchConfig, Loader, Plan
@@ -231,7 +230,8 @@ def test_corrupted_ranges_are_refused_and_nothing_corrupt_is_cached(
             assert "\n" not in message and f"{s3.url}/one/" in message, message
             assert "does not match" in message or "damaged" in message, message
         proxy.clear()
-        before = _settled(proxy)  # the fetches for the steps past these have ended
+        _settle(rl)  # the fetches for the steps past these have ended
+        before = proxy.stats().requests
         rl.load_state_dict(DataState.start(remote).to_dict())
         for i in range(steps):  # their windows and those prefetched after: all read above
             _assert_same(_arrays(rl.step()), want[i])
@@ -240,15 +240,20 @@ def test_corrupted_ranges_are_refused_and_nothing_corrupt_is_cached(
         assert proxy.stats().requests == before
 
 
-def _settled(proxy: FaultProxy) -> int:
-    """The proxy's request count once no request has arrived for 0.3 s."""
-    count = proxy.stats().requests
-    while True:
-        time.sleep(0.3)
-        now = proxy.stats().requests
-        if now == count:
-            return now
-        count = now
+def _settle(loader: Loader) -> None:
+    """Wait until the steps ``loader`` builds ahead and its sources' range fetches have all
+    ended (observed on their futures, not on a quiet spell: a busy machine stalls anything)."""
+
+    def idle() -> bool:
+        futures = [a.batches for a in loader._ahead.values()]
+        for source in loader.batcher.sources:
+            cache = getattr(source, "cache", None)
+            if cache is not None:
+                with cache._lock:
+                    futures += list(cache._lru.values())
+        return all(f.done() for f in futures)
+
+    wait_for(idle, "the loader's fetches ahead to end")
 
 
 def test_a_corrupted_document_index_is_never_used(tmp_path, s3, proxy, monkeypatch):

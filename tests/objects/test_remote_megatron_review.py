@@ -9,8 +9,6 @@ code under test.
 from __future__ import annotations
 
 import json
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -100,26 +98,22 @@ def test_verify_does_not_compare_objects_replaced_after_the_sidecar_was_read(
     assert _verify(capsys, url)[0] == 0
     new = bytearray(Path(f"{local}.bin").read_bytes())
     new[0] = (new[0] + 1) % 200  # same size, another id in range: a legitimate new upload
+    sidecar_read: list[str] = []
+
+    def upload_after_the_sidecar_is_read(method: str, path: str, _: str | None) -> None:
+        """Run by the proxy before it forwards each request: the first one after the
+        sidecar's GET waits for a new upload of the ``.bin`` (by another writer)."""
+        if sidecar_read == ["GET"]:
+            s3.put(url + ".bin", bytes(new))
+            sidecar_read.append("uploaded")
+        if method == "GET" and path.split("?")[0].endswith(SIDECAR) and not sidecar_read:
+            sidecar_read.append("GET")
+
     with FaultProxy(s3_server.endpoint) as proxy:
-        proxy.set(delay=1.0)  # every request waits: the upload lands between two of them
-        stop = threading.Event()
-
-        def upload_after_the_sidecar_is_read() -> None:
-            while not stop.is_set():
-                for method, path, status, _ in proxy.stats().log:
-                    if method == "GET" and path.split("?")[0].endswith(SIDECAR) and status:
-                        s3.put(url + ".bin", bytes(new))
-                        return
-                time.sleep(0.005)
-
-        thread = threading.Thread(target=upload_after_the_sidecar_is_read)
-        thread.start()
-        try:
-            objects = object_store(url, {"endpoint_url": proxy.endpoint})
-            found = check_remote_megatron(objects, url, False, lambda n: list(range(n)), None)
-        finally:
-            stop.set()
-            thread.join()
+        proxy.set(before=upload_after_the_sidecar_is_read)
+        objects = object_store(url, {"endpoint_url": proxy.endpoint})
+        found = check_remote_megatron(objects, url, False, lambda n: list(range(n)), None)
+    assert sidecar_read == ["GET", "uploaded"]
     assert s3.get(url + ".bin") == bytes(new)  # the upload did land during the check
     assert found.problems == []
     objects = object_store(url)

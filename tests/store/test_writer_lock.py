@@ -119,13 +119,11 @@ def test_a_second_writer_is_refused_at_once_and_touches_nothing(corpus, referenc
     held = {0: store, 1: tmp_path / "new" / "deeper", 2: prefix, 3: back}
     for i, command in enumerate(commands):
         with output_lock(held[i], "tokenize"):
-            began = time.monotonic()
+            # Refused at once: waiting for the holder (this process) would never end.
             result = subprocess.run(command, capture_output=True, text=True, timeout=120)
-            elapsed = time.monotonic() - began
             assert result.returncode == 2, result.stderr
             line = refusal_line(result.stderr)
             assert f"pid {os.getpid()}," in line and str(lock_path(held[i])) in line
-            assert elapsed < 30  # refused at once, not after waiting for the holder
         assert tree_bytes(tmp_path) == before, command
         assert sorted(os.listdir(tmp_path)) == names, command
     assert tree_bytes(store) == reference

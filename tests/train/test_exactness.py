@@ -16,12 +16,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import small_plan_json
+from helpers import small_plan_json, wait_for
 
 # Every test here runs trainers (or the soak tool) as processes for seconds.
 pytestmark = [pytest.mark.slow, pytest.mark.subprocess]
 
 TRAINER = Path(__file__).parents[1] / "tools" / "sim_trainer.py"
+
+
+def _consumed(ckpt: Path) -> int:
+    """The checkpoint's ``consumed`` (0 before the first); it is replaced atomically."""
+    return json.loads(ckpt.read_text())["data"]["consumed"] if ckpt.exists() else 0
+
+
 SHAPES = [(4, 2, 1), (3, 1, 2), (6, 1, 1), (1, 4, 2), (2, 3, 1), (5, 1, 1)]
 
 
@@ -37,7 +44,7 @@ def test_sigkill_and_elastic_restarts_apply_every_position_exactly_once(tmp_path
     while True:
         dp, micro, accum = SHAPES[restarts % len(SHAPES)]
         restarts += 1
-        consumed = json.loads(ckpt.read_text())["data"]["consumed"] if ckpt.exists() else 0
+        consumed = _consumed(ckpt)
         progress.append(consumed)
         last = kills >= kills_wanted
         limit = consumed + 600 if last else total
@@ -46,17 +53,23 @@ def test_sigkill_and_elastic_restarts_apply_every_position_exactly_once(tmp_path
         if last:
             assert proc.wait(timeout=300) == 0
             break
-        time.sleep(rng.uniform(0.6, 1.6))  # after start-up, at a random moment mid-run
-        if proc.poll() is not None:  # ended on its own, far from `total`: only a failure does
-            pytest.fail(f"the trainer exited with code {proc.returncode} before its kill")
+        # Killed mid-run whatever the machine's load: once this run has saved 1-5 steps past
+        # where it resumed (observed in the checkpoint), then 0-20 ms later, mid-step.
+        past = consumed + rng.randint(1, 5) * dp * micro * accum
+        wait_for(
+            lambda past=past: _consumed(ckpt) >= past,
+            f"the trainer saving consumed >= {past}",
+            alive=lambda proc=proc: proc.poll() is None,  # ending on its own is a failure
+        )
+        time.sleep(rng.uniform(0.0, 0.02))
         proc.send_signal(signal.SIGKILL)
         kills += 1
         proc.wait()
     state = json.loads(ckpt.read_text())
     applied = np.array(state["applied"])
     assert np.array_equal(np.sort(applied), np.arange(limit))  # nothing lost, nothing repeated
-    # The kills landed mid-run (the run advanced between most restarts) and shapes changed.
-    assert sum(b > a for a, b in itertools.pairwise(progress)) >= kills_wanted // 2
+    # The kills landed mid-run (the run advanced between restarts) and shapes changed.
+    assert all(b > a for a, b in itertools.pairwise(progress))
     assert len(state["data"]["history"]) > 1
 
 

@@ -656,8 +656,8 @@ def bench_access(
 
     from tokentape._src.plan.plan import resolve_plan
     from tokentape._src.plan.spec import load_plan_spec
+    from tokentape._src.torch.data import TapeDataset
     from tokentape._src.train.batch import Batcher
-    from tokentape._src.train.torch_data import TapeDataset
 
     mg = import_megatron()
     clear_megatron_cache(root, data)

@@ -82,10 +82,10 @@ from objstore import ACCESS_KEY, SECRET_KEY, Bucket, S3Server, new_bucket, s3_en
 from tokenize_bench import build_corpus  # noqa: E402
 
 import tokentape  # noqa: E402
+from tokentape._src.stage.stage import stage, stage_store  # noqa: E402
 from tokentape._src.store.format import sha256_stream  # noqa: E402
 from tokentape._src.store.tokenizers import load_tokenizer  # noqa: E402
 from tokentape._src.store.writer import ShardWriter  # noqa: E402
-from tokentape._src.train.stage import stage, stage_store  # noqa: E402
 from tokentape._src.util.progress import Progress  # noqa: E402
 
 DEFAULT_OUT = REPO / "bench-out" / "object"

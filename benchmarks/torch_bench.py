@@ -42,16 +42,16 @@ from tokentape._src.plan.plan import resolve_plan
 from tokentape._src.plan.spec import load_plan_spec
 from tokentape._src.tokenize.driver import tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
-from tokentape._src.train.batch import Batcher
-from tokentape._src.train.loader import Loader
-from tokentape._src.train.partition import BatchConfig
-from tokentape._src.train.torch_data import (
+from tokentape._src.torch.data import (
     TapeBatchSampler,
     TapeDataset,
     TapeSampler,
     collate,
     to_torch,
 )
+from tokentape._src.train.batch import Batcher
+from tokentape._src.train.loader import Loader
+from tokentape._src.train.partition import BatchConfig
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "bench-out" / "torch"

@@ -19,10 +19,10 @@ from torch.utils.data import DataLoader
 
 from tokentape._src.plan.plan import Plan, resolve_plan
 from tokentape._src.plan.spec import load_plan_spec
+from tokentape._src.torch.data import TapeBatchSampler, TapeDataset, collate
 from tokentape._src.train.loader import Loader
 from tokentape._src.train.partition import BatchConfig
 from tokentape._src.train.state import DataState
-from tokentape._src.train.torch_data import TapeBatchSampler, TapeDataset, collate
 
 
 def plan_for(root: str, horizon: int) -> Plan:

@@ -12,15 +12,20 @@ from typing import TYPE_CHECKING, Any
 
 from tokentape.errors import (
     ArgumentError,
+    ArgumentTypeError,
+    CacheLocked,
+    IndexOutOfRange,
     InputError,
     ObjectStorageError,
     OutOfRangeError,
     OutputError,
+    OutputLocked,
     PlanError,
     ResumeRefused,
     StoreChanged,
     StoreError,
     TokentapeError,
+    WriteFailed,
 )
 
 if TYPE_CHECKING:
@@ -78,16 +83,20 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "ArgumentError",
+    "ArgumentTypeError",
     "Batch",
     "BatchConfig",
+    "CacheLocked",
     "DataState",
     "FetchConfig",
+    "IndexOutOfRange",
     "InputError",
     "Loader",
     "MegatronSource",
     "ObjectStorageError",
     "OutOfRangeError",
     "OutputError",
+    "OutputLocked",
     "Plan",
     "PlanError",
     "ResumeRefused",
@@ -97,6 +106,7 @@ __all__ = [
     "StoreError",
     "TokenizeSummary",
     "TokentapeError",
+    "WriteFailed",
     "__version__",
     "load_plan",
     "locate",

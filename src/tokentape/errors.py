@@ -6,12 +6,18 @@ thing was refused, so that a trainer can catch one kind without matching message
     TokentapeError
     ├── InputError (also a ValueError)      invalid input: an argument, a value, a spec, a file
     │   ├── ArgumentError                   an argument of a library call
+    │   │   └── ArgumentTypeError           ... of the wrong type (also a TypeError)
     │   └── OutOfRangeError (IndexError)    an index outside its range
+    │       └── IndexOutOfRange             ... of a permutation (also a ValueError)
     ├── PlanError                           a plan (TOML, PLAN.json) or step log refused
     ├── StoreError                          a store or Megatron prefix missing or damaged
     │   └── StoreChanged                    a store no longer matches the plan
     ├── ResumeRefused                       a data state that cannot be resumed on this plan
-    └── OutputError                         an output that cannot be written as asked
+    ├── OutputError                         an output that cannot be written as asked
+    │   ├── OutputLocked                    another process writes the same output
+    │   ├── CacheLocked                     a stage cache's lock not released in time
+    │   └── WriteFailed (also an OSError)   a file write failed (no space, no permission)
+    └── ObjectStorageError                  object storage kept failing past the retries
 
 Misuse of the Python API raises an ``ArgumentError`` or an ``OutOfRangeError``, which are also
 the builtin exception a caller would expect (``ValueError``, ``IndexError``), so
@@ -49,10 +55,25 @@ class ArgumentError(InputError):
     """An argument of a library call has the wrong type or value; the message names it."""
 
 
+class ArgumentTypeError(ArgumentError, TypeError):
+    """An argument of the wrong type; also a ``TypeError``, as a caller would expect.
+
+    Raised by the permutation functions (``tape``) for a non-integer size, seed or index.
+    """
+
+
 class OutOfRangeError(InputError, IndexError):
     """An index argument (a position, sample, document or rank) lies outside its range.
 
     The message names the argument and the range. Also an ``IndexError``.
+    """
+
+
+class IndexOutOfRange(OutOfRangeError, ValueError):
+    """An index outside ``[0, n)`` of a permutation; also a ``ValueError``.
+
+    The permutation functions raised ``ValueError`` before the error types existed, and
+    still do through this subtype.
     """
 
 
@@ -138,6 +159,31 @@ class OutputError(TokentapeError):
     or not empty (without ``--overwrite``), or a file that already exists. The message names
     the path and what to do.
     """
+
+
+class OutputLocked(OutputError):
+    """Another process is writing the same output (its lock is held); the message names it.
+
+    The message gives the holder's host, pid, command and start time as its lock records
+    them, or says that it cannot tell who holds the lock.
+    """
+
+
+class CacheLocked(OutputError):
+    """Another process held a stage cache's lock for longer than the wait allowed."""
+
+
+class WriteFailed(OutputError, OSError):
+    """Writing a file failed (no space, no permission, the destination is a directory, ...).
+
+    The message names the destination, never a temporary name. It is an ``OSError`` too
+    (with ``filename`` the destination), so callers that fall back on ``OSError`` keep
+    working.
+    """
+
+    def __str__(self) -> str:
+        """The destination and the reason, on one line."""
+        return f"'{self.filename}': {self.strerror}"
 
 
 class ObjectStorageError(TokentapeError):

@@ -8,8 +8,7 @@ Importing this module imports ``torch`` (the ``tokentape[torch]`` extra); ``impo
 alone never does.
 """
 
-from tokentape._src.train.smoke import check_step
-from tokentape._src.train.torch_data import (
+from tokentape._src.torch.data import (
     TapeBatchSampler,
     TapeDataset,
     TapeSampler,
@@ -17,6 +16,7 @@ from tokentape._src.train.torch_data import (
     collate,
     to_torch,
 )
+from tokentape._src.torch.smoke import check_step
 
 __all__ = [
     "TapeBatchSampler",

@@ -300,3 +300,43 @@ def test_document_positions_are_checked_before_reading(root):
     source = tokentape.open_source(root / "stores" / "web")
     with pytest.raises(OutOfRangeError, match=r"not in \[0, "):
         source.window(10**9, 32)
+
+
+def _all_internal_modules() -> list[str]:
+    """Every module below ``tokentape._src``, imported."""
+    import importlib
+    import pkgutil
+
+    import tokentape._src as internals
+
+    names = [m.name for m in pkgutil.walk_packages(internals.__path__, "tokentape._src.")]
+    for name in names:
+        importlib.import_module(name)
+    return names
+
+
+def test_every_error_type_is_defined_in_errors_exported_and_documented():
+    """One place for the error types: none defined elsewhere (a module of ``_src``), each one
+    exported by ``tokentape`` and named in docs/errors.md."""
+    import inspect
+    import sys
+
+    import tokentape.errors as errors
+
+    strays = []
+    for name in _all_internal_modules():
+        for attr, obj in vars(sys.modules[name]).items():
+            ours = inspect.isclass(obj) and issubclass(obj, TokentapeError)
+            if ours and obj.__module__ != "tokentape.errors":
+                strays.append(f"{name}.{attr}")
+    assert strays == []
+    defined = [
+        obj
+        for obj in vars(errors).values()
+        if inspect.isclass(obj) and issubclass(obj, TokentapeError)
+    ]
+    assert len(defined) >= 15
+    docs = (Path(__file__).parents[2] / "docs" / "errors.md").read_text()
+    for cls in defined:
+        assert getattr(tokentape, cls.__name__) is cls and cls.__name__ in tokentape.__all__
+        assert f"`{cls.__name__}`" in docs, cls.__name__

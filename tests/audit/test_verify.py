@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 from helpers import write_store
 
-from tokentape._src.audit import verify
-from tokentape._src.audit.verify import check_store, quick_blocks, verify_store
 from tokentape._src.megatron.format import MegatronWriter
 from tokentape._src.program import main
 from tokentape._src.store.format import MANIFEST_NAME
 from tokentape._src.tokenize.driver import tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
+from tokentape._src.verify import stores as verify
+from tokentape._src.verify.stores import check_store, quick_blocks, verify_store
 
 EOD = 256  # the bytes tokenizer: ids 0..255 are bytes, 256 ends a document
 VOCAB = 257

@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from tokentape._src.plan.open import open_store
 from tokentape._src.program import main
-from tokentape._src.store.lock import OutputLocked, lock_path, output_lock
-from tokentape.errors import TokentapeError
+from tokentape._src.store.lock import lock_path, output_lock
+from tokentape.errors import OutputLocked, TokentapeError
 
 
 def one_line_error(capsys) -> str:
@@ -233,7 +233,7 @@ def test_verify_never_reads_through_a_link_swapped_in_after_its_check(tmp_path):
     """Another process swaps a shard file back and forth with a link to a file outside the
     store (atomic renames) while ``verify`` runs again and again: no report ever shows the
     outside file's size or hash (it was never read); each one is clean or names the link."""
-    from tokentape._src.audit.verify import check_store
+    from tokentape._src.verify.stores import check_store
 
     store = tmp_path / "s"
     assert main(["tokenize", str(small_input(tmp_path)), "--out", str(store), "--json"]) == 0

@@ -39,7 +39,6 @@ from helpers import (
 from tokentape._src.megatron import format as megatron_mod
 from tokentape._src.megatron import identity as megatron_identity
 from tokentape._src.megatron import source as megatron_source
-from tokentape._src.megatron import verify as verify_megatron
 from tokentape._src.megatron.format import MegatronWriter, read_index
 from tokentape._src.megatron.source import MegatronSource
 from tokentape._src.plan.load import load_plan
@@ -51,6 +50,7 @@ from tokentape._src.store.reader import open_source
 from tokentape._src.train.batch import Batcher
 from tokentape._src.train.loader import Loader
 from tokentape._src.train.partition import BatchConfig
+from tokentape._src.verify import megatron as verify_megatron
 from tokentape.errors import ArgumentError, TokentapeError
 
 

@@ -17,7 +17,7 @@ import pytest
 from faultproxy import FaultProxy, Faults
 from objstore import ACCESS_KEY, SECRET_KEY
 
-from tokentape._src.store.objects import object_store
+from tokentape._src.objects.client import object_store
 from tokentape.errors import ObjectStorageError
 
 pytestmark = pytest.mark.s3

@@ -30,11 +30,11 @@ from helpers import jsonl_corpus, run_cli, tree_bytes, wait_for, write_store
 from objstore import SECRET_KEY
 
 from tokentape import BatchConfig, DataState, FetchConfig, Loader, Plan
+from tokentape._src.stage.stage import cache_key, stage_plan
 from tokentape._src.store.reader import open_source
 from tokentape._src.store.remote import RemoteSource
 from tokentape._src.tokenize.driver import tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
-from tokentape._src.train.stage import cache_key, stage_plan
 from tokentape.errors import ObjectStorageError, StoreError, TokentapeError
 
 pytestmark = pytest.mark.s3

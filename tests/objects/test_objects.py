@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tokentape._src.store.objects import (
+from tokentape._src.objects.client import (
     is_url,
     join,
     object_store,
@@ -84,7 +84,7 @@ def test_credentials_in_tables_and_connection_strings_are_secrets_whole():
         "client_kwargs": {"region_name": "eu-west-1"},
     }
     assert secret_keys(options) == ["token", "connection_string"]
-    from tokentape._src.store.objects import _remember_secrets
+    from tokentape._src.objects.client import _remember_secrets
 
     _remember_secrets(options)
     text = redact("got -----BEGIN KEY-----abc and Account=x;AccountKey=SUPERSECRETAZUREKEY== ok")

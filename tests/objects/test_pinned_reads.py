@@ -22,8 +22,8 @@ from tokentape._src.megatron import identity as megatron_identity
 from tokentape._src.megatron.remote import RemoteMegatronSource
 from tokentape._src.plan.load import load_plan
 from tokentape._src.program import main
+from tokentape._src.stage.stage import stage
 from tokentape._src.store.remote import RemoteSource
-from tokentape._src.train.stage import stage
 from tokentape.errors import PlanError, StoreChanged
 
 pytestmark = pytest.mark.s3

@@ -9,7 +9,7 @@ import json
 import pytest
 from helpers import write_store
 
-from tokentape._src.train.stage import stage_store
+from tokentape._src.stage.stage import stage_store
 from tokentape.errors import StoreError
 
 pytestmark = pytest.mark.s3

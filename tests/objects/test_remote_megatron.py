@@ -25,10 +25,10 @@ import tokentape
 from tokentape import BatchConfig, Loader
 from tokentape._src.megatron import identity as megatron_identity
 from tokentape._src.megatron.remote import RemoteMegatronSource, read_sidecar
+from tokentape._src.objects.client import object_store
 from tokentape._src.plan.plan import resolve_plan
 from tokentape._src.plan.spec import parse_plan
-from tokentape._src.store.objects import object_store
-from tokentape._src.train.stage import cache_key, stage, stage_sources
+from tokentape._src.stage.stage import cache_key, stage, stage_sources
 from tokentape._src.util.faults import CRASH_ENV
 from tokentape.errors import StoreChanged, StoreError
 
@@ -265,7 +265,7 @@ def test_stage_of_a_prefix_refuses_a_forged_sidecar_and_resumes_after_a_kill(
     s3.put(sidecar_url, good)
     cache = tmp_path / "cache"
     script = (
-        "import sys\nfrom tokentape._src.train.stage import stage\n"
+        "import sys\nfrom tokentape._src.stage.stage import stage\n"
         "stage(sys.argv[1], sys.argv[2], workers=1, range_bytes=512, format='megatron')\n"
     )
     import os

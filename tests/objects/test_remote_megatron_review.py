@@ -18,8 +18,8 @@ from helpers import build, cli, random_docs, write_store
 
 import tokentape
 from tokentape._src.megatron.remote import RemoteMegatronSource, object_keys, read_sidecar
-from tokentape._src.megatron.remoteverify import check_remote_megatron
-from tokentape._src.store.objects import object_store
+from tokentape._src.objects.client import object_store
+from tokentape._src.verify.megatron_remote import check_remote_megatron
 from tokentape.errors import StoreError, TokentapeError
 
 pytestmark = pytest.mark.s3

@@ -13,12 +13,12 @@ import pytest
 from helpers import write_store
 
 from tokentape import TokentapeError, open_source, open_store
-from tokentape._src.audit.verify import check_store
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import open_plan_store
 from tokentape._src.program import main
 from tokentape._src.store.format import MANIFEST_NAME, read_manifest
 from tokentape._src.store.tokenizers import load_tokenizer
+from tokentape._src.verify.stores import check_store
 
 EOD = 256
 

@@ -29,13 +29,13 @@ from helpers import write_store
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tokentape._src.audit.verify import Target, check_megatron_target, check_store
 from tokentape._src.megatron import identity as megatron_identity
 from tokentape._src.megatron.format import MegatronWriter, idx_path, parse_header, read_index
 from tokentape._src.megatron.source import MEGATRON, MegatronSource
 from tokentape._src.store.format import MANIFEST_NAME
 from tokentape._src.store.reader import Source, open_source
 from tokentape._src.store.tokenizers import Tokenizer, load_tokenizer
+from tokentape._src.verify.stores import Target, check_megatron_target, check_store
 from tokentape.errors import TokentapeError
 
 pytestmark = pytest.mark.fuzz

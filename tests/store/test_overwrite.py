@@ -25,9 +25,10 @@ from helpers import make_documents, run_cli, tree_bytes, write_jsonl
 from tokentape import TokentapeError, open_source
 from tokentape._src.megatron.source import MegatronSource
 from tokentape._src.program import main
-from tokentape._src.store.atomic import WriteFailed, atomic_writer, exchange, replace_directory
+from tokentape._src.store.atomic import atomic_writer, exchange, replace_directory
 from tokentape._src.store.format import MANIFEST_NAME
 from tokentape._src.store.reader import TokenStream
+from tokentape.errors import WriteFailed
 
 SETTINGS = {  # two stores of one corpus with different shard cuts: a mix cannot pass unseen
     "a": ("--unit-mb", "0.05", "--shard-mb", "0.05"),

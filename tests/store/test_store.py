@@ -16,7 +16,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tokentape import TokentapeError, open_source
-from tokentape._src.audit.verify import check_store
 from tokentape._src.store.format import (
     MANIFEST_NAME,
     choose_dtype,
@@ -24,6 +23,7 @@ from tokentape._src.store.format import (
 )
 from tokentape._src.store.tokenizers import load_tokenizer
 from tokentape._src.store.writer import ShardWriter
+from tokentape._src.verify.stores import check_store
 from tokentape.errors import ArgumentError, OutOfRangeError
 
 EOD = 256

@@ -19,7 +19,8 @@ from helpers import make_documents, run_cli, tree_bytes, write_jsonl
 
 from tokentape import open_source
 from tokentape._src.program import main
-from tokentape._src.store.lock import OutputLocked, lock_path, output_lock
+from tokentape._src.store.lock import lock_path, output_lock
+from tokentape.errors import OutputLocked
 
 UNITS = ("--unit-mb", "0.05", "--shard-mb", "0.1")
 

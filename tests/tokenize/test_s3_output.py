@@ -14,11 +14,11 @@ import pytest
 from helpers import jsonl_corpus, run_cli, tree_bytes
 from objstore import ACCESS_KEY, SECRET_KEY
 
-from tokentape._src.store.lock import OutputLocked, output_lock
+from tokentape._src.store.lock import output_lock
 from tokentape._src.store.upload import upload_work_dir
 from tokentape._src.tokenize.driver import tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
-from tokentape.errors import OutputError
+from tokentape.errors import OutputError, OutputLocked
 
 pytestmark = [pytest.mark.s3, pytest.mark.slow]
 

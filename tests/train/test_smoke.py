@@ -19,11 +19,11 @@ from helpers import small_plan_json
 
 from tokentape._src.plan.load import load_plan
 from tokentape._src.program import main
-from tokentape._src.train import smoke
+from tokentape._src.torch import smoke
+from tokentape._src.torch.smoke import RankReport, check_step, launch, verify
 from tokentape._src.train.batch import Batcher
 from tokentape._src.train.loader import Loader, Step
 from tokentape._src.train.partition import BatchConfig, positions_for
-from tokentape._src.train.smoke import RankReport, check_step, launch, verify
 from tokentape.errors import TokentapeError
 
 pytestmark = pytest.mark.torch

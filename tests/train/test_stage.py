@@ -1,4 +1,4 @@
-"""Staging object-storage stores to local disk (train.stage) against a real S3 server (moto):
+"""Staging object-storage stores to local disk (stage.stage) against a real S3 server (moto):
 identical bytes and batches, reuse, kill and resume, corrupted objects, changed stores, and
 one downloader per node while the others wait."""
 
@@ -19,20 +19,20 @@ from faultproxy import FaultProxy
 from helpers import tree_bytes, write_store
 
 from tokentape._src.plan.plan import Plan
+from tokentape._src.stage.cachelock import cache_lock
+from tokentape._src.stage.stage import cache_key, stage, stage_plan, stage_sources, stage_store
 from tokentape._src.store.safedir import SafeDir
 from tokentape._src.store.tokenizers import load_tokenizer
 from tokentape._src.train.batch import Batcher
-from tokentape._src.train.cachelock import CacheLocked, cache_lock
-from tokentape._src.train.stage import cache_key, stage, stage_plan, stage_sources, stage_store
 from tokentape._src.util.faults import CRASH_ENV
 from tokentape._src.util.progress import Progress
-from tokentape.errors import ObjectStorageError, StoreChanged, StoreError
+from tokentape.errors import CacheLocked, ObjectStorageError, StoreChanged, StoreError
 
 pytestmark = pytest.mark.s3
 
 STAGE_SCRIPT = """\
 import json, sys
-from tokentape._src.train.stage import stage
+from tokentape._src.stage.stage import stage
 print("ready", flush=True)
 r = stage(sys.argv[1], sys.argv[2], workers=int(sys.argv[3]), range_bytes=int(sys.argv[4]))
 print(json.dumps({"downloaded": r.downloaded_bytes, "reused": r.reused_bytes,

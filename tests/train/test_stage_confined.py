@@ -27,10 +27,10 @@ from objstore import env_with_s3, new_bucket, s3_environment
 
 from tokentape._src.plan.plan import Plan
 from tokentape._src.program import main
+from tokentape._src.stage.stage import cache_key, stage
 from tokentape._src.store.tokenizers import load_tokenizer
 from tokentape._src.train.loader import Loader
 from tokentape._src.train.partition import BatchConfig
-from tokentape._src.train.stage import cache_key, stage
 from tokentape.errors import OutputError, StoreError
 
 pytestmark = pytest.mark.s3

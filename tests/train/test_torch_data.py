@@ -14,12 +14,8 @@ from torch.utils.data import DataLoader, default_collate  # noqa: E402
 
 from tokentape._src.plan.plan import resolve_plan  # noqa: E402
 from tokentape._src.plan.spec import load_plan_spec  # noqa: E402
-from tokentape._src.train import torch_data  # noqa: E402
-from tokentape._src.train.batch import Batcher  # noqa: E402
-from tokentape._src.train.loader import Loader  # noqa: E402
-from tokentape._src.train.partition import BatchConfig  # noqa: E402
-from tokentape._src.train.state import DataState  # noqa: E402
-from tokentape._src.train.torch_data import (  # noqa: E402
+from tokentape._src.torch import data as torch_data  # noqa: E402
+from tokentape._src.torch.data import (  # noqa: E402
     TapeBatchSampler,
     TapeDataset,
     TapeSampler,
@@ -27,6 +23,10 @@ from tokentape._src.train.torch_data import (  # noqa: E402
     collate,
     to_torch,
 )
+from tokentape._src.train.batch import Batcher  # noqa: E402
+from tokentape._src.train.loader import Loader  # noqa: E402
+from tokentape._src.train.partition import BatchConfig  # noqa: E402
+from tokentape._src.train.state import DataState  # noqa: E402
 from tokentape.errors import OutOfRangeError  # noqa: E402
 
 pytestmark = pytest.mark.torch

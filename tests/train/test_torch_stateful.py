@@ -16,13 +16,13 @@ from hypothesis import strategies as st  # noqa: E402
 
 from tokentape._src.plan.plan import resolve_plan  # noqa: E402
 from tokentape._src.plan.spec import load_plan_spec  # noqa: E402
-from tokentape._src.train.partition import BatchConfig  # noqa: E402
-from tokentape._src.train.torch_data import (  # noqa: E402
+from tokentape._src.torch.data import (  # noqa: E402
     TapeBatchSampler,
     TapeDataset,
     TapeSampler,
     collate,
 )
+from tokentape._src.train.partition import BatchConfig  # noqa: E402
 from tokentape.errors import ArgumentError  # noqa: E402
 
 pytestmark = pytest.mark.torch

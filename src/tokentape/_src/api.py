@@ -15,10 +15,9 @@ from tokentape._src.audit.locate import locate as _locate
 from tokentape._src.audit.replay import Replayed
 from tokentape._src.audit.replay import replay as _replay
 from tokentape._src.audit.runs import batching
-from tokentape._src.audit.verify import StoreReport, verify_paths
+from tokentape._src.objects.client import check_storage_options
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan
-from tokentape._src.store.objects import check_storage_options
 from tokentape._src.tokenize.driver import TokenizeSummary
 from tokentape._src.tokenize.driver import tokenize as _tokenize
 from tokentape._src.tokenize.job import MAX_WORKERS, TokenizeConfig
@@ -33,6 +32,7 @@ from tokentape._src.util.checks import (
     shown,
 )
 from tokentape._src.util.progress import ProgressCallback, check_callback
+from tokentape._src.verify.stores import StoreReport, verify_paths
 from tokentape.errors import ArgumentError
 
 PathArg = str | os.PathLike[str]

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tokentape._src.objects.client import is_url
 from tokentape._src.plan.open import MEGATRON
 from tokentape._src.plan.plan import Plan
 from tokentape._src.store.format import MANIFEST_NAME
-from tokentape._src.store.objects import is_url
 from tokentape._src.train.partition import BatchConfig
 from tokentape._src.train.state import BatchChange
 from tokentape._src.train.steplog import StepLog, StepRecord, scan_step_log

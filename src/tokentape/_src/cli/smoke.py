@@ -9,7 +9,7 @@ from tokentape._src.train.partition import BatchConfig
 from tokentape.errors import InputError, TokentapeError
 
 MAX_SMOKE_PROCESSES = 64
-"""Most processes ``smoke`` starts (``tokentape._src.train.smoke.MAX_PROCESSES``, without torch)."""
+"""Most processes ``smoke`` starts (``tokentape._src.torch.smoke.MAX_PROCESSES``, without torch)."""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -50,7 +50,7 @@ def cmd(args: argparse.Namespace) -> int:
             f"rank on this machine, at most {MAX_SMOKE_PROCESSES}"
         )
     try:  # torch is an optional extra: imported only by the command that needs it
-        smoke = importlib.import_module("tokentape._src.train.smoke")
+        smoke = importlib.import_module("tokentape._src.torch.smoke")
     except ImportError as exc:
         raise TokentapeError(f"smoke needs torch: pip install 'tokentape[torch]' ({exc})") from None
     config = BatchConfig(args.dp, args.micro, args.accum)

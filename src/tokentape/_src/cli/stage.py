@@ -8,7 +8,7 @@ import json
 from tokentape._src.cli.progress import terminal_bar
 from tokentape._src.cli.storage import add_storage_options
 from tokentape._src.plan.load import load_plan
-from tokentape._src.train.stage import (
+from tokentape._src.stage.stage import (
     DEFAULT_WAIT_S,
     DEFAULT_WORKERS,
     MAX_WORKERS,

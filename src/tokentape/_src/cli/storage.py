@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tokentape._src.store.objects import parse_storage_options
+from tokentape._src.objects.client import parse_storage_options
 from tokentape.errors import InputError
 
 STORAGE_HELP = (

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 
-from tokentape._src.audit.verify import DEFAULT_QUICK_BLOCKS, StoreReport, verify_paths
 from tokentape._src.cli.progress import terminal_bar
 from tokentape._src.cli.storage import add_storage_options
 from tokentape._src.util.checks import as_flag
 from tokentape._src.util.text import fmt_bytes, fmt_int
+from tokentape._src.verify.stores import DEFAULT_QUICK_BLOCKS, StoreReport, verify_paths
 
 EPILOG = """\
 checks (every mode):

@@ -37,6 +37,7 @@ import numpy as np
 from tokentape._src.megatron import format as megatron
 from tokentape._src.megatron.identity import file_keys, sidecar_paths, write_sidecar
 from tokentape._src.megatron.source import MEGATRON, MegatronSource
+from tokentape._src.objects.client import StorageOptions, check_storage_options, is_url
 from tokentape._src.store.atomic import fsync_dir, replace_directory, write_atomic
 from tokentape._src.store.format import (
     MANIFEST_NAME,
@@ -47,7 +48,6 @@ from tokentape._src.store.format import (
     sha256_stream,
 )
 from tokentape._src.store.lock import output_lock
-from tokentape._src.store.objects import StorageOptions, check_storage_options, is_url
 from tokentape._src.store.output import check_ours, discard_store, is_store_file
 from tokentape._src.store.reader import Source, TokenStream
 from tokentape._src.store.remote import RemoteSource

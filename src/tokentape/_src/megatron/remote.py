@@ -51,7 +51,7 @@ from tokentape._src.megatron.source import (
     Vocabulary,
     id_range_problem,
 )
-from tokentape._src.store.objects import (
+from tokentape._src.objects.client import (
     ObjectInfo,
     ObjectStore,
     StorageOptions,

@@ -12,8 +12,7 @@ from pathlib import Path
 from tokentape._src.megatron.format import is_prefix
 from tokentape._src.megatron.remote import RemoteMegatronSource
 from tokentape._src.megatron.source import MEGATRON, MegatronSource
-from tokentape._src.store.format import MANIFEST_NAME
-from tokentape._src.store.objects import (
+from tokentape._src.objects.client import (
     StorageOptions,
     check_storage_options,
     is_url,
@@ -21,6 +20,7 @@ from tokentape._src.store.objects import (
     object_store,
     redact,
 )
+from tokentape._src.store.format import MANIFEST_NAME
 from tokentape._src.store.reader import Source, TokenStream
 from tokentape._src.store.remote import FetchConfig, RemoteSource
 from tokentape._src.util.checks import check_int, check_optional_text, check_path, shown

@@ -27,6 +27,7 @@ from tokentape._src.megatron.format import DTYPE_NAMES, INTEGER_CODES
 from tokentape._src.megatron.identity import MegatronRecord
 from tokentape._src.megatron.remote import RemoteMegatronSource
 from tokentape._src.megatron.source import MegatronSource
+from tokentape._src.objects.client import is_url, object_store
 from tokentape._src.plan.open import (
     FORMATS,
     MEGATRON,
@@ -45,7 +46,6 @@ from tokentape._src.plan.spec import (
 )
 from tokentape._src.store.atomic import write_atomic
 from tokentape._src.store.format import Manifest
-from tokentape._src.store.objects import is_url, object_store
 from tokentape._src.store.reader import Source, SourceManifest, TokenStream
 from tokentape._src.store.remote import (
     FetchConfig,

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tokentape._src.objects.client import check_storage_options, is_url, secret_keys
 from tokentape._src.plan.open import FORMATS, TOKENTAPE
-from tokentape._src.store.objects import check_storage_options, is_url, secret_keys
 from tokentape._src.tape.blend import (
     MAX_DENOMINATOR,
     MAX_POSITION,

@@ -15,23 +15,13 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import BinaryIO
 
-from tokentape.errors import OutputError
+from tokentape.errors import WriteFailed
 
 RENAME_EXCHANGE = 2
 """``renameat2`` flag (Linux >= 3.15, glibc >= 2.28): swap two names in one step."""
 AT_FDCWD = -100
 UNSUPPORTED = {errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP}
 """What ``renameat2`` answers where the kernel or the file system cannot exchange names."""
-
-
-class WriteFailed(OutputError, OSError):
-    """Writing a file failed (no space, no permission, the destination is a directory, ...).
-
-    The message names the destination, never a temporary name. It is an ``OSError`` too (with
-    ``filename`` the destination), so callers that fall back on ``OSError`` keep working."""
-
-    def __str__(self) -> str:
-        return f"'{self.filename}': {self.strerror}"
 
 
 def _failed(exc: OSError, final: Path) -> WriteFailed:

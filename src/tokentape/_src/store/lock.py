@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tokentape.errors import OutputError
+from tokentape.errors import OutputError, OutputLocked
 
 try:
     import fcntl
@@ -40,10 +40,6 @@ except ImportError:  # not a POSIX system: no flock
 HOLDER_WAIT_S = 2.0
 """How long a refused writer waits for the holder to record itself before saying it cannot
 tell who holds the lock."""
-
-
-class OutputLocked(OutputError):
-    """Another process is writing the same output; the message names it."""
 
 
 def lock_path(out: str | os.PathLike[str]) -> Path:

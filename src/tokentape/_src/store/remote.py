@@ -8,7 +8,7 @@ GETs on a bounded pool (``concurrency`` requests in flight); ``windows_into`` th
 those fetches, waiting only for what has not arrived. Fetched ranges are kept in a cache of at
 most ``cache_bytes`` (least recently used go first). A range that covers a whole hash block of
 a shard (``ShardInfo.block_sha256``) is checked against its hash before it is used; the rest
-is checked by its length (a body cut short is retried, ``store.objects``). Document starts (for
+is checked by its length (a body cut short is retried, ``objects.client``). Document starts (for
 segments, replay and locate) are read whole, one ``.idx.npy`` per shard, on first use.
 
 Every shard's size and version (ETag) are looked at (one HEAD) before its first range is read:
@@ -33,16 +33,7 @@ from functools import cached_property
 
 import numpy as np
 
-from tokentape._src.store.format import (
-    MANIFEST_NAME,
-    Manifest,
-    ShardInfo,
-    block_record_problem,
-    numpy_dtype,
-    store_files,
-)
-from tokentape._src.store.format import parse_manifest as parse_manifest_text
-from tokentape._src.store.objects import (
+from tokentape._src.objects.client import (
     ObjectInfo,
     ObjectStore,
     StorageOptions,
@@ -52,6 +43,15 @@ from tokentape._src.store.objects import (
     parent,
     redact,
 )
+from tokentape._src.store.format import (
+    MANIFEST_NAME,
+    Manifest,
+    ShardInfo,
+    block_record_problem,
+    numpy_dtype,
+    store_files,
+)
+from tokentape._src.store.format import parse_manifest as parse_manifest_text
 from tokentape._src.store.reader import (
     INDEX_DTYPE,
     TokenStream,

@@ -38,6 +38,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from tokentape._src.objects.client import ObjectInfo, ObjectStore, join, redact
 from tokentape._src.store.format import (
     MANIFEST_NAME,
     Manifest,
@@ -47,7 +48,6 @@ from tokentape._src.store.format import (
     read_manifest,
     store_files,
 )
-from tokentape._src.store.objects import ObjectInfo, ObjectStore, join, redact
 from tokentape._src.store.output import is_store_file
 from tokentape._src.store.safedir import check_directory
 from tokentape._src.util.faults import crashpoint

@@ -35,7 +35,7 @@ from typing import overload
 
 import numpy as np
 
-from tokentape.errors import ArgumentError, OutOfRangeError
+from tokentape.errors import ArgumentError, ArgumentTypeError, IndexOutOfRange
 
 KERNEL_ABI = 2
 """The compiled module's interface version this code calls (``ABI`` in ``_cwalk.c``)."""
@@ -75,14 +75,6 @@ NARROW_HALF_BITS = 16
 """Up to this half width (n <= 2**32) the network runs on 32-bit words, twice as fast."""
 
 _MASK64 = (1 << 64) - 1
-
-
-class ArgumentTypeError(ArgumentError, TypeError):
-    """An argument of the wrong type (also a ``TypeError``, as a caller would expect)."""
-
-
-class IndexOutOfRange(OutOfRangeError, ValueError):
-    """An index outside [0, n): also the ``ValueError`` this module raised before."""
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tokentape._src.objects.client import is_url, object_store
 from tokentape._src.store.atomic import replace_directory, write_atomic
 from tokentape._src.store.format import (
     MANIFEST_NAME,
@@ -56,7 +57,6 @@ from tokentape._src.store.format import (
     numpy_dtype,
 )
 from tokentape._src.store.lock import output_lock
-from tokentape._src.store.objects import is_url, object_store
 from tokentape._src.store.output import WORK_DIR, clear_out, discard_store
 from tokentape._src.store.safedir import made_directory
 from tokentape._src.store.tokenizers import (

@@ -73,7 +73,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import zstandard
 
-from tokentape._src.store.objects import is_url
+from tokentape._src.objects.client import is_url
 from tokentape._src.tokenize import remote_inputs, streams
 from tokentape._src.util.text import is_utf8
 from tokentape.errors import InputError

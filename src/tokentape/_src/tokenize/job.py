@@ -16,6 +16,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from tokentape._src.objects.client import check_storage_options
 from tokentape._src.store.confine import open_inside
 from tokentape._src.store.format import (
     FORMAT_VERSION,
@@ -24,7 +25,6 @@ from tokentape._src.store.format import (
     numpy_dtype,
     parse_manifest,
 )
-from tokentape._src.store.objects import check_storage_options
 from tokentape._src.store.output import (
     JOB_FILE,
     WORK_DIR,

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, BinaryIO
 
-from tokentape._src.store.objects import ObjectInfo, ObjectStore, object_store, redact
+from tokentape._src.objects.client import ObjectInfo, ObjectStore, object_store, redact
 from tokentape.errors import InputError
 
 _GLOB_CHARS = frozenset("*?[")

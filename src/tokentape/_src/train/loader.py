@@ -8,7 +8,7 @@ next ``prefetch`` steps; a change of batch shape drops them (they are never trai
 
 ``commit()`` commits exactly the step ``step()`` handed out — with that step's shape, even if
 ``set_config()`` was called in between (the new shape starts with the next step). A commit with
-no step outstanding is refused. numpy arrays out of the box; ``tokentape._src.train.torch_data``
+no step outstanding is refused. numpy arrays out of the box; ``tokentape._src.torch.data``
 turns them into (pinned) torch tensors.
 """
 
@@ -27,13 +27,13 @@ import numpy as np
 
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan
+from tokentape._src.stage.stage import stage_plan
 from tokentape._src.store.remote import FetchConfig, FetchStats, total_stats
 from tokentape._src.tape.resolve import Resolved
 from tokentape._src.train.ahead import ResolveAhead, StepShape
 from tokentape._src.train.batch import Batch, Batcher
 from tokentape._src.train.logwriter import StepLogWriter
 from tokentape._src.train.partition import BatchConfig, positions_for
-from tokentape._src.train.stage import stage_plan
 from tokentape._src.train.state import DataState
 from tokentape._src.util.checks import check_flag, check_path, shown
 from tokentape.errors import ArgumentError, PlanError, TokentapeError

@@ -1,6 +1,6 @@
 """The checks ``tokentape verify`` runs on a Megatron prefix in object storage.
 
-As on local disk (``megatron.verify``), but the recorded identity is the sidecar object beside
+As on local disk (``verify.megatron``), but the recorded identity is the sidecar object beside
 the prefix (``megatron.remote``). A full check reads both objects once (the ``.idx`` whole and
 parsed in full, the ``.bin`` in ranged GETs), compares what it computes with a sidecar current
 for the objects (same sizes and versions) if there is one, and, when the bytes are as recorded
@@ -33,7 +33,8 @@ from tokentape._src.megatron.remote import (
     sidecar_url,
     write_sidecar,
 )
-from tokentape._src.megatron.verify import (
+from tokentape._src.objects.client import ObjectStore
+from tokentape._src.verify.megatron import (
     Chooser,
     MegatronCheck,
     against_record,
@@ -41,7 +42,6 @@ from tokentape._src.megatron.verify import (
     plan_problems,
     union,
 )
-from tokentape._src.store.objects import ObjectStore
 from tokentape.errors import TokentapeError
 
 

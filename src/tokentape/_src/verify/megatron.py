@@ -15,7 +15,7 @@
   answers the last without a second read of ``.bin``; the document ends are read only when it
   does not (to name the first offending document).
 
-The result is plain data (``MegatronCheck``); ``audit.verify`` turns it into its report.
+The result is plain data (``MegatronCheck``); ``verify.stores`` turns it into its report.
 """
 
 from __future__ import annotations

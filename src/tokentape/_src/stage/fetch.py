@@ -8,7 +8,7 @@ appended to ``.FILE.ok`` (fsynced): that record is what a resumed stage trusts, 
 else. A file whose every block is recorded is renamed to its name. A block or file that does
 not match is fetched again, up to the retry budget, then a ``StoreError`` names the object and
 the block. The first failure stops the other tasks; what was verified stays for the next run.
-(``train.stage`` documents the cache layout.)
+(``stage.stage`` documents the cache layout.)
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from functools import partial
 
+from tokentape._src.objects.client import ObjectStore, join
 from tokentape._src.store.format import (
     Manifest,
     ShardInfo,
     block_record_problem,
     sha256_stream,
 )
-from tokentape._src.store.objects import ObjectStore, join
 from tokentape._src.store.remote import idx_check
 from tokentape._src.store.safedir import SafeDir
 from tokentape._src.store.tokenizers import tokenizer_from_manifest

@@ -8,13 +8,13 @@ entry per document), the end-of-document id at every document end, the manifest'
 its content hash. Shards are read in chunks and through memory maps, never whole into memory.
 
 A store at an object URL (``s3://bucket/stores/web``, given directly or as a plan's source) is
-checked the same way through ranged GETs (``store.objects``, the plan's ``storage_options`` or
+checked the same way through ranged GETs (``objects.client``, the plan's ``storage_options`` or
 the ones given): streamed, never copied to disk. Its document index is read whole, and the
 end-of-document check reads each shard once more, in 8 MiB ranges, for the token at every
 document end, so ``--quick`` still reads every ``.bin`` of a store in a bucket once.
 
 A Megatron prefix (``PREFIX.bin`` + ``PREFIX.idx``, given directly or as a plan's source) is
-checked by ``audit.verify_megatron``: its structure, its bytes against the identity recorded in
+checked by ``verify.megatron``: its structure, its bytes against the identity recorded in
 its sidecar, and its ids and end-of-document ids where the vocabulary is known.
 """
 
@@ -35,9 +35,8 @@ from typing import Any, BinaryIO, Literal
 import numpy as np
 
 from tokentape._src.megatron.format import is_prefix
-from tokentape._src.megatron.remoteverify import check_remote_megatron, planned_remote_bytes
 from tokentape._src.megatron.source import MEGATRON
-from tokentape._src.megatron.verify import check_megatron, planned_bytes
+from tokentape._src.objects.client import ObjectStore, basename, is_url, join, object_store
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.open import detect_remote_format
 from tokentape._src.store.confine import inside_problem, open_directory, open_inside
@@ -54,11 +53,12 @@ from tokentape._src.store.format import (
     sha256_stream,
     shard_name,
 )
-from tokentape._src.store.objects import ObjectStore, basename, is_url, join, object_store
 from tokentape._src.store.remote import remote_manifest_text
 from tokentape._src.store.tokenizers import STORED_NAMES
 from tokentape._src.util.checks import as_parameter, is_int
 from tokentape._src.util.progress import ProgressCallback, check_callback, tally
+from tokentape._src.verify.megatron import check_megatron, planned_bytes
+from tokentape._src.verify.megatron_remote import check_remote_megatron, planned_remote_bytes
 from tokentape.errors import ArgumentError, InputError, TokentapeError
 
 DEFAULT_QUICK_BLOCKS = 4
@@ -440,7 +440,7 @@ def check_megatron_target(
     blocks: int = DEFAULT_QUICK_BLOCKS,
     progress: Progress | None = None,
 ) -> StoreReport:
-    """Verify a Megatron prefix (see ``audit.verify_megatron``)."""
+    """Verify a Megatron prefix (see ``verify.megatron``)."""
     started = time.monotonic()
     chooser = _chooser(target.path, blocks)
     tell = None if progress is None else _megatron_progress(progress)

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tokentape._src.store.safedir import SafeDir
-from tokentape.errors import OutputError
+from tokentape.errors import CacheLocked, OutputError
 
 try:
     import fcntl
@@ -37,10 +37,6 @@ except ImportError:  # not a POSIX system: no flock
 
 POLL_S = 0.05
 """How often a waiting process tries the lock again."""
-
-
-class CacheLocked(OutputError):
-    """Another process held a stage cache's lock for longer than the wait allowed."""
 
 
 def _try(fd: int, path: Path) -> bool:

@@ -44,7 +44,7 @@ back); a file whose keys changed (or every file, with ``verify``) is hashed agai
 kept. Not seen without ``verify``: bytes changed beneath the file system (a failing disk, a
 write to the raw device).
 
-How a store is staged, under the lock (``train.cachelock``: a node's other ranks wait for the
+How a store is staged, under the lock (``stage.cachelock``: a node's other ranks wait for the
 stager, then find its result):
 
 1. A staged store whose manifest has the wanted content hash (the plan's, else the remote
@@ -53,7 +53,7 @@ stager, then find its result):
 2. Otherwise the remote manifest is read and checked (a plan's source must still have the
    content hash the plan recorded: else ``StoreChanged``); the files are listed once and their
    sizes checked against the manifest.
-3. (``train.stagefetch``) Each ``.bin`` is fetched with parallel ranged GETs (``workers``
+3. (``stage.fetch``) Each ``.bin`` is fetched with parallel ranged GETs (``workers``
    threads; consecutive blocks grouped up to ``range_bytes`` per request) and every block is
    checked against the manifest's ``block_sha256`` as it arrives; the ``.idx.npy`` and the
    tokenizer copy are checked whole (``idx_sha256``; the tokenizer's fingerprint). A block
@@ -88,19 +88,7 @@ from tokentape._src.megatron.identity import (
     sidecar_bytes,
 )
 from tokentape._src.megatron.remote import current_identity as remote_identity
-from tokentape._src.plan.load import load_plan
-from tokentape._src.plan.open import MEGATRON, TOKENTAPE
-from tokentape._src.plan.plan import Plan, expected_index_hash
-from tokentape._src.store.atomic import replace_entry
-from tokentape._src.store.format import (
-    MANIFEST_NAME,
-    Manifest,
-    ShardInfo,
-    numpy_dtype,
-    parse_manifest,
-    read_manifest_text,
-)
-from tokentape._src.store.objects import (
+from tokentape._src.objects.client import (
     ObjectInfo,
     ObjectStore,
     Retry,
@@ -111,10 +99,22 @@ from tokentape._src.store.objects import (
     object_store,
     parent,
 )
+from tokentape._src.plan.load import load_plan
+from tokentape._src.plan.open import MEGATRON, TOKENTAPE
+from tokentape._src.plan.plan import Plan, expected_index_hash
+from tokentape._src.stage.cachelock import cache_lock
+from tokentape._src.stage.fetch import Job, download, fetch_files, file_problem
+from tokentape._src.store.atomic import replace_entry
+from tokentape._src.store.format import (
+    MANIFEST_NAME,
+    Manifest,
+    ShardInfo,
+    numpy_dtype,
+    parse_manifest,
+    read_manifest_text,
+)
 from tokentape._src.store.remote import list_store, remote_manifest_text
 from tokentape._src.store.safedir import SafeDir
-from tokentape._src.train.cachelock import cache_lock
-from tokentape._src.train.stagefetch import Job, download, fetch_files, file_problem
 from tokentape._src.util.checks import check_count, check_path
 from tokentape._src.util.progress import ProgressCallback, check_callback
 from tokentape.errors import ArgumentError, PlanError, StoreChanged, StoreError

@@ -76,7 +76,7 @@ from tokentape._src.plan.spec import load_plan_spec
 from tokentape._src.program import main as cli_main
 from tokentape._src.store.atomic import write_atomic
 from tokentape._src.store.format import MANIFEST_NAME, Manifest, content_hash, read_manifest
-from tokentape._src.store.reader import open_source
+from tokentape._src.store.reader import Source
 from tokentape._src.store.tokenizers import ByteTokenizer, tokenizer_manifest
 from tokentape._src.store.writer import ShardWriter
 from tokentape._src.train.batch import Batcher
@@ -328,7 +328,7 @@ def pick_docs(plan: Plan) -> list[tuple[str, int, str]]:
     """(source, doc, label): a short web document, the longest web and code documents."""
     picked = []
     for name in ("web", "code"):
-        src = open_source(next(s.path for s in plan.sources if s.name == name))
+        src = Source(next(s.path for s in plan.sources if s.name == name))
         lengths = np.diff(np.append(src.doc_starts, src.n_tokens))
         if name == "web":
             short = int(np.flatnonzero((lengths >= 300) & (lengths <= 600))[0])
@@ -363,7 +363,7 @@ def main(argv: list[str] | None = None) -> None:
     _, plan_json, built = build(args.out, tokens)
     plan = load_plan(plan_json)  # what the commands read
     schedule = Schedule.uniform(BatchConfig(1, BATCH, 1))
-    stores = {s.name: open_source(s.path) for s in plan.sources}
+    stores = {s.name: Source(s.path) for s in plan.sources}
     for s in plan.sources:
         src = stores[s.name]
         lengths = np.diff(np.append(src.doc_starts, src.n_tokens))

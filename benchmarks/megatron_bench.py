@@ -257,7 +257,7 @@ def generate_corpora(root: Path) -> Data:
     from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
     from tokentape._src.corpora import write_builtin_corpora
-    from tokentape._src.store.reader import open_source
+    from tokentape._src.store.reader import Source
     from tokentape._src.tokenize.driver import tokenize
     from tokentape._src.tokenize.job import TokenizeConfig
 
@@ -268,7 +268,7 @@ def generate_corpora(root: Path) -> Data:
         out = store_dir(root, name)
         config = TokenizeConfig(inputs=(str(dirs[name]),), out=str(out), tokenizer="bytes")
         tokenize(config)
-        src = open_source(out)
+        src = Source(out)
         vocab, eod = src.manifest.vocab_size, src.eod_id
         prefix = megatron_prefix(root, name)
         prefix.parent.mkdir(parents=True, exist_ok=True)
@@ -738,11 +738,11 @@ def bench_access(
 
 def check_same_tokens(root: Path, data: Data, in_place: bool) -> str:
     """The Megatron prefixes and the tokentape stores hold the same token stream."""
-    from tokentape._src.store.reader import open_source
+    from tokentape._src.store.reader import Source
 
     for name, n_tokens in zip(data.names, data.n_tokens, strict=True):
         bin_tokens = np.memmap(f"{megatron_prefix(root, name)}.bin", dtype=np.uint16, mode="r")
-        src = open_source(store_dir(root, name))
+        src = Source(store_dir(root, name))
         assert len(bin_tokens) == src.n_tokens == n_tokens, name
         for a in range(0, n_tokens, 2**24):
             b = min(n_tokens, a + 2**24)

@@ -32,9 +32,9 @@ if TYPE_CHECKING:
     from tokentape._src.api import locate, replay, tokenize, verify
     from tokentape._src.megatron.source import MegatronSource
     from tokentape._src.plan.load import load_plan
-    from tokentape._src.plan.open import open_store
+    from tokentape._src.plan.open import open_source
     from tokentape._src.plan.plan import Plan
-    from tokentape._src.store.reader import Source, open_source
+    from tokentape._src.store.reader import Source
     from tokentape._src.store.remote import FetchConfig
     from tokentape._src.tokenize.driver import TokenizeSummary
     from tokentape._src.train.batch import Batch
@@ -46,10 +46,9 @@ if TYPE_CHECKING:
 _LAZY = {
     "MegatronSource": "tokentape._src.megatron.source",
     "load_plan": "tokentape._src.plan.load",
-    "open_store": "tokentape._src.plan.open",
+    "open_source": "tokentape._src.plan.open",
     "Plan": "tokentape._src.plan.plan",
     "Source": "tokentape._src.store.reader",
-    "open_source": "tokentape._src.store.reader",
     "FetchConfig": "tokentape._src.store.remote",
     "Batch": "tokentape._src.train.batch",
     "Loader": "tokentape._src.train.loader",
@@ -111,7 +110,6 @@ __all__ = [
     "load_plan",
     "locate",
     "open_source",
-    "open_store",
     "replay",
     "tokenize",
     "verify",

@@ -182,8 +182,7 @@ VALID: dict[str, Args] = {
         "plan": c.plan, "source": "math", "doc": 1, "global_batch": 4, "dp": None,
         "micro": None, "accum": None, "step_log": None, "until_step": 3,
     },
-    "tokentape.open_source": lambda c: {"path": c.stores / "stores" / "web"},
-    "tokentape.open_store": lambda c: {
+    "tokentape.open_source": lambda c: {
         "path": c.stores / "stores" / "web", "format": "tokentape", "vocab_size": 257,
         "eod_id": 256, "tokenizer": None, "progress": _progress, "storage_options": {},
         "fetch": tokentape.FetchConfig(),

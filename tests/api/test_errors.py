@@ -157,7 +157,7 @@ def test_a_damaged_manifest_or_shard_raises_store_error(tmp_path):
         tokentape.open_source(store)
     _roundtrip(info.value)
     with pytest.raises(StoreError, match="no such directory"):
-        tokentape.open_store(tmp_path / "nowhere")
+        tokentape.open_source(tmp_path / "nowhere")
 
 
 # --- PlanError ----------------------------------------------------------------------------------

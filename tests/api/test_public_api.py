@@ -19,7 +19,7 @@ import tokentape
 PUBLIC_MODULES = ["tokentape", "tokentape.torch", "tokentape.megatron"]
 EXPECTED = {
     "load_plan", "Plan", "Loader", "BatchConfig", "DataState", "Step", "Batch", "open_source",
-    "open_store", "Source", "MegatronSource", "tokenize", "TokenizeSummary", "replay", "locate",
+    "Source", "MegatronSource", "tokenize", "TokenizeSummary", "replay", "locate",
     "verify", "__version__", "TokentapeError",
 }  # fmt: skip
 

@@ -23,7 +23,7 @@ from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan, resolve_plan
 from tokentape._src.plan.spec import parse_plan
 from tokentape._src.program import main
-from tokentape._src.store.reader import Source, open_source
+from tokentape._src.store.reader import Source
 from tokentape._src.tokenize.driver import tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
 from tokentape._src.train.loader import Loader
@@ -105,7 +105,7 @@ def plan(root: Path) -> Plan:
 
 @pytest.fixture(scope="module")
 def stores(plan: Plan) -> list[Source]:
-    return [open_source(s.path) for s in plan.sources]
+    return [Source(s.path) for s in plan.sources]
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from tokentape._src.audit.replay import replay, top_documents
 from tokentape._src.audit.runs import log_schedule
 from tokentape._src.plan.load import load_plan
 from tokentape._src.program import main
-from tokentape._src.store.reader import open_source
+from tokentape._src.store.reader import Source
 from tokentape._src.train.batch import Batcher
 from tokentape._src.train.loader import Loader, hash_dtype
 from tokentape._src.train.partition import BatchConfig
@@ -89,7 +89,7 @@ def test_top_documents_equal_a_brute_force_count(run):
     _plan_path, plan, log, given = run
     schedule = log_schedule(str(log), plan)
     batcher = Batcher(plan, hash_dtype(plan))
-    stores = [open_source(s.path) for s in plan.sources]
+    stores = [Source(s.path) for s in plan.sources]
     tape = plan.tape()
     for step in range(len(given)):
         r = replay(plan, step, schedule, batcher)
@@ -119,7 +119,7 @@ def test_cli_json_lists_every_position_with_its_documents_and_hash(run, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["log_tokens_hash_matches"] is True
     assert (out["dp"], out["micro"], out["accum"], out["global_batch"]) == (3, 1, 2, 6)
-    stores = {s.name: open_source(s.path) for s in plan.sources}
+    stores = {s.name: Source(s.path) for s in plan.sources}
     got = {}
     for p in out["positions"]:
         window = stores[p["source"]].window(p["sample"], plan.seq_len)
@@ -210,7 +210,7 @@ def test_a_document_starting_on_a_windows_last_token_is_listed(run):
     tape = plan.tape()
     checked = 0
     for d, spec in enumerate(plan.sources):
-        store = open_source(spec.path)
+        store = Source(spec.path)
         starts = store.doc_starts
         aligned = starts[(starts % plan.seq_len == 0) & (starts >= plan.seq_len)]
         for start in aligned.tolist():

@@ -13,7 +13,7 @@ from helpers import small_plan_json
 from tokentape._src.audit.replay import EOD_MARK, eod_offsets, replay, window_text
 from tokentape._src.plan.load import load_plan
 from tokentape._src.program import main
-from tokentape._src.store.reader import open_source
+from tokentape._src.store.reader import Source
 from tokentape._src.train.batch import Batcher
 from tokentape._src.train.loader import Loader, hash_dtype
 from tokentape._src.train.partition import BatchConfig
@@ -43,7 +43,7 @@ def run(tmp_path_factory):
             lo.commit()
     for lo in loaders:
         lo.close()
-    stores = {s.name: open_source(s.path) for s in plan.sources}
+    stores = {s.name: Source(s.path) for s in plan.sources}
     return plan_path, plan, log, given, stores
 
 

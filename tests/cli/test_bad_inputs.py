@@ -32,7 +32,7 @@ from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import index_hash, resolve_plan
 from tokentape._src.plan.spec import load_plan_spec
 from tokentape._src.program import main
-from tokentape._src.store.reader import open_source
+from tokentape._src.store.reader import Source
 from tokentape._src.tape.permutation import Permutation
 from tokentape._src.train.batch import Batcher
 from tokentape._src.train.loader import Loader
@@ -857,14 +857,14 @@ CASES: list[Case] = [
     api("load_plan-missing", lambda w: load_plan(w / "nope.json"), TokentapeError, "nope.json"),
     api("load_plan-directory", lambda w: load_plan(w / "stores"), TokentapeError, "stores"),
     api("load_plan-toml", lambda w: load_plan(w / "mix.toml"), TokentapeError, "mix.toml"),
-    api("open_source-missing", lambda w: open_source(w / "nope"), TokentapeError, "nope"),
-    api("open_source-window-neg", lambda w: open_source(w / "stores/web").window(-1, 8),
+    api("open_source-missing", lambda w: Source(w / "nope"), TokentapeError, "nope"),
+    api("open_source-window-neg", lambda w: Source(w / "stores/web").window(-1, 8),
         OutOfRangeError, "-1"),
-    api("open_source-doc-neg", lambda w: open_source(w / "stores/web").doc(-1), OutOfRangeError,
+    api("open_source-doc-neg", lambda w: Source(w / "stores/web").doc(-1), OutOfRangeError,
         "-1"),
-    api("open_source-doc-huge", lambda w: open_source(w / "stores/web").doc(10**6),
+    api("open_source-doc-huge", lambda w: Source(w / "stores/web").doc(10**6),
         OutOfRangeError, "1000000"),
-    api("open_source-idx-corrupt", lambda w: open_source(w / "stores/web").doc(0), TokentapeError,
+    api("open_source-idx-corrupt", lambda w: Source(w / "stores/web").doc(0), TokentapeError,
         "part-00000", edit=_save_idx("stores/web/part-00000.idx.npy", [5, 3, 1])),
     api("log_schedule-hash-newline", lambda w: log_schedule(str(w / "steps.jsonl"), _plan(w)),
         TokentapeError, "later plan", edit=edit_line(2, lambda d: d.update(index_hash="a\nb"))),

@@ -20,7 +20,7 @@ from helpers import make_documents, tree_bytes, wait_for, write_jsonl
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tokentape._src.plan.open import open_store
+from tokentape._src.plan.open import open_source
 from tokentape._src.program import main
 from tokentape._src.store.lock import lock_path, output_lock
 from tokentape.errors import OutputLocked, TokentapeError
@@ -525,7 +525,7 @@ def test_a_prefix_install_killed_between_its_renames_is_made_whole_by_the_next_c
     if whole == "old":
         assert pair() == old
     else:
-        assert pair() != old and open_store(prefix, vocab_size=257, eod_id=256).n_docs > 0
+        assert pair() != old and open_source(prefix, vocab_size=257, eod_id=256).n_docs > 0
     assert [n for n in os.listdir(prefix.parent) if ".tokentape-" in n and "-old-" in n] == []
     done = subprocess.run([*argv, str(prefix), "--overwrite"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -544,13 +544,13 @@ def test_a_rerun_never_calls_complete_a_store_whose_tokenizer_copy_is_a_link(
     os.replace(out / "tokenizer.json", outside)
     (out / "tokenizer.json").symlink_to(outside)
     with pytest.raises(TokentapeError, match="symbolic link"):
-        open_store(out)
+        open_source(out)
     capsys.readouterr()
     assert main(argv) == 2
     line = one_line_error(capsys)
     assert "damaged" in line and "symbolic link" in line and "--overwrite" in line, line
     assert main([*argv, "--overwrite"]) == 0
-    assert open_store(out).n_docs == 50
+    assert open_source(out).n_docs == 50
 
 
 @pytest.mark.parametrize("target", ["copy", "absent"])
@@ -566,7 +566,7 @@ def test_a_rerun_never_calls_complete_a_store_whose_manifest_is_a_link(target, t
     line = one_line_error(capsys)
     assert "manifest.json: the manifest is a symbolic link" in line and "--overwrite" in line
     assert main([*argv, "--overwrite"]) == 0
-    assert open_store(out).n_docs == 50 and not (out / "manifest.json").is_symlink()
+    assert open_source(out).n_docs == 50 and not (out / "manifest.json").is_symlink()
     assert outside.exists()  # the link was replaced, not what it pointed to
 
 

@@ -23,7 +23,7 @@ from tokentape._src.megatron.format import MegatronWriter
 from tokentape._src.megatron.source import MegatronSource
 from tokentape._src.program import main
 from tokentape._src.store.format import sha256_stream
-from tokentape._src.store.reader import open_source
+from tokentape._src.store.reader import Source
 from tokentape._src.store.writer import ShardWriter
 from tokentape.errors import ArgumentError
 
@@ -149,7 +149,7 @@ def test_an_interrupted_overwrite_from_megatron_keeps_the_old_store(
     store = tmp_path / "stores" / "web"
     assert cli(capsys, "convert", "--from", "megatron", tmp_path / "old", store, *FROM_ARGS)[0] == 0
     old = snapshot(store)
-    old_hash = open_source(store).manifest.content_hash
+    old_hash = Source(store).manifest.content_hash
     before = sorted(os.listdir(store.parent))
 
     def convert_from(prefix: str) -> tuple[int, str, str]:
@@ -168,7 +168,7 @@ def test_an_interrupted_overwrite_from_megatron_keeps_the_old_store(
     # Each time: the old store untouched and still good, nothing left beside it.
     assert snapshot(store) == old and sorted(os.listdir(store.parent)) == before
     assert cli(capsys, "verify", store)[0] == 0
-    assert open_source(store).manifest.content_hash == old_hash
+    assert Source(store).manifest.content_hash == old_hash
 
     assert convert_from("new")[0] == 0
     fresh = tmp_path / "fresh"
@@ -233,7 +233,7 @@ def test_part_of_a_store_is_replaced_only_with_overwrite(tmp_path, capsys):
     assert code == 2 and "pass --overwrite" in one_line_error(err)
     assert snapshot(out) == before
     assert cli(capsys, *args, "--overwrite")[0] == 0
-    assert open_source(out).n_docs == len(docs_of(5))
+    assert Source(out).n_docs == len(docs_of(5))
 
 
 def test_a_lone_shard_file_is_not_ours_to_replace(tmp_path, capsys):

@@ -42,11 +42,11 @@ from tokentape._src.megatron import source as megatron_source
 from tokentape._src.megatron.format import MegatronWriter, read_index
 from tokentape._src.megatron.source import MegatronSource
 from tokentape._src.plan.load import load_plan
-from tokentape._src.plan.open import open_store
+from tokentape._src.plan.open import open_source
 from tokentape._src.plan.plan import resolve_plan
 from tokentape._src.plan.spec import parse_plan
 from tokentape._src.program import main
-from tokentape._src.store.reader import open_source
+from tokentape._src.store.reader import Source
 from tokentape._src.train.batch import Batcher
 from tokentape._src.train.loader import Loader
 from tokentape._src.train.partition import BatchConfig
@@ -93,17 +93,17 @@ def test_empty_and_tiny_datasets(tmp_path):
 def test_open_store_detects_the_format_and_needs_a_vocabulary(tmp_path):
     build(tmp_path / "m", random_docs(1, 5, 257, 256), np.uint16)
     write_store(tmp_path / "store", [[1, 2, 3]], shard_tokens=100)
-    assert type(open_store(tmp_path / "m", vocab_size=257, eod_id=256)).__name__ == (
+    assert type(open_source(tmp_path / "m", vocab_size=257, eod_id=256)).__name__ == (
         "MegatronSource"
     )
-    assert open_store(tmp_path / "m", tokenizer="bytes").eod_id == 256
-    assert type(open_store(tmp_path / "store")).__name__ == "Source"
+    assert open_source(tmp_path / "m", tokenizer="bytes").eod_id == 256
+    assert type(open_source(tmp_path / "store")).__name__ == "Source"
     with pytest.raises(TokentapeError, match="records no vocabulary: give vocab_size"):
-        open_store(tmp_path / "m")
+        open_source(tmp_path / "m")
     with pytest.raises(TokentapeError, match=r"without \.bin"):
-        open_store(tmp_path / "m.bin", vocab_size=257, eod_id=256)
+        open_source(tmp_path / "m.bin", vocab_size=257, eod_id=256)
     with pytest.raises(TokentapeError, match="eod_id 300 differs from the tokenizer's"):
-        open_store(tmp_path / "m", eod_id=300, tokenizer="bytes")
+        open_source(tmp_path / "m", eod_id=300, tokenizer="bytes")
 
 
 # --- a plan with Megatron sources -------------------------------------------------------------
@@ -164,7 +164,7 @@ def test_a_plan_mixing_stores_and_megatron_data_reads_the_expected_windows(mixed
     assert [s.format for s in plan.sources] == ["tokentape", "megatron", "megatron"]
     assert [s.dtype for s in plan.sources] == ["uint16", "uint16", "int32"]
     assert [s.n_tokens for s in plan.sources[1:]] == [len(stream_of(docs[n])) for n in docs]
-    store = open_source(root / "store")
+    store = Source(root / "store")
     streams = [store.tokens(0, store.n_tokens), stream_of(docs["mega"]), stream_of(docs["mega2"])]
     positions = np.arange(64)
     batch = Batcher(plan).batch(positions)
@@ -216,7 +216,7 @@ def test_the_index_hash_covers_every_byte_and_the_identity_is_cached(mixed, monk
     assert len({h0, h1, h2}) == 3
     plan2 = resolve_plan(parse_plan(PLAN, "mix.toml", str(root)), "mix.toml")
     positions = np.arange(40)
-    store = open_source(root / "store")
+    store = Source(root / "store")
     streams = [store.tokens(0, store.n_tokens), stream_of(docs["mega"]), stream_of(docs["mega2"])]
     assert np.array_equal(
         Batcher(plan2).batch(positions).tokens, expected_rows(plan2, streams, positions)
@@ -265,7 +265,7 @@ def test_from_megatron_with_a_tokenizer_and_append_eod(tmp_path, capsys):
         "--append-eod",
     )
     assert code == 0
-    src = open_source(out)
+    src = Source(out)
     assert [src.decode(src.doc(i)).encode() for i in range(src.n_docs)] == text
     assert src.tokens(0, src.n_tokens).tolist().count(256) == 3
     assert src.manifest.tokenizer["kind"] == "bytes"

@@ -31,7 +31,7 @@ from helpers import (
 
 from tokentape._src.megatron import identity as megatron_identity
 from tokentape._src.megatron.source import MegatronSource
-from tokentape._src.store.reader import open_source
+from tokentape._src.store.reader import Source
 
 with warnings.catch_warnings():  # megatron-core warns that Apex / Transformer Engine are absent
     warnings.simplefilter("ignore")
@@ -119,7 +119,7 @@ def test_round_trips_keep_documents_tokens_and_the_content_hash(tmp_path, capsys
     args = ("--vocab-size", vocab, "--eod-id", eod, "--shard-mb", "0.0005")
     code, _, _ = cli(capsys, "convert", "--from", "megatron", tmp_path / "m", store, *args)
     assert code == 0
-    src = open_source(store)
+    src = Source(store)
     assert src.manifest.dtype == "uint32" and len(src.manifest.shards) > 1
     assert np.array_equal(src.tokens(0, src.n_tokens), stream_of(docs))
     assert np.array_equal(src.doc_starts, starts_of(docs))
@@ -135,7 +135,7 @@ def test_round_trips_keep_documents_tokens_and_the_content_hash(tmp_path, capsys
         capsys, "convert", "--from", "megatron", tmp_path / "again", tmp_path / "s2", *args
     )
     assert code == 0
-    assert open_source(tmp_path / "s2").manifest.content_hash == src.manifest.content_hash
+    assert Source(tmp_path / "s2").manifest.content_hash == src.manifest.content_hash
 
 
 # --- the tests' own builder writes megatron-core's bytes ------------------------------------------

@@ -168,4 +168,4 @@ def test_a_bucket_that_denies_access_is_named_in_one_line(
         assert code == 2 and len(err.strip().splitlines()) == 1
         assert store in err and "access denied" in err, err
         with pytest.raises(TokentapeError, match="access denied"):
-            tokentape.open_store(store, storage_options=options)
+            tokentape.open_source(store, storage_options=options)

@@ -256,3 +256,34 @@ def test_a_streamed_step_is_resolved_once_for_its_fetches_and_its_build(stores, 
         )
         with pytest.raises(tokentape.ArgumentError, match="resolved holds 8 positions, not 3"):
             rl.batcher.batch(positions[:3], resolved)
+
+
+def test_open_source_opens_a_bucket_store_in_a_fresh_process(tmp_path, s3, s3_server):
+    """The one front door: ``tokentape.open_source(URL)`` in a new Python process (the AWS
+    variables pointing at the local S3 server) opens the store in the bucket and reads the
+    same tokens and documents as the local copy."""
+    import subprocess
+    import sys
+
+    from objstore import env_with_s3
+
+    write_store(tmp_path / "s", [list(range(i, i + 40)) for i in range(30)], shard_tokens=500)
+    url = s3.upload_tree(tmp_path / "s", f"{s3.url}/s")
+    local = tokentape.open_source(tmp_path / "s")
+    code = (
+        "import json, sys, tokentape\n"
+        "src = tokentape.open_source(sys.argv[1])\n"
+        "print(json.dumps([type(src).__name__, src.n_docs, src.window(3, 64).tolist(),"
+        " src.doc(7).tolist()]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, url],
+        capture_output=True,
+        text=True,
+        env=env_with_s3(s3_server.endpoint),
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    kind, n_docs, window, doc = json.loads(done.stdout)
+    assert kind == "RemoteSource" and n_docs == local.n_docs == 30
+    assert window == local.window(3, 64).tolist() and doc == local.doc(7).tolist()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import write_store
 
-from tokentape import TokentapeError, open_source, open_store
+from tokentape import TokentapeError, open_source
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import open_plan_store
 from tokentape._src.program import main
@@ -56,7 +56,7 @@ def refusal(path: Path) -> str:
     with pytest.raises(TokentapeError) as info:
         open_source(path)
     with pytest.raises(TokentapeError) as again:
-        open_store(path)
+        open_source(path)
     assert str(info.value) == str(again.value)
     with pytest.raises(TokentapeError) as planned:
         read_manifest(path)  # what `tokentape plan` reads

@@ -33,7 +33,7 @@ from tokentape._src.megatron import identity as megatron_identity
 from tokentape._src.megatron.format import MegatronWriter, idx_path, parse_header, read_index
 from tokentape._src.megatron.source import MEGATRON, MegatronSource
 from tokentape._src.store.format import MANIFEST_NAME
-from tokentape._src.store.reader import Source, open_source
+from tokentape._src.store.reader import Source
 from tokentape._src.store.tokenizers import Tokenizer, load_tokenizer
 from tokentape._src.verify.stores import Target, check_megatron_target, check_store
 from tokentape.errors import TokentapeError
@@ -250,7 +250,7 @@ def copy_store(root: Path, to: Path) -> Path:
 
 
 def test_fuzz_helpers_see_a_valid_store(hf_store: Path) -> None:
-    view = served(open_source(hf_store / "store"))
+    view = served(Source(hf_store / "store"))
     check_consistent(view)
     assert view["docs"] == DOCS
 
@@ -283,7 +283,7 @@ SIDECAR_HOT = (
 @functools.cache
 def truth(store: Path) -> tuple[dict[str, Any], str]:
     """What the intact ``store`` serves, and the text of its first tokens."""
-    return served(open_source(store)), _decoded(open_source(store))
+    return served(Source(store)), _decoded(Source(store))
 
 
 def _decoded(src: Source) -> str:
@@ -311,7 +311,7 @@ def test_fuzz_manifest(hf_store: Path, data: st.DataObject) -> None:
         (store / MANIFEST_NAME).write_bytes(text)
 
         def check() -> None:
-            src = open_source(store)
+            src = Source(store)
             assert served(src) == expected  # the store's own tokens, never the decoy's
             with suppress(TokentapeError):  # a tokenizer block edited: refused, or the same
                 assert _decoded(src) == decoded
@@ -339,7 +339,7 @@ def test_fuzz_document_index(hf_store: Path, data: st.DataObject) -> None:
             (store / MANIFEST_NAME).write_text(json.dumps(manifest))
 
         def check() -> None:
-            view = served(open_source(store))
+            view = served(Source(store))
             assert view["tokens"] == tokens
             check_consistent(view)
 
@@ -375,7 +375,7 @@ def test_fuzz_tokenizer_copy(tokenizer_stores: Path, kind: str, data: st.DataObj
     parsed; the same bytes given by path load as a tokenizer or are one clear error."""
     name = "tokenizer.json" if kind == "hf" else "tokenizer.tiktoken"
     store = tokenizer_stores / kind
-    original: Tokenizer = open_source(store).tokenizer
+    original: Tokenizer = Source(store).tokenizer
     raw = (store / name).read_bytes()
     mutated = data.draw(mutated_bytes(raw, head=len(raw)))
     with scratch() as tmp:
@@ -383,7 +383,7 @@ def test_fuzz_tokenizer_copy(tokenizer_stores: Path, kind: str, data: st.DataObj
         (tmp / "s" / name).write_bytes(mutated)
 
         def from_store() -> None:
-            tok = open_source(tmp / "s").tokenizer
+            tok = Source(tmp / "s").tokenizer
             assert mutated == raw and tok.fingerprint == original.fingerprint
 
         refused_or(from_store)

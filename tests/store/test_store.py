@@ -293,7 +293,7 @@ def test_misuse_raises_errors_naming_the_argument(tmp_path):
         (lambda: src.segments_into([n], 4, seg, pos), OutOfRangeError, f"samples: {n} is not"),
         (lambda: src.segments_into([0, 1], 4, seg, pos), ArgumentError, "segment must have"),
     ]
-    cases.append((lambda: open_source(None), ArgumentError, "directory must be a path, got None"))
+    cases.append((lambda: open_source(None), ArgumentError, "path must be a path, got None"))
     for call, kind, message in cases:
         with pytest.raises(kind) as info:
             call()

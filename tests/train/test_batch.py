@@ -11,7 +11,7 @@ from helpers import SIZES, small_shard_stores, write_docs
 
 from tokentape._src.plan.plan import resolve_plan
 from tokentape._src.plan.spec import load_plan_spec
-from tokentape._src.store.reader import open_source
+from tokentape._src.store.reader import Source
 from tokentape._src.tokenize.driver import tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
 from tokentape._src.train.batch import Batcher
@@ -28,14 +28,14 @@ def root(tmp_path_factory) -> Path:
 @pytest.mark.slow
 def test_batch_windows_equal_the_stores_windows(root):
     plan = resolve_plan(load_plan_spec(root / "mix.toml"))
-    assert all(len(open_source(s.path).manifest.shards) > 3 for s in plan.sources)
+    assert all(len(Source(s.path).manifest.shards) > 3 for s in plan.sources)
     batcher = Batcher(plan, dtype=np.int32)
     rng = np.random.default_rng(0)
     for positions in (np.arange(0, 700), rng.integers(0, 10**6, 500), np.arange(10**9, 10**9 + 64)):
         b = batcher.batch(positions)
         assert b.tokens.shape == (positions.size, plan.seq_len + 1) and b.tokens.dtype == np.int32
         for i, (d, k) in enumerate(zip(b.source.tolist(), b.sample.tolist(), strict=True)):
-            expected = open_source(plan.sources[d].path).window(k, plan.seq_len)
+            expected = Source(plan.sources[d].path).window(k, plan.seq_len)
             assert np.array_equal(b.tokens[i], expected)
         assert np.array_equal(b.inputs[:, 1:], b.targets[:, :-1])
     # Over the first 700 positions every source was read, some across shard boundaries.
@@ -63,7 +63,7 @@ def test_segment_ids_and_positions_follow_the_documents(root):
     assert b.segment_ids is not None and b.doc_positions is not None
     seq_len = plan.seq_len
     for i, (d, k) in enumerate(zip(b.source.tolist(), b.sample.tolist(), strict=True)):
-        src = open_source(plan.sources[d].path)
+        src = Source(plan.sources[d].path)
         docs = src.docs_in(k, seq_len)
         assert b.segment_ids[i, 0] == 0 and b.segment_ids[i, -1] == len(docs) - 1
         for t in range(seq_len + 1):  # brute force: which document holds token t, and where

@@ -12,7 +12,7 @@ from helpers import PLAN, small_shard_stores
 
 from tokentape._src.plan.plan import resolve_plan
 from tokentape._src.plan.spec import load_plan_spec, parse_plan
-from tokentape._src.store.reader import open_source
+from tokentape._src.store.reader import Source
 from tokentape._src.train.batch import Batcher
 from tokentape._src.train.loader import Loader, step_tokens_hash
 from tokentape._src.train.partition import BatchConfig, positions_for
@@ -206,7 +206,7 @@ def test_step_log(plan, tmp_path):
     h = hashlib.sha256(np.arange(8, 16, dtype="<i8").tobytes())
     r = plan.tape().resolve(np.arange(8, 16))
     for d, k in zip(r.source.tolist(), r.sample.tolist(), strict=True):
-        window = open_source(plan.sources[d].path).window(k, plan.seq_len)
+        window = Source(plan.sources[d].path).window(k, plan.seq_len)
         h.update(window.astype("<u2").tobytes())
     assert lines[1]["tokens_hash"] == h.hexdigest()
 

@@ -20,7 +20,7 @@ from tokentape._src.plan.spec import load_plan_spec
 from tokentape._src.render.plot import plot_plan, plt
 from tokentape._src.render.text import plan_text
 from tokentape._src.store.atomic import write_atomic
-from tokentape._src.store.reader import open_source
+from tokentape._src.store.reader import Source
 from tokentape._src.tokenize.driver import TokenizeSummary, tokenize
 from tokentape._src.tokenize.inputs import expand_inputs, plan_units, read_documents
 from tokentape._src.tokenize.job import TokenizeConfig
@@ -119,7 +119,7 @@ def run_demo(out: str, workers: int) -> int:
     print(f"  identical: {'yes' if same else 'NO'}")
 
     heading(5, f"Read a store: samples of {DEMO_SEQ_LEN} + 1 tokens")
-    src = open_source(root / "stores" / "prose")
+    src = Source(root / "stores" / "prose")
     n = src.n_samples(DEMO_SEQ_LEN)
     print(f"  {src}")
     print(f"  samples at seq_len {DEMO_SEQ_LEN}: {fmt_int(n)}")

@@ -1,6 +1,6 @@
 """Open any kind of source: a tokentape store directory or a Megatron prefix.
 
-``open_store`` returns a ``reader.Source`` or a ``megatron.source.MegatronSource``, typed as
+``open_source`` returns a ``reader.Source`` or a ``megatron.source.MegatronSource``, typed as
 their interface ``reader.TokenStream`` (whose ``manifest`` is a ``reader.SourceManifest``).
 """
 
@@ -43,6 +43,11 @@ def detect_format(path: str | os.PathLike[str]) -> str:
         raise InputError(
             f"'{path}': give the Megatron prefix without {p.suffix} ('{p.with_suffix('')}')"
         )
+    if p.exists() and not p.is_dir():
+        raise StoreError(
+            f"store '{path}': not a directory (a store is a directory with {MANIFEST_NAME}; a "
+            f"Megatron prefix is PREFIX of PREFIX.bin and PREFIX.idx)"
+        )
     if p.is_dir():
         raise StoreError(
             f"store '{path}': no {MANIFEST_NAME}; not a complete tokentape store (nor a Megatron "
@@ -81,7 +86,7 @@ def detect_remote_format(url: str, storage_options: StorageOptions | None = None
     return TOKENTAPE
 
 
-def open_store(
+def open_source(
     path: str | os.PathLike[str],
     format: str | None = None,
     *,
@@ -92,9 +97,10 @@ def open_store(
     storage_options: StorageOptions | None = None,
     fetch: FetchConfig | None = None,
 ) -> TokenStream:
-    """Open the source at ``path``: a tokentape store or a Megatron prefix.
+    """Open any source: a tokentape store or a Megatron prefix, local or at an object URL.
 
-    A Megatron prefix needs ``vocab_size`` and ``eod_id``, or a ``tokenizer`` spec that has
+    The one way to open a source (what a plan does for each of its sources). A Megatron
+    prefix needs ``vocab_size`` and ``eod_id``, or a ``tokenizer`` spec that has
     them; for a store they are checked against its manifest when given.
 
     Args:
@@ -194,6 +200,6 @@ __all__ = [
     "TokenStream",
     "detect_format",
     "detect_remote_format",
-    "open_store",
+    "open_source",
     "vocabulary_checked",
 ]

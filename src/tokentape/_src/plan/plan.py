@@ -34,7 +34,7 @@ from tokentape._src.plan.open import (
     TOKENTAPE,
     detect_format,
     detect_remote_format,
-    open_store,
+    open_source,
     vocabulary_checked,
 )
 from tokentape._src.plan.spec import (
@@ -882,7 +882,7 @@ def open_plan_store(
         remote = RemoteSource(source.path, storage_options, fetch, dict(source.versions))
         return vocabulary_checked(remote, source.path, source.vocab_size, source.eod_id)
     if source.format != MEGATRON:
-        return open_store(
+        return open_source(
             source.path,
             source.format,
             vocab_size=source.vocab_size,

@@ -386,7 +386,7 @@ class TokenStream(ABC):
 
 
 class Source(TokenStream):
-    """One token store opened for reading; see ``open_source``.
+    """One token store opened for reading (``tokentape.open_source`` opens it and any other source).
 
     The manifest is read and checked, and every shard file and document index is mapped
     (read-only) and checked for its size, all from the same open directory: a store swapped in
@@ -523,19 +523,3 @@ def _integers(name: str, value: object) -> np.ndarray:
 def _check_seq_len(seq_len: int) -> None:
     if isinstance(seq_len, bool) or not isinstance(seq_len, int | np.integer) or seq_len <= 0:
         raise ArgumentError(f"seq_len must be a positive integer, got {seq_len!r}")
-
-
-def open_source(path: str | os.PathLike[str]) -> Source:
-    """Open the token store at ``path`` (a directory with ``manifest.json``).
-
-    Args:
-        path: The store's directory.
-
-    Returns:
-        The store, opened for reading (see ``Source``).
-
-    Raises:
-        ArgumentError: ``path`` is not a path.
-        StoreError: ``path`` is not a complete, undamaged tokentape store.
-    """
-    return Source(path)

@@ -2,19 +2,28 @@
 
 Thin over the library: each builds what the command builds from its flags and returns the
 result as data. Nothing is drawn on the terminal unless asked.
+
+The front door of both: the checks of each job's arguments and the building of its settings
+live here once, in ``tokenize_config``, ``replay_shape``, ``locate_shape`` and
+``verify_stores``, which the public functions and the command line (``cli``) both call. A
+``Wording`` says how their errors name what was given: ``PYTHON`` (the parameters, here) or
+the command line's flags (``cli.wording.FLAGS``). What only a Python caller can give (a plan
+or a step log as a path or a ``Plan``, ``verify``'s one path or list of them) is turned into
+what the command line gives, and checked, by the public function before it calls them.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from tokentape._src.audit.locate import Located
 from tokentape._src.audit.locate import locate as _locate
 from tokentape._src.audit.replay import Replayed
 from tokentape._src.audit.replay import replay as _replay
-from tokentape._src.audit.runs import batching
+from tokentape._src.audit.runs import Batching, batching
 from tokentape._src.objects.client import check_storage_options
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan
@@ -23,6 +32,7 @@ from tokentape._src.tokenize.driver import tokenize as _tokenize
 from tokentape._src.tokenize.job import MAX_WORKERS, TokenizeConfig
 from tokentape._src.train.schedule import Schedule
 from tokentape._src.util.checks import (
+    as_index,
     check_count,
     check_flag,
     check_mb,
@@ -33,11 +43,273 @@ from tokentape._src.util.checks import (
 )
 from tokentape._src.util.progress import ProgressCallback, check_callback
 from tokentape._src.verify.stores import StoreReport, verify_paths
-from tokentape.errors import ArgumentError
+from tokentape.errors import ArgumentError, OutOfRangeError
 
 PathArg = str | os.PathLike[str]
 
-__all__ = ["locate", "replay", "tokenize", "verify"]
+__all__ = [
+    "PYTHON",
+    "Wording",
+    "locate",
+    "locate_shape",
+    "replay",
+    "replay_shape",
+    "tokenize",
+    "tokenize_config",
+    "verify",
+    "verify_stores",
+]
+"""The public functions (``tokentape`` exports them), and the checks they share with the
+command line (``cli`` calls them)."""
+
+
+# --- how the shared checks word an error ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Wording:
+    """How the checks shared by the public functions and the command line word an error.
+
+    A Python caller reads its parameters' names (``step_log``), the command line its flags
+    (``--log``).
+    """
+
+    named: Callable[[str], str]
+    """An argument as a message names it, given its name in the checks (a parameter of the
+    public functions, except ``log``: the step log)."""
+    replay_without_shape: str
+    """The error of a replay given no batch shape."""
+    until_step_without_shape: str
+    """The error of a locate given a last step to search through but no batch shape."""
+
+
+def _named(name: str) -> str:
+    return "step_log" if name == "log" else name
+
+
+PYTHON = Wording(
+    named=_named,
+    replay_without_shape="replay needs the batch shape: global_batch, dp/micro or step_log",
+    until_step_without_shape=(
+        "until_step needs the batch shape: global_batch, dp/micro or step_log"
+    ),
+)
+"""The public functions' wording: their parameters' names."""
+
+
+# --- the checks and settings of each job, shared with the command line ------------------------
+
+
+def tokenize_config(
+    inputs: PathArg | Sequence[PathArg],
+    out: PathArg,
+    *,
+    tokenizer: str = "bytes",
+    eod_token: str | None = None,
+    text_key: str = "text",
+    filters: Sequence[str] = (),
+    workers: int = 1,
+    executor: str = "local",
+    ray_address: str | None = None,
+    dtype: str = "auto",
+    shard_mb: float = 256.0,
+    unit_mb: float | None = None,
+    overwrite: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+    work_dir: PathArg | None = None,
+    wording: Wording,
+) -> TokenizeConfig:
+    """The settings of a tokenize job, every argument checked.
+
+    ``tokenize`` and ``tokentape tokenize`` both check their arguments and build their
+    settings here. The arguments are ``tokenize``'s, checked in the order the command line's
+    always were; ``wording`` names the first refused.
+
+    Returns:
+        The job's settings.
+
+    Raises:
+        ArgumentError: An argument of the wrong type or value.
+    """
+    named = wording.named
+    paths = _paths(named("inputs"), inputs)
+    check_path(named("out"), out)
+    check_text(named("tokenizer"), tokenizer)
+    check_optional_text(named("eod_token"), eod_token)
+    check_text(named("text_key"), text_key)
+    if isinstance(filters, str) or not isinstance(filters, Sequence):
+        raise ArgumentError(f"{named('filters')} must be a list of filter specs, got {filters!r}")
+    for spec in filters:
+        check_text(named("filters"), spec)
+    check_count(named("workers"), workers, 1, MAX_WORKERS)
+    _check_choice(named("executor"), executor, ("local", "ray"))
+    check_optional_text(named("ray_address"), ray_address)
+    if ray_address is not None and executor != "ray":
+        raise ArgumentError(f"{named('ray_address')} needs {named('executor')} ray")
+    _check_choice(named("dtype"), dtype, ("auto", "uint16", "uint32"))
+    check_mb(named("shard_mb"), shard_mb)
+    if unit_mb is not None:
+        check_mb(named("unit_mb"), unit_mb)
+    check_flag(named("overwrite"), overwrite)
+    options = check_storage_options(storage_options or {}, named("storage_options"))
+    if work_dir is not None:
+        check_path(named("work_dir"), work_dir)
+    return TokenizeConfig(
+        inputs=tuple(paths),
+        out=os.fspath(out),
+        tokenizer=tokenizer,
+        eod_token=eod_token,
+        text_key=text_key,
+        filters=tuple(filters),
+        workers=workers,
+        executor=executor,
+        ray_address=ray_address,
+        dtype=dtype,
+        shard_mb=shard_mb,
+        unit_mb=unit_mb,
+        overwrite=overwrite,
+        storage_options=options,
+        work_dir=None if work_dir is None else os.fspath(work_dir),
+    )
+
+
+def _check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ArgumentError(f"{name} must be one of {', '.join(allowed)}, got {shown(value)}")
+
+
+def replay_shape(
+    plan: Plan,
+    step: int,
+    *,
+    global_batch: int | None = None,
+    dp: int | None = None,
+    micro: int | None = None,
+    accum: int | None = None,
+    log: str | None = None,
+    wording: Wording,
+) -> tuple[Schedule, Batching]:
+    """The batch shape of a replay, and its step checked against it.
+
+    ``replay`` and ``tokentape replay`` both check their batch shape and step here. The
+    arguments are ``replay``'s, but a ``Plan`` and ``log``, the path of the step log (read
+    once, keeping the record of ``step``); ``wording`` names the argument refused.
+
+    Returns:
+        The schedule, and the batching it came from (whether it names the ranks, the step
+        log read).
+
+    Raises:
+        ArgumentError: No or conflicting batch shapes, or a step that is not an integer.
+        OutOfRangeError: A negative step, or one beyond the step log.
+        PlanError: A step log written for another plan or damaged.
+    """
+    named = wording.named
+    step = as_index(named("step"), step)
+    shape = _batching(plan, global_batch, dp, micro, accum, log, (step,), named)
+    if shape.schedule is None:
+        raise ArgumentError(wording.replay_without_shape)
+    if step < 0:
+        raise OutOfRangeError(f"{named('step')} must be >= 0, got {step}")
+    if shape.log is not None and step >= shape.log.steps:
+        raise OutOfRangeError(
+            f"{named('step')} {step}: beyond the step log {log}, which ends at step "
+            f"{shape.log.steps - 1}"
+        )
+    return shape.schedule, shape
+
+
+def locate_shape(
+    plan: Plan,
+    *,
+    global_batch: int | None = None,
+    dp: int | None = None,
+    micro: int | None = None,
+    accum: int | None = None,
+    log: str | None = None,
+    until_step: int | None = None,
+    wording: Wording,
+) -> Batching:
+    """The batch shape of a locate, if one is given.
+
+    ``locate`` and ``tokentape locate`` both check their batch shape here. The arguments are
+    ``locate``'s, but a ``Plan`` and ``log``, the path of the step log; ``wording`` names the
+    argument refused.
+
+    Returns:
+        The batching: its schedule (None without a shape), whether it names the ranks.
+
+    Raises:
+        ArgumentError: Conflicting batch shapes, or ``until_step`` without one.
+        PlanError: A step log written for another plan or damaged.
+    """
+    shape = _batching(plan, global_batch, dp, micro, accum, log, (), wording.named)
+    if until_step is not None and shape.schedule is None:
+        raise ArgumentError(wording.until_step_without_shape)
+    return shape
+
+
+def _batching(
+    plan: Plan,
+    global_batch: int | None,
+    dp: int | None,
+    micro: int | None,
+    accum: int | None,
+    log: str | None,
+    log_steps: Iterable[int],
+    named: Callable[[str], str],
+) -> Batching:
+    return batching(
+        plan,
+        global_batch=global_batch,
+        dp=dp,
+        micro=micro,
+        accum=accum,
+        log=log,
+        log_steps=log_steps,
+        named=named,
+    )
+
+
+def verify_stores(
+    paths: Sequence[str],
+    quick: bool = False,
+    *,
+    blocks: int | None = None,
+    vocab_size: int | None = None,
+    eod_id: int | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    progress: ProgressCallback | None = None,
+    wording: Wording,
+) -> list[StoreReport]:
+    """Verify stores, the options checked first.
+
+    ``verify`` and ``tokentape verify`` both run here. The arguments are ``verify``'s, but
+    ``paths``, a sequence of paths as given, and ``progress``, called with a ``Progress`` of
+    the bytes and tokens checked; the options are checked by ``verify_paths``
+    (``check_options``), ``wording`` naming the one refused.
+
+    Returns:
+        One report per store, in the order named.
+
+    Raises:
+        ArgumentError: An option of the wrong type or value.
+        TokentapeError: A path is not a store or plan, or a manifest cannot be read at all.
+    """
+    options = check_storage_options(storage_options or {}, wording.named("storage_options"))
+    return verify_paths(
+        list(paths),
+        quick,
+        blocks,
+        vocab_size,
+        eod_id,
+        progress,
+        named=wording.named,
+        storage_options=options,
+    )
+
+
+# --- the public functions -------------------------------------------------------------------
 
 
 def tokenize(
@@ -103,37 +375,13 @@ def tokenize(
         OutputError: ``out`` is not a tokentape directory, holds another job's store (without
             ``overwrite``), cannot be written, or another writer holds it.
     """
-    paths = _paths("inputs", inputs)
-    check_path("out", out)
-    if isinstance(filters, str) or not isinstance(filters, Sequence):
-        raise ArgumentError(f"filters must be a list of filter specs, got {filters!r}")
-    for spec in filters:
-        check_text("filters", spec)
-    for name, text in (("tokenizer", tokenizer), ("text_key", text_key)):
-        check_text(name, text)
-    for name, optional in (("eod_token", eod_token), ("ray_address", ray_address)):
-        check_optional_text(name, optional)
-    check_count("workers", workers, 1, MAX_WORKERS)
-    for name, value, allowed in (
-        ("executor", executor, ("local", "ray")),
-        ("dtype", dtype, ("auto", "uint16", "uint32")),
-    ):
-        if value not in allowed:
-            raise ArgumentError(f"{name} must be one of {', '.join(allowed)}, got {shown(value)}")
-    check_mb("shard_mb", shard_mb)
-    if unit_mb is not None:
-        check_mb("unit_mb", unit_mb)
-    check_flag("overwrite", overwrite)
-    check_callback(progress)
-    if work_dir is not None:
-        check_path("work_dir", work_dir)
-    config = TokenizeConfig(
-        inputs=tuple(paths),
-        out=os.fspath(out),
+    config = tokenize_config(
+        inputs,
+        out,
         tokenizer=tokenizer,
         eod_token=eod_token,
         text_key=text_key,
-        filters=tuple(filters),
+        filters=filters,
         workers=workers,
         executor=executor,
         ray_address=ray_address,
@@ -141,9 +389,11 @@ def tokenize(
         shard_mb=shard_mb,
         unit_mb=unit_mb,
         overwrite=overwrite,
-        storage_options=check_storage_options(storage_options or {}, "storage_options"),
-        work_dir=None if work_dir is None else os.fspath(work_dir),
+        storage_options=storage_options,
+        work_dir=work_dir,
+        wording=PYTHON,
     )
+    check_callback(progress)
     return _tokenize(config, progress)
 
 
@@ -161,32 +411,18 @@ def _paths(name: str, given: object) -> list[str]:
 
 
 def _plan(plan: Plan | PathArg) -> Plan:
+    """A ``Plan``, or the plan at a path."""
     if isinstance(plan, Plan):
         return plan
     check_path("plan", plan)
     return load_plan(plan)
 
 
-def _schedule(
-    plan: Plan,
-    global_batch: int | None,
-    dp: int | None,
-    micro: int | None,
-    accum: int | None,
-    step_log: PathArg | None,
-) -> Schedule | None:
-    """The schedule one of ``global_batch``, ``dp``/``micro``/``accum`` or ``step_log`` gives."""
-    if step_log is not None:
-        check_path("step_log", step_log)
-    log = None if step_log is None else os.fspath(step_log)
-    shape = batching(
-        plan, global_batch=global_batch, dp=dp, micro=micro, accum=accum, log=log, named=_named
-    )
-    return shape.schedule
-
-
-def _named(name: str) -> str:
-    return "step_log" if name == "log" else name
+def _step_log(step_log: PathArg | None) -> str | None:
+    if step_log is None:
+        return None
+    check_path("step_log", step_log)
+    return os.fspath(step_log)
 
 
 def replay(
@@ -218,15 +454,23 @@ def replay(
         the documents each window overlaps, and the tokens hash the step log records.
 
     Raises:
-        ArgumentError: No or conflicting batch shapes.
-        OutOfRangeError: A step beyond the run or the tape.
+        ArgumentError: No or conflicting batch shapes, or a step that is not an integer.
+        OutOfRangeError: A negative step, or one beyond the step log, the run or the tape.
         PlanError: The plan, or a step log written for another plan or damaged.
         StoreError: A store is damaged or no longer the plan's (``StoreChanged``).
     """
     resolved = _plan(plan)
-    schedule = _schedule(resolved, global_batch, dp, micro, accum, step_log)
-    if schedule is None:
-        raise ArgumentError("replay needs the batch shape: global_batch, dp/micro or step_log")
+    log = _step_log(step_log)
+    schedule, _ = replay_shape(
+        resolved,
+        step,
+        global_batch=global_batch,
+        dp=dp,
+        micro=micro,
+        accum=accum,
+        log=log,
+        wording=PYTHON,
+    )
     return _replay(resolved, step, schedule)
 
 
@@ -269,10 +513,18 @@ def locate(
         StoreError: A store is damaged or no longer the plan's (``StoreChanged``).
     """
     resolved = _plan(plan)
-    schedule = _schedule(resolved, global_batch, dp, micro, accum, step_log)
-    if until_step is not None and schedule is None:
-        raise ArgumentError("until_step needs the batch shape: global_batch, dp/micro or step_log")
-    return _locate(resolved, source, doc, schedule, until_step)
+    log = _step_log(step_log)
+    shape = locate_shape(
+        resolved,
+        global_batch=global_batch,
+        dp=dp,
+        micro=micro,
+        accum=accum,
+        log=log,
+        until_step=until_step,
+        wording=PYTHON,
+    )
+    return _locate(resolved, source, doc, shape.schedule, until_step)
 
 
 def verify(
@@ -307,7 +559,12 @@ def verify(
         TokentapeError: A path is not a store or plan, or a manifest cannot be read at all (a
             store's damage is reported in its ``StoreReport``, not raised).
     """
-    options = check_storage_options(storage_options or {}, "storage_options")
-    return verify_paths(
-        _paths("paths", paths), quick, blocks, vocab_size, eod_id, storage_options=options
+    return verify_stores(
+        _paths("paths", paths),
+        quick,
+        blocks=blocks,
+        vocab_size=vocab_size,
+        eod_id=eod_id,
+        storage_options=storage_options,
+        wording=PYTHON,
     )

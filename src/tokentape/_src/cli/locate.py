@@ -8,12 +8,14 @@ from typing import Any
 
 import numpy as np
 
+from tokentape._src import api
 from tokentape._src.audit.locate import (
     DEFAULT_LIMIT,
     Located,
     locate,
 )
-from tokentape._src.cli.schedule import SCHEDULE_HELP, add_schedule_args, schedule_from_args
+from tokentape._src.cli.schedule import SCHEDULE_HELP, add_schedule_args, shape_args
+from tokentape._src.cli.wording import FLAGS
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan
 from tokentape._src.util.text import fmt_int, key_values, table
@@ -179,15 +181,10 @@ def cmd(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan)
     if args.limit < 0:
         raise InputError(f"--limit must be >= 0, got {args.limit}")
-    batching = schedule_from_args(args, plan)
-    schedule, ranks = batching.schedule, batching.ranks
-    if args.until_step is not None and schedule is None:
-        raise InputError(
-            "--until-step needs the batch configuration: --global-batch, --dp/--micro/--accum "
-            "or --log"
-        )
+    shape = api.locate_shape(plan, **shape_args(args), until_step=args.until_step, wording=FLAGS)
+    schedule = shape.schedule
     found = locate(plan, args.source, args.doc, schedule, args.until_step)
-    s = summary(found, plan, ranks)
+    s = summary(found, plan, shape.ranks)
     if args.json:
         print(json.dumps(s, indent=2))
         return 0

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from tokentape._src import api
 from tokentape._src.audit.replay import (
     DEFAULT_PREVIEW,
     DEFAULT_TEXT_CHARS,
@@ -24,7 +25,8 @@ from tokentape._src.audit.replay import (
     window_hash,
     window_text,
 )
-from tokentape._src.cli.schedule import SCHEDULE_HELP, add_schedule_args, schedule_from_args
+from tokentape._src.cli.schedule import SCHEDULE_HELP, add_schedule_args, shape_args
+from tokentape._src.cli.wording import FLAGS
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan
 from tokentape._src.train.batch import Batcher
@@ -110,23 +112,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _schedule(args: argparse.Namespace, plan: Plan) -> tuple[Schedule, bool, StepRecord | None]:
-    batching = schedule_from_args(args, plan, log_steps=(args.step,))
-    schedule, ranks = batching.schedule, batching.ranks
-    if schedule is None:
-        raise InputError(
-            "which positions make step N? give --log steps.jsonl (required when the batch "
-            "shape ever changed), --global-batch B, or --dp/--micro/--accum"
-        )
-    if args.step < 0:
-        raise InputError(f"--step must be >= 0, got {args.step}")
-    record = None
-    if batching.log is not None:
-        if args.step >= batching.log.steps:
-            raise InputError(
-                f"--step {args.step}: beyond the step log {args.log}, which ends at step "
-                f"{batching.log.steps - 1}"
-            )
-        record = batching.log.records[args.step]
+    """The step's schedule, whether it names the ranks, and the step log's record of the step
+    (None without --log). The batch shape and --step are checked by ``api.replay_shape``, as
+    ``tokentape.replay`` checks them; the flags only the command has (which windows to show,
+    and how) are checked here."""
+    schedule, shape = api.replay_shape(plan, args.step, **shape_args(args), wording=FLAGS)
+    ranks = shape.ranks
+    record = None if shape.log is None else shape.log.records[args.step]
     config = schedule.start(args.step)[1]
     for flag, size, what in (
         ("rank", config.dp_size, "dp ranks"),

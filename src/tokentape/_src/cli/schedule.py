@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable
-
-from tokentape._src.audit.runs import Batching, batching
-from tokentape._src.plan.plan import Plan
-from tokentape._src.util.checks import as_flag
+from typing import Any
 
 SCHEDULE_HELP = """\
 batch configuration:
@@ -25,18 +21,13 @@ def add_schedule_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log", metavar="steps.jsonl", help="the run's step log")
 
 
-def schedule_from_args(
-    args: argparse.Namespace, plan: Plan, log_steps: Iterable[int] = ()
-) -> Batching:
-    """The schedule the flags describe; with --log the log is read once, keeping the records of
-    ``log_steps``."""
-    return batching(
-        plan,
-        global_batch=args.global_batch,
-        dp=args.dp,
-        micro=args.micro,
-        accum=args.accum,
-        log=args.log,
-        log_steps=log_steps,
-        named=as_flag,
-    )
+def shape_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The batch shape the flags give, as keyword arguments of ``api.replay_shape`` and
+    ``api.locate_shape`` (which check it)."""
+    return {
+        "global_batch": args.global_batch,
+        "dp": args.dp,
+        "micro": args.micro,
+        "accum": args.accum,
+        "log": args.log,
+    }

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import fields
 
+from tokentape._src import api
 from tokentape._src.cli.progress import terminal_bar
 from tokentape._src.cli.storage import add_storage_options
+from tokentape._src.cli.wording import FLAGS
 from tokentape._src.render.text import dropped_text
 from tokentape._src.store.tokenizers import HF_EOD_CANDIDATES
 from tokentape._src.tokenize.driver import TokenizeSummary, tokenize
-from tokentape._src.tokenize.job import TokenizeConfig
 from tokentape._src.util.text import fmt_bytes, fmt_int, key_values
 
 TOKENIZE_EPILOG = f"""\
@@ -170,10 +170,23 @@ def summary_text(s: TokenizeSummary) -> str:
 
 
 def cmd(args: argparse.Namespace) -> int:
-    names = {f.name for f in fields(TokenizeConfig)}
-    config = TokenizeConfig(
-        **{k: v for k, v in vars(args).items() if k in names}
-        | {"inputs": tuple(args.inputs), "filters": tuple(args.filters)}
+    config = api.tokenize_config(
+        args.inputs,
+        args.out,
+        tokenizer=args.tokenizer,
+        eod_token=args.eod_token,
+        text_key=args.text_key,
+        filters=args.filters,
+        workers=args.workers,
+        executor=args.executor,
+        ray_address=args.ray_address,
+        dtype=args.dtype,
+        shard_mb=args.shard_mb,
+        unit_mb=args.unit_mb,
+        overwrite=args.overwrite,
+        storage_options=args.storage_options,
+        work_dir=args.work_dir,
+        wording=FLAGS,
     )
     summary = tokenize(config, progress=terminal_bar(quiet=args.json))
     print(json.dumps(summary.to_json(), indent=2) if args.json else summary_text(summary))

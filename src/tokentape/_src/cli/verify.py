@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 
+from tokentape._src import api
 from tokentape._src.cli.progress import terminal_bar
 from tokentape._src.cli.storage import add_storage_options
-from tokentape._src.util.checks import as_flag
+from tokentape._src.cli.wording import FLAGS
 from tokentape._src.util.text import fmt_bytes, fmt_int
-from tokentape._src.verify.stores import DEFAULT_QUICK_BLOCKS, StoreReport, verify_paths
+from tokentape._src.verify.stores import DEFAULT_QUICK_BLOCKS, StoreReport
 
 EPILOG = """\
 checks (every mode):
@@ -93,15 +94,15 @@ def _summary(r: StoreReport) -> str:
 
 
 def cmd(args: argparse.Namespace) -> int:
-    reports = verify_paths(
+    reports = api.verify_stores(
         args.paths,
         args.quick,
-        args.blocks,
-        args.vocab_size,
-        args.eod_id,
-        terminal_bar(quiet=args.json),
-        named=as_flag,
+        blocks=args.blocks,
+        vocab_size=args.vocab_size,
+        eod_id=args.eod_id,
         storage_options=args.storage_options,
+        progress=terminal_bar(quiet=args.json),
+        wording=FLAGS,
     )
     ok = all(r.ok for r in reports)
     if args.json:

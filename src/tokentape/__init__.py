@@ -31,11 +31,11 @@ from tokentape.errors import (
 if TYPE_CHECKING:
     from tokentape._src.api import locate, replay, tokenize, verify
     from tokentape._src.megatron.source import MegatronSource
+    from tokentape._src.objects.ranged import FetchConfig
     from tokentape._src.plan.load import load_plan
     from tokentape._src.plan.open import open_source
     from tokentape._src.plan.plan import Plan
     from tokentape._src.store.reader import Source
-    from tokentape._src.store.remote import FetchConfig
     from tokentape._src.tokenize.driver import TokenizeSummary
     from tokentape._src.train.batch import Batch
     from tokentape._src.train.loader import Loader, Step
@@ -49,7 +49,7 @@ _LAZY = {
     "open_source": "tokentape._src.plan.open",
     "Plan": "tokentape._src.plan.plan",
     "Source": "tokentape._src.store.reader",
-    "FetchConfig": "tokentape._src.store.remote",
+    "FetchConfig": "tokentape._src.objects.ranged",
     "Batch": "tokentape._src.train.batch",
     "Loader": "tokentape._src.train.loader",
     "Step": "tokentape._src.train.loader",

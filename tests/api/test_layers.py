@@ -49,6 +49,14 @@ def _copy(tmp_path: Path) -> Path:
         ("tape/blend.py", "import pathlib", "pure index math"),
         # nor the plan the training runtime
         ("plan/open.py", "from tokentape._src.train import loader", "tokentape._src.train"),
+        # object storage is format-blind: it may not know the store
+        ("objects/ranged.py", "from tokentape._src.store import format", "tokentape._src.store"),
+        # the loader, staging and verification run without torch
+        ("train/loader.py", "import torch", "Only the torch integration imports torch"),
+        ("stage/stage.py", "import torch", "Only the torch integration imports torch"),
+        ("verify/stores.py", "import torch", "Only the torch integration imports torch"),
+        # one door to object storage
+        ("stage/fetch.py", "import fsspec", "Only the object-storage package talks"),
     ],
 )
 def test_a_backward_import_breaks_the_contract(tmp_path, module, planted, broken):

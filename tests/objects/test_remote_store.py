@@ -13,8 +13,9 @@ from helpers import PLAN, cli, plan_of, small_shard_stores, write_store
 
 import tokentape
 from tokentape import BatchConfig, Loader, Plan
+from tokentape._src.objects.ranged import merge_ranges
 from tokentape._src.plan.load import load_plan
-from tokentape._src.store.remote import RemoteSource, merge_ranges
+from tokentape._src.store.remote import RemoteSource
 from tokentape.errors import PlanError, StoreError
 
 pytestmark = pytest.mark.s3

@@ -252,3 +252,17 @@ def _split_jsonl(docs: Iterable[Document], file_bytes: int) -> list[bytes]:
 
 def _safe_name(doc_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", doc_id.removeprefix("topic/"))
+
+
+__all__ = [
+    "LOG_REPEATS",
+    "Document",
+    "code_documents",
+    "describe_builtin_corpora",
+    "docstring_documents",
+    "logdump_document",
+    "note_documents",
+    "stdlib_sources",
+    "topic_documents",
+    "write_builtin_corpora",
+]

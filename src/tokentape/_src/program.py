@@ -11,3 +11,6 @@ from tokentape._src.demo import command as demo
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line ``argv`` (default: ``sys.argv[1:]``); returns the exit code."""
     return run(argv, extra=(demo,))
+
+
+__all__ = ["main"]

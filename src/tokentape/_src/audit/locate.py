@@ -173,4 +173,11 @@ def locate(
     )
 
 
-# --- the command ----------------------------------------------------------------------------
+__all__ = [
+    "DEFAULT_LIMIT",
+    "Located",
+    "locate",
+    "positions_of_samples",
+    "samples_overlapping",
+    "search_limit",
+]

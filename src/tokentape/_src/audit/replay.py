@@ -237,4 +237,19 @@ def window_hash(tokens: np.ndarray, plan: Plan) -> str:
     return hashlib.sha256(np.ascontiguousarray(tokens, dtype=hash_dtype(plan)).data).hexdigest()
 
 
-# --- the command ----------------------------------------------------------------------------
+__all__ = [
+    "DEFAULT_PREVIEW",
+    "DEFAULT_TEXT_CHARS",
+    "DEFAULT_TOP",
+    "EOD_MARK",
+    "EOD_MARK_ESCAPED",
+    "DocHits",
+    "Replayed",
+    "WindowText",
+    "eod_offsets",
+    "preview",
+    "replay",
+    "top_documents",
+    "window_hash",
+    "window_text",
+]

@@ -280,3 +280,18 @@ def plan_json(path: str, plan: Plan) -> dict[str, Any]:
         "sources": sources,
         "phases": phases,
     }
+
+
+__all__ = [
+    "STEP_LOG_NAME",
+    "Gap",
+    "LineScan",
+    "Redo",
+    "RunInfo",
+    "plan_json",
+    "run_info",
+    "run_json",
+    "scan_lines",
+    "step_log_path",
+    "store_location",
+]

@@ -143,3 +143,15 @@ def batching(
         found = open_step_log(log, plan, log_steps)
         return Batching(found.schedule, True, found)
     return Batching(None, False, None)
+
+
+__all__ = [
+    "Batching",
+    "batching",
+    "check_fits",
+    "log_schedule",
+    "memory_bytes",
+    "open_step_log",
+    "source_index",
+    "tape_of",
+]

@@ -98,3 +98,6 @@ def anneal_story(root: Path, plan: Plan, trained: Trained) -> bool:
         refused = True
         print(f"    refused: {str(exc).split('. The checkpoint')[0]}")
     return same and refused and change.consumed == consumed
+
+
+__all__ = ["anneal_story", "annealed_plan"]

@@ -111,3 +111,6 @@ def loss_spike_story(
         print(f"    refused: {exc}")
     print("  a new run starts from consumed = 0 on the new plan, or the old data stays in use")
     return planted and refused and code == 0
+
+
+__all__ = ["heading", "loss_spike_story", "run_command", "worst_step"]

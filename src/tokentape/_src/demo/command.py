@@ -7,7 +7,7 @@ import argparse
 from tokentape.errors import InputError
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "demo",
         help="run the end-to-end demo on the built-in corpora",
@@ -25,3 +25,6 @@ def cmd(args: argparse.Namespace) -> int:
     from tokentape._src.demo.run import run_demo  # the demo pulls in matplotlib and the BPE trainer
 
     return run_demo(args.out, args.workers)
+
+
+__all__ = ["add_parser", "cmd"]

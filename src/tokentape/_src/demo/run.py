@@ -179,3 +179,14 @@ def _tokenize_config(
         filters=filters,
         workers=workers,
     )
+
+
+__all__ = [
+    "DEMO_BUDGETS",
+    "DEMO_VOCAB",
+    "corpus_texts",
+    "demo_plan_toml",
+    "heading",
+    "run_demo",
+    "train_bpe",
+]

@@ -172,3 +172,15 @@ def simulate_training(plan: Plan, root: Path, phases: list[Phase]) -> Trained:
     print(f"  applied positions digest {digest}; step log {log}, loss log {loss_log}")
     assert run.checkpoint is not None
     return Trained(all(ok for _, ok in checks), run.checkpoint, log, loss_log)
+
+
+__all__ = [
+    "CHECKPOINT_EVERY",
+    "Phase",
+    "Run",
+    "Trained",
+    "read_losses",
+    "run_phase",
+    "simulate_training",
+    "stand_in_loss",
+]

@@ -42,6 +42,7 @@ from tokentape._src.store.atomic import fsync_dir, replace_directory, write_atom
 from tokentape._src.store.format import (
     MANIFEST_NAME,
     Manifest,
+    ShardInfo,
     choose_dtype,
     content_hash,
     numpy_dtype,
@@ -743,7 +744,12 @@ def _install_store(tmp: Path, out: Path, overwrite: bool) -> None:
 
 
 def _manifest(
-    config: FromMegatron, src: MegatronSource, dtype: str, shards: list, bin_sha: str, idx_sha: str
+    config: FromMegatron,
+    src: MegatronSource,
+    dtype: str,
+    shards: list[ShardInfo],
+    bin_sha: str,
+    idx_sha: str,
 ) -> Manifest:
     prefix = os.path.abspath(config.prefix)
     tok = tokenizer_manifest(src.tokenizer)
@@ -805,3 +811,12 @@ def _manifest(
 
 
 # --- command line -----------------------------------------------------------------------------
+
+
+__all__ = [
+    "ConvertSummary",
+    "FromMegatron",
+    "check_from_megatron",
+    "from_megatron",
+    "to_megatron",
+]

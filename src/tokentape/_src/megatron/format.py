@@ -636,3 +636,28 @@ class MegatronWriter:
         self._file.close()
         self._bin_tmp.unlink(missing_ok=True)
         self._idx_tmp.unlink(missing_ok=True)
+
+
+__all__ = [
+    "CHUNK",
+    "DTYPES",
+    "DTYPE_NAMES",
+    "INTEGER_CODES",
+    "EndIds",
+    "FileKey",
+    "FileKeys",
+    "IdRange",
+    "MegatronIdentity",
+    "MegatronIndex",
+    "MegatronWriter",
+    "PrefixFiles",
+    "bin_path",
+    "content_hash",
+    "dtype_code",
+    "idx_path",
+    "index_bytes",
+    "index_from_bytes",
+    "is_prefix",
+    "parse_header",
+    "read_index",
+]

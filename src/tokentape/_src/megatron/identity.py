@@ -571,3 +571,30 @@ def megatron_identity(
         identity = hash_files(index, None if counting is None else counting.add)
     write_sidecar(prefix, identity, keys, taken_ns=index.taken_ns or None)
     return identity
+
+
+__all__ = [
+    "CHUNK_BYTES",
+    "SIDECAR",
+    "SIDECAR_FORMAT",
+    "SIDECAR_MAX_BYTES",
+    "SIDECAR_SUFFIX",
+    "SIDECAR_VERSION",
+    "MegatronRecord",
+    "Progress",
+    "current_identity",
+    "file_keys",
+    "hash_chunks",
+    "hash_files",
+    "identity_from_json",
+    "identity_to_json",
+    "megatron_identity",
+    "no_identity",
+    "parse_sidecar",
+    "racy",
+    "read_sidecar",
+    "record_end_id",
+    "sidecar_bytes",
+    "sidecar_paths",
+    "write_sidecar",
+]

@@ -49,6 +49,7 @@ from tokentape._src.megatron.source import (
     APPEND_EOD_HINT,
     MegatronManifest,
     Vocabulary,
+    VocabularySource,
     id_range_problem,
 )
 from tokentape._src.objects.client import (
@@ -58,8 +59,8 @@ from tokentape._src.objects.client import (
     object_store,
     redact,
 )
-from tokentape._src.store.remote import Blocks, FetchConfig, RangedSource, sha256_check
-from tokentape._src.store.tokenizers import Tokenizer
+from tokentape._src.objects.ranged import Blocks, FetchConfig, sha256_check
+from tokentape._src.store.remote import RangedSource
 from tokentape._src.util.checks import is_int
 from tokentape.errors import StoreError
 
@@ -241,7 +242,7 @@ def identify(
     return identity, keys, index
 
 
-class RemoteMegatronSource(RangedSource):
+class RemoteMegatronSource(VocabularySource, RangedSource):
     """A Megatron prefix at an object URL, read in place (see the module docstring).
 
     Args:
@@ -316,26 +317,12 @@ class RemoteMegatronSource(RangedSource):
         return self.url
 
     @property
-    def eod_id(self) -> int:
-        return self.vocab.eod_id
-
-    @property
-    def vocab_size(self) -> int:
-        return self.vocab.vocab_size
-
-    @property
     def n_sequences(self) -> int:
         return self.identity.n_sequences
 
     @cached_property
     def manifest(self) -> MegatronManifest:
         return self.vocab.manifest(self.url, self.identity, lambda: self.tokenizer)
-
-    @cached_property
-    def tokenizer(self) -> Tokenizer:
-        """The tokenizer given (a spec is loaded now, and checked), or a stand-in that shows
-        ids."""
-        return self.vocab.tokenizer()
 
     def __repr__(self) -> str:
         return (

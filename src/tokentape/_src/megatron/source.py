@@ -264,7 +264,29 @@ def _check_arguments(
         check_flag(name, value)
 
 
-class MegatronSource(TokenStream):
+class VocabularySource:
+    """What a Megatron source (local or in object storage) answers from its ``Vocabulary``:
+    the ``.idx`` records neither the vocabulary size nor the end-of-document id."""
+
+    vocab: Vocabulary
+
+    @property
+    def eod_id(self) -> int:
+        """The end-of-document id given (or the tokenizer's)."""
+        return self.vocab.eod_id
+
+    @property
+    def vocab_size(self) -> int:
+        return self.vocab.vocab_size
+
+    @cached_property
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer given (a spec is loaded now, and checked), or a stand-in that shows ids
+        (no tokenizer known)."""
+        return self.vocab.tokenizer()
+
+
+class MegatronSource(VocabularySource, TokenStream):
     """A Megatron prefix opened for reading, with the interface of ``reader.Source``."""
 
     def __init__(
@@ -363,15 +385,6 @@ class MegatronSource(TokenStream):
         return self._directory
 
     @property
-    def eod_id(self) -> int:
-        """The end-of-document id given (or the tokenizer's)."""
-        return self.vocab.eod_id
-
-    @property
-    def vocab_size(self) -> int:
-        return self.vocab.vocab_size
-
-    @property
     def n_sequences(self) -> int:
         return self.index.n_sequences
 
@@ -396,15 +409,21 @@ class MegatronSource(TokenStream):
             return None
         return MegatronRecord.of(keys, identity)
 
-    @cached_property
-    def tokenizer(self) -> Tokenizer:
-        """The tokenizer given (a spec is loaded now, and checked), or a stand-in that shows ids
-        (no tokenizer known)."""
-        return self.vocab.tokenizer()
-
     def __repr__(self) -> str:
         return (
             f"MegatronSource({str(self.directory)!r}, n_tokens={self.n_tokens}, "
             f"n_docs={self.n_docs}, n_sequences={self.n_sequences}, "
             f"dtype={self.index.dtype_name})"
         )
+
+
+__all__ = [
+    "APPEND_EOD_HINT",
+    "MEGATRON",
+    "MegatronManifest",
+    "MegatronSource",
+    "Vocabulary",
+    "VocabularySource",
+    "check_documents",
+    "id_range_problem",
+]

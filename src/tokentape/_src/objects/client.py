@@ -287,9 +287,15 @@ class ObjectStore:
             self._pid = os.getpid()
         return self._fs
 
+    def canonical(self, url: str) -> str:
+        """``url`` as listings spell it (``scheme://bucket/key``), for telling duplicates
+        apart."""
+        return f"{self.protocol}://{self.fs._strip_protocol(url)}"
+
     def _key(self, url: str) -> str:
         scheme, sep, rest = url.partition("://")
-        return self.fs._strip_protocol(scheme.lower() + sep + rest if sep else url)
+        key: str = self.fs._strip_protocol(scheme.lower() + sep + rest if sep else url)
+        return key
 
     def call(self, what: str, url: str, fn: Callable[[], _T]) -> _T:
         """``fn()`` with retries; ``what`` and ``url`` name it in the final error."""
@@ -321,9 +327,10 @@ class ObjectStore:
 
         def get() -> dict[str, Any] | None:
             try:
-                return self.fs.info(self._key(url))
+                found: dict[str, Any] = self.fs.info(self._key(url))
             except FileNotFoundError:
                 return None
+            return found
 
         self.fs.invalidate_cache()
         found = self.call("reading the object's size", url, get)
@@ -522,11 +529,13 @@ def _get_if_match(fs: Any, key: str, start: int | None, stop: int | None, etag: 
     async def get() -> bytes:
         response = await fs._call_s3("get_object", **request)
         try:
-            return await response["Body"].read()
+            body: bytes = await response["Body"].read()
         finally:
             response["Body"].close()
+        return body
 
-    return sync(fs.loop, get)
+    data: bytes = sync(fs.loop, get)
+    return data
 
 
 def _version(detail: Mapping[str, Any]) -> str:

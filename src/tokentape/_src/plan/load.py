@@ -313,3 +313,6 @@ def _check_derived(
                     f"plan '{path}': source '{s.name}': {key} {given[key]} does not follow from "
                     f"{follows[key]} (edited by hand?); re-run `tokentape plan`"
                 )
+
+
+__all__ = ["load_plan"]

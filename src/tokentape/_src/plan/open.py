@@ -20,9 +20,10 @@ from tokentape._src.objects.client import (
     object_store,
     redact,
 )
+from tokentape._src.objects.ranged import FetchConfig
 from tokentape._src.store.format import MANIFEST_NAME
 from tokentape._src.store.reader import Source, TokenStream
-from tokentape._src.store.remote import FetchConfig, RemoteSource
+from tokentape._src.store.remote import RemoteSource
 from tokentape._src.util.checks import check_int, check_optional_text, check_path, shown
 from tokentape._src.util.progress import ProgressCallback, check_callback
 from tokentape.errors import ArgumentError, InputError, StoreError

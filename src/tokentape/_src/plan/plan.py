@@ -28,6 +28,7 @@ from tokentape._src.megatron.identity import MegatronRecord
 from tokentape._src.megatron.remote import RemoteMegatronSource
 from tokentape._src.megatron.source import MegatronSource
 from tokentape._src.objects.client import is_url, object_store
+from tokentape._src.objects.ranged import FetchConfig
 from tokentape._src.plan.open import (
     FORMATS,
     MEGATRON,
@@ -47,12 +48,7 @@ from tokentape._src.plan.spec import (
 from tokentape._src.store.atomic import write_atomic
 from tokentape._src.store.format import Manifest
 from tokentape._src.store.reader import Source, SourceManifest, TokenStream
-from tokentape._src.store.remote import (
-    FetchConfig,
-    RemoteSource,
-    read_remote_manifest,
-    store_versions,
-)
+from tokentape._src.store.remote import RemoteSource, read_remote_manifest, store_versions
 from tokentape._src.tape.blend import (
     MAX_DENOMINATOR,
     MAX_POSITION,
@@ -919,3 +915,22 @@ def check_budgets(plan: Plan, where: str) -> None:
             f"more than its max_repeats = {s.max_repeats:g}; raise max_repeats to at least "
             f"{math.ceil(s.passes * 1000) / 1000:g}, lower its weight, or shorten the horizon"
         )
+
+
+__all__ = [
+    "ALGORITHM_VERSION",
+    "PLAN_FORMAT",
+    "READABLE_VERSIONS",
+    "TOKEN_DTYPES",
+    "Plan",
+    "PlanPhase",
+    "PlanSource",
+    "build_tape",
+    "check_budgets",
+    "expected_index_hash",
+    "index_hash",
+    "open_plan_store",
+    "over_budget",
+    "plan_index_hash",
+    "resolve_plan",
+]

@@ -362,3 +362,16 @@ def resolve_tokenizer_spec(spec: str, base_dir: str) -> str:
             "(tokenizers are small) and name that file"
         )
     return prefix + str(Path(base_dir, spec.removeprefix(prefix)).resolve())
+
+
+__all__ = [
+    "PhaseSpec",
+    "PlanSpec",
+    "SourceSpec",
+    "load_plan_spec",
+    "parse_count",
+    "parse_plan",
+    "plan_spec",
+    "plan_storage_options",
+    "resolve_tokenizer_spec",
+]

@@ -106,3 +106,6 @@ def _draw_phases(plan: Plan, ax: Any) -> None:
     ax.set_xlim(0, horizon)
     ax.set_ylabel("share of the samples in each stretch")
     ax.set_title(f"share per source over the run, {len(spans)} phases (dotted: targets)")
+
+
+__all__ = ["draw_plan", "plot_plan", "plt"]

@@ -126,3 +126,6 @@ def run_info_text(info: RunInfo) -> str:
 
 def _changes(n: int) -> str:
     return f"{n} change" + ("" if n == 1 else "s")
+
+
+__all__ = ["plan_info_text", "run_info_text"]

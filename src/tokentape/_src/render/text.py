@@ -138,3 +138,6 @@ def _weights_line(plan: Plan) -> str:
         return f"exact rationals over {fmt_int(plan.denominator)}: {how}"
     where = "" if not rounded else " in phase " + ", ".join(map(str, rounded))
     return f"exact rationals per phase: {how}{where}"
+
+
+__all__ = ["dropped_text", "manifest_text", "plan_text"]

@@ -93,3 +93,6 @@ def cache_lock(cache: SafeDir, name: str, what: str, timeout_s: float) -> Iterat
         yield time.monotonic() - start
     finally:
         os.close(fd)  # releases the flock
+
+
+__all__ = ["cache_lock"]

@@ -411,3 +411,6 @@ def _kept(job: Job, name: str, size: int, problem: Callable[[], str | None]) -> 
         return True
     job.work.unlink(name)
     return False
+
+
+__all__ = ["Counter", "Job", "download", "fetch_files", "file_problem"]

@@ -627,3 +627,16 @@ def stage_plan(
         CacheLocked: Another process kept a store's cache lock beyond the wait.
     """
     return stage_sources(plan, cache_dir, storage_options, progress, workers)[0]
+
+
+__all__ = [
+    "DEFAULT_WAIT_S",
+    "DEFAULT_WORKERS",
+    "MAX_WORKERS",
+    "StagedStore",
+    "cache_key",
+    "stage",
+    "stage_plan",
+    "stage_sources",
+    "stage_store",
+]

@@ -175,3 +175,15 @@ def replace_entry(parent: int, new: str, out: str, discard: Callable[[str], None
     os.fsync(parent)
     discard(aside)
     return False
+
+
+__all__ = [
+    "atomic_writer",
+    "exchange",
+    "exchange_at",
+    "fsync_dir",
+    "replace_directory",
+    "replace_entry",
+    "temp_name",
+    "write_atomic",
+]

@@ -155,3 +155,16 @@ def check_inside(directory: Path, name: str, what: str, dir_fd: int | None = Non
     problem = inside_problem(directory, name, dir_fd)
     if problem is not None:
         raise _refusal(directory / name, what, problem)
+
+
+__all__ = [
+    "check_inside",
+    "check_shard_names",
+    "inside_problem",
+    "is_plain_name",
+    "no_store_directory",
+    "open_directory",
+    "open_inside",
+    "replaced",
+    "shard_name",
+]

@@ -142,7 +142,7 @@ def _field(data: dict[str, Any], key: str, kind: type | tuple[type, ...], where:
 
 
 def _count(data: dict[str, Any], key: str, where: str) -> int:
-    value = _field(data, key, int, where)
+    value: int = _field(data, key, int, where)
     if value < 0:
         raise StoreError(f"{where}: field '{key}' is {value}, expected a count (>= 0)")
     return value
@@ -311,3 +311,26 @@ def read_manifest(directory: str | os.PathLike[str], dir_fd: int | None = None) 
     for name, what in store_files(manifest):
         check_inside(Path(directory), name, what, dir_fd)
     return manifest
+
+
+__all__ = [
+    "BIN_SUFFIX",
+    "DEFAULT_BLOCK_BYTES",
+    "FORMAT_VERSION",
+    "IDX_SUFFIX",
+    "MANIFEST_NAME",
+    "NPY_ERRORS",
+    "Manifest",
+    "ShardInfo",
+    "block_record_problem",
+    "choose_dtype",
+    "content_hash",
+    "numpy_dtype",
+    "parse_manifest",
+    "read_manifest",
+    "read_manifest_text",
+    "read_npy_header",
+    "sha256_stream",
+    "shard_name",
+    "store_files",
+]

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from tokentape.errors import OutputError, OutputLocked
 
@@ -62,7 +63,7 @@ def _holder_record(command: str, out: str | os.PathLike[str]) -> bytes:
     return (json.dumps(record) + "\n").encode()
 
 
-def _alive_here(record: dict) -> bool:
+def _alive_here(record: dict[str, Any]) -> bool:
     """False for a record of this host whose process is gone (a stale record that the live
     holder has not overwritten yet); True otherwise (another host cannot be checked)."""
     if record.get("host") != socket.gethostname():
@@ -79,7 +80,7 @@ def _alive_here(record: dict) -> bool:
     return True
 
 
-def _read_holder(fd: int) -> dict | None:
+def _read_holder(fd: int) -> dict[str, Any] | None:
     """The holder's record in the lock file, or None when there is none worth showing. The
     file is anyone's to write: whatever it holds (binary, deep nesting, values of any type)
     gives None or a record, never an exception."""
@@ -91,7 +92,7 @@ def _read_holder(fd: int) -> dict | None:
     return record if isinstance(record, dict) and _alive_here(record) else None
 
 
-def _field(record: dict, key: str) -> str:
+def _field(record: dict[str, Any], key: str) -> str:
     """A field of a holder record for a one-line message: printable, short, '?' if odd."""
     value = record.get(key)
     if isinstance(value, bool) or not isinstance(value, str | int):
@@ -102,7 +103,7 @@ def _field(record: dict, key: str) -> str:
     return text
 
 
-def _describe(record: dict | None) -> str:
+def _describe(record: dict[str, Any] | None) -> str:
     if record is None:
         return "another process (it has not recorded itself yet)"
     return (
@@ -263,3 +264,9 @@ def _remove_empty(directories: list[Path]) -> None:
             d.rmdir()
         except OSError:
             return
+
+
+__all__ = [
+    "lock_path",
+    "output_lock",
+]

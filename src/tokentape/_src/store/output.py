@@ -224,3 +224,14 @@ def clear_out(out: Path, keep: tuple[str, ...] = ()) -> None:
             shutil.rmtree(path)
         else:
             path.unlink(missing_ok=True)
+
+
+__all__ = [
+    "JOB_FILE",
+    "WORK_DIR",
+    "check_ours",
+    "clear_out",
+    "discard_store",
+    "is_store_file",
+    "survey",
+]

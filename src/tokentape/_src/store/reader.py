@@ -20,7 +20,7 @@ from __future__ import annotations
 import mmap
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
@@ -124,6 +124,15 @@ def check_starts(local: np.ndarray, shard: ShardInfo, path: Path | str) -> None:
         )
 
 
+class TokenPiece(Protocol):
+    """One token file's ids as a sliceable sequence: the byte reader under a source, a memory
+    map for a file on disk, ranged reads through a cache for an object (``store.remote``)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, key: slice, /) -> np.ndarray: ...
+
+
 class SourceManifest(Protocol):
     """What a source records about itself: its identity, size and vocabulary, as the plan
     records them and the loader checks them. A tokentape store's ``Manifest`` and a Megatron
@@ -177,7 +186,7 @@ class TokenStream(ABC):
     def __init__(
         self,
         dtype: np.dtype,
-        pieces: list[np.ndarray],
+        pieces: Sequence[TokenPiece],
         doc_starts: np.ndarray | Callable[[], np.ndarray],
         n_docs: int | None = None,
     ) -> None:
@@ -523,3 +532,13 @@ def _integers(name: str, value: object) -> np.ndarray:
 def _check_seq_len(seq_len: int) -> None:
     if isinstance(seq_len, bool) or not isinstance(seq_len, int | np.integer) or seq_len <= 0:
         raise ArgumentError(f"seq_len must be a positive integer, got {seq_len!r}")
+
+
+__all__ = [
+    "INDEX_DTYPE",
+    "Source",
+    "SourceManifest",
+    "TokenStream",
+    "check_starts",
+    "index_offset",
+]

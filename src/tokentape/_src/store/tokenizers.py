@@ -912,3 +912,22 @@ def tokenizer_from_manifest(
             f"not match the stored tokenizer ({tok.eod_id}/{tok.vocab_size})"
         )
     return tok
+
+
+__all__ = [
+    "GPT2_SPLIT_PATTERN",
+    "HF_CONFIG_MAX_BYTES",
+    "HF_EOD_CANDIDATES",
+    "STORED_NAMES",
+    "ByteTokenizer",
+    "HFTokenizer",
+    "NoTokenizer",
+    "TiktokenTokenizer",
+    "Tokenizer",
+    "eod_choice",
+    "hf_cache_dir",
+    "load_tokenizer",
+    "tokenizer_from_manifest",
+    "tokenizer_manifest",
+    "tokenizer_report",
+]

@@ -176,3 +176,10 @@ class ShardWriter:
         if self._open is not None:
             self._open.abort()
             self._open = None
+
+
+__all__ = [
+    "BlockHasher",
+    "ShardWriter",
+    "npy_bytes",
+]

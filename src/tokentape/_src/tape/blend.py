@@ -245,7 +245,7 @@ class Blend:
         q, r = np.divmod(j, w)
         if q.size and int(q.max()) > MAX_POSITION // self.denominator:
             raise OutOfRangeError(f"blend: draw {int(j.max())} lies beyond position 2**62")
-        p = q * self.denominator + self.occurrences[self.offsets[d] + r]
+        p: np.ndarray = q * self.denominator + self.occurrences[self.offsets[d] + r]
         if p.size and int(p.max()) >= MAX_POSITION:
             raise OutOfRangeError(f"blend: draw {int(j.max())} lies beyond position 2**62")
         return p
@@ -295,3 +295,15 @@ def _positions(positions: np.ndarray | int) -> np.ndarray:
             f"blend: positions in [{int(p.min())}, {int(p.max())}]: expected [0, 2**62)"
         )
     return p
+
+
+__all__ = [
+    "DEFAULT_DENOMINATOR",
+    "EXACT_CAP",
+    "MAX_DENOMINATOR",
+    "MAX_POSITION",
+    "Blend",
+    "exact_weights",
+    "rational_weights",
+    "stated_value",
+]

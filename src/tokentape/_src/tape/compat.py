@@ -80,7 +80,8 @@ def first_difference(old: Tape, new: Tape, below: int) -> int | None:
 def _names(piece: _Piece, positions: np.ndarray, ids: dict[str, int]) -> np.ndarray:
     """The source of each position, as an integer id shared by both tapes' names."""
     codes = np.asarray([ids.setdefault(n, len(ids)) for n in piece.names], dtype=np.int64)
-    return codes[piece.blend.table[(positions - piece.start) % piece.blend.denominator]]
+    at: np.ndarray = codes[piece.blend.table[(positions - piece.start) % piece.blend.denominator]]
+    return at
 
 
 def first_draw(tape: Tape, source: int) -> int | None:
@@ -89,3 +90,6 @@ def first_draw(tape: Tape, source: int) -> int | None:
         return int(tape.blend.position(source, 0))
     except OutOfRangeError:
         return None
+
+
+__all__ = ["first_difference", "first_draw"]

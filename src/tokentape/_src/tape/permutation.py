@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from types import ModuleType
-from typing import overload
+from typing import cast, overload
 
 import numpy as np
 
@@ -169,7 +169,7 @@ def _feistel(
     else:
         shift, low = word.dtype(h), word.dtype((1 << h) - 1)
         out_shift = word.dtype(word.bits - h)
-    left = v >> shift
+    left: np.ndarray = v >> shift
     right = v & low
     spare = np.empty_like(v)
     tmp = np.empty_like(v)
@@ -481,7 +481,9 @@ def _walk_many(
     bound: np.unsignedinteger | np.ndarray = word.dtype(min(mine[0][0], mask))
     if one:  # a single domain: scalar keys
         n0, name0, e0 = mine[0]
-        keys: list = list(cached_permutation(n0, seed, name0, e0)._word_keys())
+        keys: list[np.unsignedinteger | np.ndarray] = list(
+            cached_permutation(n0, seed, name0, e0)._word_keys()
+        )
     else:
         table = np.array(
             [[k & mask for k in cached_permutation(n, seed, name, e).keys] for n, name, e in mine],
@@ -502,7 +504,8 @@ def _walk_many(
     while todo.size > SCALAR_TAIL:  # cycle walking, each value with its own domain
         walked = _feistel(
             out[todo],
-            keys if one else [k[todo] for k in keys],
+            # several domains: every key is an array of per-value words (see above)
+            keys if one else [cast(np.ndarray, k)[todo] for k in keys],
             h[todo] if isinstance(h, np.ndarray) else h,
             word,
             forward,
@@ -548,3 +551,21 @@ def permute(
 ) -> np.ndarray | int:
     """``Permutation.for_epoch(n, seed, name, epoch)(x)``."""
     return Permutation.for_epoch(n, seed, name, epoch)(x)
+
+
+__all__ = [
+    "KERNEL_NOTE",
+    "MAX_N",
+    "MERGE_BELOW",
+    "ROUNDS",
+    "SCALAR_MAX",
+    "Permutation",
+    "cached_permutation",
+    "half_bits_for",
+    "kernel",
+    "permute",
+    "permute_epochs",
+    "permute_many",
+    "round_keys",
+    "unique_inverse",
+]

@@ -187,3 +187,6 @@ def _counts(phase: Phase, length: int, n_sources: int) -> np.ndarray:
     for i, d in enumerate(phase.sources.tolist()):
         out[d] = phase.blend.count(i, length)
     return out
+
+
+__all__ = ["Phase", "PhasedBlend"]

@@ -306,3 +306,6 @@ class _Walk:
             idx = np.concatenate(self.idx)
             group, offset = np.concatenate(self.group), np.concatenate(self.offset)
         self.sample[idx] = permute_many(seed, self.domains, group, offset)
+
+
+__all__ = ["Resolved", "Tape", "as_positions"]

@@ -57,7 +57,7 @@ from tokentape._src.store.format import (
     numpy_dtype,
 )
 from tokentape._src.store.lock import output_lock
-from tokentape._src.store.output import WORK_DIR, clear_out, discard_store
+from tokentape._src.store.output import JOB_FILE, WORK_DIR, clear_out, discard_store
 from tokentape._src.store.safedir import made_directory
 from tokentape._src.store.tokenizers import (
     Tokenizer,
@@ -76,7 +76,6 @@ from tokentape._src.store.writer import ShardWriter
 from tokentape._src.tokenize.filters import FilterSet, parse_filters
 from tokentape._src.tokenize.inputs import Unit, expand_inputs, plan_units
 from tokentape._src.tokenize.job import (
-    JOB_FILE,
     OutState,
     TokenizeConfig,
     inspect_out,
@@ -169,7 +168,7 @@ def _assemble(
     dtype: str,
     shard_tokens: int,
     on_shard: ShardDone | None = None,
-) -> tuple[list, int]:
+) -> tuple[list[ShardInfo], int]:
     writer = ShardWriter(out, dtype, shard_tokens)
     told = 0
     try:
@@ -490,7 +489,9 @@ def _unfinished(missing: list[int], dead: list[int], work_dir: Path) -> str:
     )
 
 
-def _manifest(job: _Job, done: list[UnitResult], shards: list, n_tokens: int) -> Manifest:
+def _manifest(
+    job: _Job, done: list[UnitResult], shards: list[ShardInfo], n_tokens: int
+) -> Manifest:
     tokenizer = job.tokenizer
     return Manifest(
         dtype=job.dtype,
@@ -521,3 +522,6 @@ def _discard(build: Path, created: bool) -> None:
         shutil.rmtree(build, ignore_errors=True)
     else:
         clear_out(build)
+
+
+__all__ = ["TokenizeSummary", "tokenize"]

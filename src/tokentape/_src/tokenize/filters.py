@@ -279,3 +279,6 @@ def parse_filters(specs: Sequence[str]) -> FilterSet:
             )
         seen[f.name] = spec
     return FilterSet(filters)
+
+
+__all__ = ["FilterSet", "MaxTokens", "MinTokens", "UniqueLines", "parse_filter", "parse_filters"]

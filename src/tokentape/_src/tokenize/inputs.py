@@ -629,7 +629,8 @@ def _unreadable(path: str, i: int, err: BaseException) -> InputError:
 
 def _whole_row_group(pf: pq.ParquetFile, file: InputFile, i: int, key: str) -> list[pa.Array]:
     try:
-        return pf.read_row_group(i, columns=[key]).column(0).chunks
+        chunks: list[pa.Array] = pf.read_row_group(i, columns=[key]).column(0).chunks
+        return chunks
     except (OSError, pa.ArrowException) as err:
         raise _unreadable(file.path, i, err) from None
 
@@ -911,3 +912,19 @@ def _read_jsonl(part: UnitPart, text_key: str, position: ReadPosition) -> Iterat
                 raise _field_error(ctx, value, i)
             yield value
         done += len(lines)
+
+
+__all__ = [
+    "READ_BLOCK",
+    "SCAN_BLOCK",
+    "SUPPORTED_SUFFIXES",
+    "ZSTD_INPUT_BLOCK",
+    "InputFile",
+    "ReadPosition",
+    "Unit",
+    "UnitPart",
+    "expand_inputs",
+    "file_kind",
+    "plan_units",
+    "read_documents",
+]

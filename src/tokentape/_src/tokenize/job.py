@@ -268,7 +268,8 @@ def _same_run(work: Path, resume_key: dict[str, Any]) -> bool:
     if work.is_symlink():  # never resumed (nor written) through a link: cleared instead
         return False
     try:
-        return json.loads((work / JOB_FILE).read_text()) == resume_key
+        recorded: object = json.loads((work / JOB_FILE).read_text())
+        return recorded == resume_key
     except (OSError, UnicodeDecodeError, json.JSONDecodeError):
         return False
 
@@ -378,3 +379,17 @@ def _staged(
         return OutPlan(OutState.RESUME, staging, replace=True)
     clear_out(staging)
     return OutPlan(OutState.FRESH, staging, replace=True)
+
+
+__all__ = [
+    "MAX_WORKERS",
+    "OutPlan",
+    "OutState",
+    "TokenizeConfig",
+    "inspect_out",
+    "job_identity",
+    "staging_dir",
+    "store_damage",
+    "summary_problem",
+    "units_dir",
+]

@@ -196,3 +196,6 @@ def encode_documents(
         lengths.append(len(tokens))
     flush()
     return _joined(arrays), np.asarray(lengths, dtype=np.int64)
+
+
+__all__ = ["can_cut", "encode_documents", "encode_pieces", "iter_pieces"]

@@ -92,7 +92,7 @@ def _drain(
             crashpoint("after-unit")
 
 
-def _let_a_helper_claim_first(next_unit: Synchronized, timeout: float = 60.0) -> None:
+def _let_a_helper_claim_first(next_unit: Synchronized[int], timeout: float = 60.0) -> None:
     """Test hook for ``HELPER_CRASH``: hold the calling process back until a helper has
     claimed a unit, so that the helper dies holding one whatever the timing."""
     deadline = time.monotonic() + timeout
@@ -153,8 +153,8 @@ class _Shared:
     """What the processes of one pool share: the next unit to claim, the abort flag and the
     progress counters. A helper touches them only once handed work."""
 
-    next_unit: Synchronized
-    abort: Synchronized
+    next_unit: Synchronized[int]
+    abort: Synchronized[int]
     counters: Counters
 
 
@@ -287,3 +287,13 @@ class Pool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+__all__ = [
+    "SINGLE_THREAD_ENV",
+    "Pool",
+    "PoolJob",
+    "WorkerDied",
+    "single_threaded_tokenizers",
+    "usable_cpus",
+]

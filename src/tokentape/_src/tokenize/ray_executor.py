@@ -293,3 +293,14 @@ def _die_once(work_dir: str) -> None:
     except FileExistsError:
         return
     os._exit(1)
+
+
+__all__ = [
+    "CRASH_MARKER",
+    "RAY_TASK_CRASH",
+    "TaskJob",
+    "TaskOutcome",
+    "import_ray",
+    "ray_session",
+    "run_ray_tasks",
+]

@@ -57,11 +57,6 @@ def _split(url: str) -> tuple[str, str, str]:
     return scheme.lower(), bucket, key.strip("/")
 
 
-def _canonical(store: ObjectStore, url: str) -> str:
-    """``url`` as listings spell it (``scheme://bucket/key``), for telling duplicates apart."""
-    return f"{store.protocol}://{store.fs._strip_protocol(url)}"
-
-
 @contextmanager
 def _listing_errors(spec: str) -> Iterator[None]:
     """A missing bucket or a refused listing as one line naming the input."""
@@ -93,7 +88,7 @@ def expand_url(
                 raise InputError(
                     f"input '{spec}': unsupported file type; expected one of {expected}"
                 )
-            return [(spec, ObjectInfo(_canonical(store, spec), found.size, found.version))]
+            return [(spec, ObjectInfo(store.canonical(spec), found.size, found.version))]
         if is_glob(spec):
             return [(i.url, i) for i in _expand_glob(store, spec, supported, expected)]
         listed = _below(store, spec)
@@ -117,7 +112,7 @@ def _below(store: ObjectStore, prefix: str) -> list[ObjectInfo]:
 def _expand_glob(
     store: ObjectStore, spec: str, supported: Callable[[str], bool], expected: str
 ) -> list[ObjectInfo]:
-    scheme, bucket, key = _split(_canonical(store, spec))
+    scheme, bucket, key = _split(store.canonical(spec))
     if is_glob(bucket):
         raise InputError(f"input '{spec}': a glob cannot match bucket names; name the bucket")
     parts = key.split("/")
@@ -242,3 +237,13 @@ def read_object(url: str, size: int, options: Mapping[str, Any]) -> bytes:
         raise InputError(f"{url}: no longer exists; re-run to plan again") from None
     except PermissionError as exc:
         raise InputError(f"{url}: access denied ({_reason(exc)})") from None
+
+
+__all__ = [
+    "check_unchanged",
+    "expand_url",
+    "is_glob",
+    "open_object",
+    "read_object",
+    "version_number",
+]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import atexit
 from collections.abc import Callable, Hashable, Iterator, Sized
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 _T = TypeVar("_T", bound=Sized)
 _KEEP = 2
@@ -31,7 +31,9 @@ class Forward(Generic[_T]):
     head: list[_T] = field(default_factory=list)
 
 
-_OPEN: dict[Hashable, Forward] = {}  # per process
+# Per process. Streams of different item types (bytes, row batches): each key's stream holds
+# the items its ``open_stream`` gives, which only ``read_range``'s caller knows.
+_OPEN: dict[Hashable, Forward[Any]] = {}
 
 
 def forget() -> None:
@@ -97,7 +99,7 @@ def _forward(
         yield item if (lo, hi) == (0, n) else cut(item, lo, hi)
 
 
-def _close(stream: Forward | None) -> None:
+def _close(stream: Forward[_T] | None) -> None:
     if stream is not None:
         close = getattr(stream.items, "close", None)
         if close is not None:
@@ -123,3 +125,6 @@ def line_cuts(blocks: Iterator[bytes], unit_bytes: int) -> list[int]:
     if cuts[-1] != offset or len(cuts) == 1:
         cuts.append(offset)
     return cuts
+
+
+__all__ = ["Forward", "forget", "line_cuts", "read_range"]

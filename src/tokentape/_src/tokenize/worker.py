@@ -298,3 +298,15 @@ def read_unit(
             "run the same command again to make it anew"
         )
     return tokens, lengths
+
+
+__all__ = [
+    "UnitResult",
+    "WorkerSettings",
+    "load_result",
+    "read_unit",
+    "tokenize_unit",
+    "unit_intact",
+    "unit_paths",
+    "with_eod",
+]

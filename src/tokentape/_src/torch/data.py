@@ -82,8 +82,10 @@ def _tensors(batch: Batch, shared: bool) -> dict[str, torch.Tensor]:
     dtypes = {k: torch.from_numpy(a[:0]).dtype for k, a in arrays.items()}
     ends = np.cumsum([-(-a.nbytes // 8) * 8 for a in arrays.values()]).tolist()
     if shared:
-        # the same private allocator torch's default_collate uses for a worker's batches
-        block = torch.empty(0, dtype=torch.uint8).set_(torch.UntypedStorage._new_shared(ends[-1]))
+        # the same private allocator torch's default_collate uses for a worker's batches (torch
+        # leaves that private method unannotated)
+        storage = torch.UntypedStorage._new_shared(ends[-1])  # type: ignore[no-untyped-call]
+        block = torch.empty(0, dtype=torch.uint8).set_(storage)
     else:
         block = torch.empty(ends[-1], dtype=torch.uint8)
     starts = [0, *ends[:-1]]
@@ -446,3 +448,15 @@ class TapeDataset(Dataset[dict[str, torch.Tensor]]):
 
     def __getstate__(self) -> dict[str, object]:
         return {"plan": self.plan, "segments": self.segments, "_batcher": None, "_ahead": None}
+
+
+__all__ = [
+    "AHEAD",
+    "MicroBatch",
+    "TapeBatchSampler",
+    "TapeDataset",
+    "TapeSampler",
+    "TapeSamples",
+    "collate",
+    "to_torch",
+]

@@ -327,13 +327,15 @@ def _failure(exc: ProcessException, out_dir: str) -> str:
     return f"smoke: rank {rank} failed: {lines[-1].strip() if lines else type(exc).__name__}"
 
 
-def launch(fn: Callable[..., None], args: tuple, nprocs: int) -> None:
+def launch(fn: Callable[..., None], args: tuple[object, ...], nprocs: int) -> None:
     """Spawn ``nprocs`` processes running ``fn(rank, *args)``; a failure of any comes back as one
     ``TokentapeError`` line (the others are stopped)."""
     with tempfile.TemporaryDirectory(prefix="tokentape-launch-") as errors:
         try:
-            mp.start_processes(_guarded, args=(errors, fn, *args), nprocs=nprocs,
-                               start_method="spawn")  # fmt: skip
+            # torch leaves start_processes unannotated
+            mp.start_processes(  # type: ignore[no-untyped-call]
+                _guarded, args=(errors, fn, *args), nprocs=nprocs, start_method="spawn"
+            )
         except ProcessException as exc:
             raise TokentapeError(_failure(exc, errors)) from None
 
@@ -360,7 +362,7 @@ def _worker(rank: int, plan_path: str, dp: int, tp: int, micro: int, accum: int,
         dist.destroy_process_group()
 
 
-def _render(rows: list, tp: int) -> str:
+def _render(rows: list[tuple[int, int, list[RankReport], list[str]]], tp: int) -> str:
     lines = []
     for step, consumed, reports, problems in rows:
         for r in sorted(reports, key=lambda r: r.rank):
@@ -430,3 +432,17 @@ def run_smoke(
                 backend)  # fmt: skip
         launch(_worker, args, dp * tp)
         return Path(tmp, "result.txt").read_text()
+
+
+__all__ = [
+    "RECORD_WIDTH",
+    "RankReport",
+    "check_backend",
+    "check_smoke_args",
+    "check_step",
+    "gather_reports",
+    "launch",
+    "report",
+    "run_smoke",
+    "verify",
+]

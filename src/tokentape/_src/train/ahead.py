@@ -102,3 +102,6 @@ class ResolveAhead:
             grid = starts[:, None] + np.arange(shape.width, dtype=np.int64)
             r = self.tape.resolve(grid.ravel())
         return _Chunk(shape, consumed, steps, r)
+
+
+__all__ = ["CHUNK", "MAX_STEPS", "ResolveAhead", "StepShape"]

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tokentape._src.objects.ranged import FetchConfig
 from tokentape._src.plan.plan import Plan, open_plan_store
 from tokentape._src.store.reader import TokenStream
-from tokentape._src.store.remote import FetchConfig
 from tokentape._src.tape.resolve import Resolved, Tape, as_positions
 from tokentape._src.util.checks import as_index
 from tokentape.errors import (
@@ -191,3 +191,6 @@ class Batcher:
                 self.sources[d].segments_into(r.sample[rows], seq_len, seg, pos)
                 segment[rows], position[rows] = seg, pos
         return Batch(p, r.source, r.epoch, r.sample, tokens, segment, position)
+
+
+__all__ = ["Batch", "Batcher", "check_planned", "open_planned"]

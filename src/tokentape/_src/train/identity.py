@@ -246,3 +246,14 @@ def _named_phases(identity: dict[str, Any]) -> list[tuple[int, dict[str, str]]]:
         (start, {n: f"{u}/{sum(w)}" for n, u in zip(names, w, strict=True) if u})
         for start, w in _phase_units(identity)
     ]
+
+
+__all__ = [
+    "describe_difference",
+    "identity_diff",
+    "identity_differences",
+    "identity_hash",
+    "identity_tape",
+    "past_change",
+    "plan_identity",
+]

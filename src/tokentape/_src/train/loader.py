@@ -25,10 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from tokentape._src.objects.ranged import FetchConfig, FetchStats
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan
 from tokentape._src.stage.stage import stage_plan
-from tokentape._src.store.remote import FetchConfig, FetchStats, total_stats
+from tokentape._src.store.remote import total_stats
 from tokentape._src.tape.resolve import Resolved
 from tokentape._src.train.ahead import ResolveAhead, StepShape
 from tokentape._src.train.batch import Batch, Batcher
@@ -448,3 +449,6 @@ def _slice(batch: Batch, lo: int, hi: int) -> Batch:
     """Rows [lo, hi) of every per-row array of ``batch`` (an absent one stays absent)."""
     arrays = ((f.name, getattr(batch, f.name)) for f in fields(batch))
     return replace(batch, **{name: a[lo:hi] for name, a in arrays if a is not None})
+
+
+__all__ = ["Loader", "Step", "hash_dtype", "step_tokens_hash"]

@@ -114,3 +114,6 @@ def _last_record(path: Path, before: int) -> Any:
                 return record
             end = start - 1
     raise ValueError("no line before the step")
+
+
+__all__ = ["StepLogWriter"]

@@ -80,3 +80,6 @@ def positions_for(consumed: int, dp_rank: int, config: BatchConfig) -> np.ndarra
     start = int(consumed) + int(dp_rank) * config.per_rank
     flat = np.arange(start, start + config.per_rank, dtype=np.int64)
     return flat.reshape(config.accum, config.micro)
+
+
+__all__ = ["BatchConfig", "positions_for"]

@@ -89,3 +89,6 @@ class Schedule:
             step, rank = np.where(beyond, -1, step), np.where(beyond, -1, rank)
             micro_step, row = np.where(beyond, -1, micro_step), np.where(beyond, -1, row)
         return Placement(step, rank, micro_step, row)
+
+
+__all__ = ["Placement", "Schedule"]

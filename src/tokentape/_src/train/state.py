@@ -432,3 +432,6 @@ def _plan_arg(plan: object) -> Plan:
         hint = " (load_plan(path) reads a PLAN.json)" if isinstance(plan, str | PathLike) else ""
         raise ArgumentError(f"plan must be a Plan{hint}, got {shown(plan)}")
     return plan
+
+
+__all__ = ["BatchChange", "DataState", "PlanChange", "identity_hash"]

@@ -299,3 +299,6 @@ def schedule_of(records: list[StepRecord]) -> Schedule:
         if not changes or changes[-1].config != r.config:
             changes.append(BatchChange(r.step, r.consumed, r.dp, r.micro, r.accum))
     return Schedule(tuple(changes), steps=len(records))
+
+
+__all__ = ["StepLog", "StepRecord", "read_step_log", "scan_step_log", "schedule_of", "short_hash"]

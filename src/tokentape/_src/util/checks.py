@@ -119,3 +119,20 @@ def check_optional_text(name: str, value: object) -> None:
     """None, or what ``check_text`` accepts."""
     if value is not None:
         check_text(name, value)
+
+
+__all__ = [
+    "as_flag",
+    "as_index",
+    "as_parameter",
+    "check_count",
+    "check_flag",
+    "check_int",
+    "check_mb",
+    "check_number",
+    "check_optional_text",
+    "check_path",
+    "check_text",
+    "is_int",
+    "shown",
+]

@@ -12,3 +12,6 @@ def crashpoint(name: str) -> None:
     """Test hook: SIGKILL this process at the named point when ``TOKENTAPE_CRASH_AT`` says so."""
     if os.environ.get(CRASH_ENV) == name:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+__all__ = ["CRASH_ENV", "crashpoint"]

@@ -27,3 +27,6 @@ def read_regular(path: str | os.PathLike[str]) -> bytes:
     """The bytes of the regular file at ``path`` (see ``open_regular``)."""
     with open_regular(path) as f:
         return f.read()
+
+
+__all__ = ["open_regular", "read_regular"]

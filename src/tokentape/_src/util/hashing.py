@@ -10,3 +10,6 @@ from typing import Any
 def canonical_hash(data: Any) -> str:
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+__all__ = ["canonical_hash"]

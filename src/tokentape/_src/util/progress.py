@@ -165,3 +165,6 @@ def tally(
         yield counting
     finally:
         counting.close()
+
+
+__all__ = ["Counters", "Progress", "ProgressCallback", "Tally", "check_callback", "tally", "watch"]

@@ -64,3 +64,6 @@ def _cell(value: Any) -> str:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+__all__ = ["escaped", "fmt_bytes", "fmt_int", "is_utf8", "key_values", "table"]

@@ -3,3 +3,6 @@
 from importlib.metadata import version
 
 __version__ = version("tokentape")
+
+
+__all__ = ["__version__"]

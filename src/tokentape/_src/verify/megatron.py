@@ -157,7 +157,9 @@ def plan_problems(plan_hashes: Sequence[tuple[str, str, str]], content: str) -> 
     ]
 
 
-def union(a: tuple[int | None, int | None], b: tuple[int | None, int | None]) -> tuple:
+def union(
+    a: tuple[int | None, int | None], b: tuple[int | None, int | None]
+) -> tuple[int | None, int | None]:
     """The id range covering both (None: no ids)."""
     lows = [x for x in (a[0], b[0]) if x is not None]
     highs = [x for x in (a[1], b[1]) if x is not None]
@@ -255,3 +257,17 @@ def _eod_problems(index: MegatronIndex, eod_id: int, end_id: int | None) -> list
         expected = f"id {eod_id} at every document end"
         return [(str(bin_path(index.prefix)), "missing end-of-document id", expected, str(exc))]
     return []
+
+
+__all__ = [
+    "Chooser",
+    "MegatronCheck",
+    "against_record",
+    "check_documents",
+    "check_megatron",
+    "id_problems",
+    "plan_problems",
+    "planned_bytes",
+    "recorded_identity",
+    "union",
+]

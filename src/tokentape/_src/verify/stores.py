@@ -927,4 +927,19 @@ class _ChunkedTokens:
         return out
 
 
-# --- command line ----------------------------------------------------------------------------
+__all__ = [
+    "DEFAULT_QUICK_BLOCKS",
+    "PlanRef",
+    "Problem",
+    "StoreReport",
+    "Target",
+    "bytes_to_hash",
+    "check_megatron_target",
+    "check_options",
+    "check_store",
+    "find_targets",
+    "load_manifest",
+    "quick_blocks",
+    "verify_paths",
+    "verify_store",
+]

@@ -1,0 +1,279 @@
+"""Ranged reads of objects: the one way tokentape reads byte ranges of an object.
+
+``RangeCache`` runs ranged GETs (``ObjectStore.read_checked``) of the files of one source on a
+bounded pool, merges ranges that touch (``merge_ranges``, up to ``MAX_RANGE_BYTES``), keeps
+what it fetched up to ``cache_bytes`` (least recently used go first), and checks every whole
+hash block a range covers against its recorded sha256 (``Blocks``) before the bytes are used;
+each GET carries the object's version (``If-Match``). A remote tokentape store and a remote
+Megatron prefix read their token files through it (``store.remote.RangedSource``);
+``sha256_check`` is the check a whole-object read (a document index, a sidecar) uses.
+``FetchConfig`` is how many requests and bytes a loader allows it; ``FetchStats`` what it did.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
+
+from tokentape._src.objects.client import ObjectStore
+from tokentape._src.util.checks import check_count
+from tokentape.errors import ArgumentError
+
+DEFAULT_CONCURRENCY = 32
+DEFAULT_CACHE_BYTES = 512 * 2**20
+MAX_RANGE_BYTES = 16 * 2**20
+"""Merged ranges stop growing here, so that one request never holds up many windows."""
+
+
+@dataclass(frozen=True)
+class FetchConfig:
+    """How a loader reads a plan whose stores are in object storage without staging them.
+
+    Attributes:
+        concurrency: Ranged GETs in flight at most, per store.
+        cache_mb: MiB of fetched ranges kept per store (least recently used go first); at
+            least the windows of the steps prefetched must fit.
+    """
+
+    concurrency: int = DEFAULT_CONCURRENCY
+    cache_mb: float = DEFAULT_CACHE_BYTES / 2**20
+
+    def __post_init__(self) -> None:
+        check_count("concurrency", self.concurrency, 1, 4096)
+        if isinstance(self.cache_mb, bool) or not isinstance(self.cache_mb, int | float):
+            raise ArgumentError(f"cache_mb must be a number of MiB, got {self.cache_mb!r}")
+        if not 0 < self.cache_mb < 2**40:
+            raise ArgumentError(f"cache_mb must be positive, got {self.cache_mb!r}")
+
+    @property
+    def cache_bytes(self) -> int:
+        return int(self.cache_mb * 2**20)
+
+
+@dataclass
+class FetchStats:
+    """What a ``RemoteSource`` fetched: requests, bytes, and block hashes checked."""
+
+    requests: int = 0
+    bytes: int = 0
+    blocks_checked: int = 0
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """What a file read in ranges is checked against: the sha256 of each ``block_bytes`` block
+    of its ``size`` bytes (the last block may be shorter), and the object's version (ETag)
+    every ranged GET of it carries as ``If-Match`` ("": none known yet)."""
+
+    block_bytes: int
+    sha256: tuple[str, ...]
+    size: int
+    etag: str = ""
+
+
+class _Ranges:
+    """Fetched (or in-flight) ranges of one object, sorted by start, for lookup by offset."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.entries: list[tuple[int, int, Future[bytes]]] = []
+
+    def find(self, start: int, stop: int) -> tuple[int, int, Future[bytes]] | None:
+        """An entry covering ``[start, stop)`` that has not failed."""
+        i = bisect.bisect_right(self.starts, start) - 1
+        while i >= 0:
+            a, b, fut = self.entries[i]
+            if a <= start and stop <= b and not _failed(fut):
+                return a, b, fut
+            if b <= start and a < start - MAX_RANGE_BYTES:
+                return None
+            i -= 1
+        return None
+
+    def add(self, start: int, stop: int, fut: Future[bytes]) -> None:
+        i = bisect.bisect_right(self.starts, start)
+        self.starts.insert(i, start)
+        self.entries.insert(i, (start, stop, fut))
+
+    def remove(self, start: int, stop: int, fut: Future[bytes]) -> None:
+        i = self.entries.index((start, stop, fut))
+        del self.starts[i], self.entries[i]
+
+
+def _failed(fut: Future[bytes]) -> bool:
+    """A fetch that ended in an error: never served (a later read fetches afresh)."""
+    return fut.done() and not fut.cancelled() and fut.exception() is not None
+
+
+class RangeCache:
+    """Ranged GETs of a store's shard files on a bounded pool, kept up to ``cache_bytes``."""
+
+    def __init__(
+        self,
+        objects: ObjectStore,
+        shards: dict[str, Blocks],
+        concurrency: int,
+        cache_bytes: int,
+    ) -> None:
+        self.objects = objects
+        self.shards = dict(shards)  # URL -> its block hashes and version: whole blocks checked
+        self.cache_bytes = cache_bytes
+        self.concurrency = concurrency
+        self.stats = FetchStats()
+        self._start()
+
+    def _start(self) -> None:
+        """A fresh pool, lock and cache (at construction, and in a forked child, which has
+        none of the parent's threads)."""
+        self._pid = os.getpid()
+        self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tokentape-fetch")
+        self._lock = threading.Lock()
+        self._ranges: dict[str, _Ranges] = {}
+        self._lru: OrderedDict[tuple[str, int, int], Future[bytes]] = OrderedDict()
+        self._held = 0
+
+    def _forked(self) -> None:
+        if self._pid != os.getpid():  # a forked DataLoader worker: the threads stayed behind
+            self._start()
+
+    def pin(self, url: str, etag: str) -> None:
+        """Pin every later GET of ``url`` to the object version ``etag`` (``If-Match``)."""
+        if url in self.shards and etag:
+            self.shards[url] = replace(self.shards[url], etag=etag)
+
+    def prefetch(self, url: str, ranges: list[tuple[int, int]]) -> None:
+        """Start fetching every range of ``url`` not cached yet, merged where they touch."""
+        self._forked()
+        with self._lock:
+            held = self._ranges.setdefault(url, _Ranges())
+            missing = sorted(r for r in ranges if held.find(*r) is None)
+            for start, stop in merge_ranges(missing):
+                if held.find(start, stop) is None:
+                    self._submit(url, held, start, stop)
+
+    def read(self, url: str, start: int, stop: int) -> bytes:
+        """Bytes ``[start, stop)`` of ``url``, from the cache or fetched now."""
+        self._forked()
+        with self._lock:
+            held = self._ranges.setdefault(url, _Ranges())
+            found = held.find(start, stop)
+            if found is None:
+                found = (start, stop, self._submit(url, held, start, stop))
+            a, b, fut = found
+            if (url, a, b) in self._lru:
+                self._lru.move_to_end((url, a, b))
+        try:
+            data = fut.result()
+        except BaseException:
+            with self._lock:  # a failed fetch is not kept: a retry fetches afresh
+                if self._lru.get((url, a, b)) is fut:  # not a newer fetch of the same range
+                    del self._lru[(url, a, b)]
+                    held.remove(a, b, fut)
+                    self._held -= b - a
+            raise
+        return data[start - a : stop - a]
+
+    def _submit(self, url: str, held: _Ranges, start: int, stop: int) -> Future[bytes]:
+        fut = self._pool.submit(self._fetch, url, start, stop)
+        held.add(start, stop, fut)
+        self._lru[(url, start, stop)] = fut
+        self._held += stop - start
+        self._evict()
+        return fut
+
+    def _evict(self) -> None:
+        while self._held > self.cache_bytes and len(self._lru) > 1:
+            (url, a, b), fut = next(iter(self._lru.items()))
+            if not fut.done():  # the oldest is still in flight: the cache is as small as it gets
+                return
+            del self._lru[(url, a, b)]
+            self._ranges[url].remove(a, b, fut)
+            self._held -= b - a
+
+    def _fetch(self, url: str, start: int, stop: int) -> bytes:
+        """The range, its whole blocks checked (fetched again while one does not match)."""
+        blocks = self.shards.get(url)
+        data = self.objects.read_checked(
+            url,
+            start,
+            stop,
+            lambda got: self._block_problem(url, start, got),
+            etag="" if blocks is None else blocks.etag,
+        )
+        with self._lock:
+            self.stats.requests += 1
+            self.stats.bytes += len(data)
+            self.stats.blocks_checked += len(self._whole_blocks(url, start, len(data)))
+        return data
+
+    def _whole_blocks(self, url: str, start: int, length: int) -> range:
+        """The hash blocks of ``url`` wholly inside ``[start, start + length)``."""
+        if url not in self.shards:
+            return range(0)
+        blocks = self.shards[url]
+        block, end, size = blocks.block_bytes, start + length, blocks.size  # block > 0: checked
+        first = stop = -(-start // block)
+        while stop < len(blocks.sha256) and min((stop + 1) * block, size) <= end:
+            stop += 1  # block ``stop`` (the last one may be short) lies inside
+        return range(first, stop)
+
+    def _block_problem(self, url: str, start: int, data: bytes) -> str | None:
+        """Which whole block inside ``data`` (which starts at ``start``) does not match its
+        hash, or None."""
+        for i in self._whole_blocks(url, start, len(data)):
+            blocks = self.shards[url]
+            lo, hi = i * blocks.block_bytes, min((i + 1) * blocks.block_bytes, blocks.size)
+            if hashlib.sha256(data[lo - start : hi - start]).hexdigest() != blocks.sha256[i]:
+                return f"block {i} (bytes {lo}-{hi}) does not match its recorded hash"
+        return None
+
+    def close(self) -> None:
+        """Stop the fetch threads and let go of every cached range."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            self._lru.clear()
+            self._ranges.clear()
+            self._held = 0
+
+
+def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted ``[start, stop)`` ranges merged where they overlap or touch (up to
+    ``MAX_RANGE_BYTES`` each)."""
+    merged: list[tuple[int, int]] = []
+    for start, stop in sorted(ranges):
+        if merged and start <= merged[-1][1] and stop - merged[-1][0] <= MAX_RANGE_BYTES:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], stop))
+        else:
+            merged.append((start, stop))
+    return merged
+
+
+def sha256_check(expected: str, recorded: str) -> Callable[[bytes], str | None]:
+    """A check (for ``ObjectStore.read_checked``) that bytes have the sha256 ``expected``;
+    ``recorded`` names where it is recorded, in what the check says otherwise."""
+
+    def check(data: bytes) -> str | None:
+        if hashlib.sha256(data).hexdigest() == expected:
+            return None
+        return f"does not match {recorded}"
+
+    return check
+
+
+__all__ = [
+    "DEFAULT_CACHE_BYTES",
+    "DEFAULT_CONCURRENCY",
+    "MAX_RANGE_BYTES",
+    "Blocks",
+    "FetchConfig",
+    "FetchStats",
+    "RangeCache",
+    "merge_ranges",
+    "sha256_check",
+]

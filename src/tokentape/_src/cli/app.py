@@ -42,7 +42,7 @@ EXIT_USAGE = 2
 class Command(Protocol):
     """A command module: it adds its sub-parser, whose ``func`` runs the command."""
 
-    def add_parser(self, sub: argparse._SubParsersAction) -> None: ...
+    def add_parser(self, sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None: ...
 
 
 class _Parser(argparse.ArgumentParser):
@@ -128,7 +128,11 @@ def build_parser(extra: Sequence[Command] = ()) -> argparse.ArgumentParser:
         nargs=0,
         help="show the version, and whether the permutation's compiled loop is built, and exit",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # Sub-parsers are _Parsers, ArgumentParsers to the commands (the type parameter is invariant).
+    sub = cast(
+        "argparse._SubParsersAction[argparse.ArgumentParser]",
+        parser.add_subparsers(dest="command", required=True, metavar="COMMAND"),
+    )
     for command in (*COMMANDS, *extra):
         command.add_parser(sub)
     return parser
@@ -215,7 +219,8 @@ def _run(argv: Sequence[str] | None, extra: Sequence[Command]) -> int:
     except SystemExit as exc:  # a usage error (one line, above), --help or --version
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE if exc.code else 0
     try:
-        return args.func(args)
+        code: int = args.func(args)
+        return code
     except TokentapeError as exc:
         print(f"tokentape: error: {_one_line(str(exc))}", file=sys.stderr)
         return EXIT_USAGE

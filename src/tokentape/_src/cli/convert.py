@@ -48,7 +48,7 @@ refused. See docs/megatron.md.
 """
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "convert",
         help="convert a token store to a Megatron .bin/.idx dataset, or back",

@@ -9,7 +9,7 @@ from tokentape._src.corpora import describe_builtin_corpora, write_builtin_corpo
 from tokentape._src.util.text import key_values
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "corpora",
         help="write the built-in corpora (made from Python's own docs and sources)",

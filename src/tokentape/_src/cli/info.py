@@ -36,7 +36,7 @@ examples:
 """
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "info",
         help="show a store's manifest, a plan's summary or a run's step log",

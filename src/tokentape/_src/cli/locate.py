@@ -37,7 +37,7 @@ examples:
 )
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "locate",
         help="every position/step/rank at which a document is trained on",
@@ -85,7 +85,8 @@ def _rows(found: Located, ranks: bool) -> list[dict[str, Any]]:
 def _steps(found: Located) -> list[int]:
     if found.placement is None:
         return []
-    return found.placement.step[found.trained].tolist()
+    steps: list[int] = found.placement.step[found.trained].tolist()
+    return steps
 
 
 def summary(found: Located, plan: Plan, ranks: bool) -> dict[str, Any]:
@@ -174,7 +175,8 @@ def _cell(row: dict[str, Any], name: str) -> int | str:
     value = row[name]
     if value is None:
         return "not yet trained" if name == "step" else "-"
-    return value
+    cell: int | str = value
+    return cell
 
 
 def cmd(args: argparse.Namespace) -> int:

@@ -32,7 +32,7 @@ example:
 """
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "plan",
         help="resolve a mixture plan: repeat table, index hash, PLAN.json",

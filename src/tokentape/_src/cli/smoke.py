@@ -12,7 +12,7 @@ MAX_SMOKE_PROCESSES = 64
 """Most processes ``smoke`` starts (``tokentape._src.torch.smoke.MAX_PROCESSES``, without torch)."""
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "smoke",
         help="check rank partitioning in real torch.distributed (gloo or nccl) processes",

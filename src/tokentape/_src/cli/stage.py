@@ -56,7 +56,7 @@ plan's storage_options (from its plan file) apply.
 """
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "stage",
         help="download a plan's s3:// sources to local disk, verified block by block",
@@ -95,7 +95,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd)
 
 
-def _row(name: str, path: str, staged: StagedStore | None) -> dict:
+def _row(name: str, path: str, staged: StagedStore | None) -> dict[str, object]:
     if staged is None:
         return {"name": name, "url": None, "path": path, "staged": False}
     return {

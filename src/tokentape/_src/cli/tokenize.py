@@ -64,7 +64,7 @@ directory's: it keeps out a second writer on this machine, not one on another ma
 """
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "tokenize",
         help="tokenize text corpora into a token store",

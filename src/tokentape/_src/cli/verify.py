@@ -46,7 +46,7 @@ Exit status: 0 when every store is intact, 1 when a problem was found (one line 
 """
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "verify",
         help="rehash token stores against their manifests; check offsets and token ids",

@@ -24,8 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
-from torch.multiprocessing.spawn import ProcessException, ProcessExitedException
+from torch.multiprocessing.spawn import ProcessException, ProcessExitedException, start_processes
 
 from tokentape._src.plan.load import load_plan
 from tokentape._src.tape.blend import MAX_POSITION
@@ -333,7 +332,7 @@ def launch(fn: Callable[..., None], args: tuple[object, ...], nprocs: int) -> No
     with tempfile.TemporaryDirectory(prefix="tokentape-launch-") as errors:
         try:
             # torch leaves start_processes unannotated
-            mp.start_processes(  # type: ignore[no-untyped-call]
+            start_processes(  # type: ignore[no-untyped-call]
                 _guarded, args=(errors, fn, *args), nprocs=nprocs, start_method="spawn"
             )
         except ProcessException as exc:

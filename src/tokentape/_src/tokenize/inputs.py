@@ -111,6 +111,11 @@ class InputFile:
         default_factory=dict, compare=False, repr=False
     )  # an object's fsspec options (what it was listed with), to read it while planning
 
+    @property
+    def remote(self) -> bool:
+        """Whether the file is an object (read through ``remote_inputs``), not on disk."""
+        return is_url(self.path)
+
 
 @dataclass(frozen=True)
 class UnitPart:
@@ -334,7 +339,7 @@ def _open_input(
     """The file (``buffering`` as Python's, 0 for none), or the object streamed with ranged
     GETs that read ahead ``reading`` bytes (what the caller is about to read; default: the
     whole object), up to ``REMOTE_BLOCK``."""
-    if is_url(file.path):
+    if file.remote:
         ahead = max(1, min(REMOTE_BLOCK, file.size if reading is None else reading))
         f = remote_inputs.open_object(file.path, file.size, file.storage_options, ahead)
     else:
@@ -455,7 +460,7 @@ def read_documents(
     """The documents of ``part``, in file order; ``storage_options`` (the job's, for an object
     URL) replace those the file was listed with; ``position`` follows the reading (progress
     inside a unit)."""
-    if storage_options is not None and is_url(part.file.path):
+    if storage_options is not None and part.file.remote:
         part = replace(part, file=replace(part.file, storage_options=dict(storage_options)))
     _check_unchanged(part.file)
     position = position if position is not None else ReadPosition()
@@ -488,7 +493,7 @@ def _several_reads(part: UnitPart) -> bool:
     """Whether reading ``part`` takes more than one GET of its object (each GET may meet
     another version of it): a parquet part, or more bytes than one read-ahead (a ``.txt`` is
     read whole in one)."""
-    if not is_url(part.file.path) or part.file.kind == "txt":
+    if not part.file.remote or part.file.kind == "txt":
         return False
     if part.file.kind == "parquet":
         return True
@@ -504,7 +509,7 @@ def _then_unchanged(docs: Iterator[str], file: InputFile) -> Iterator[str]:
 
 
 def _check_unchanged(file: InputFile) -> None:
-    if is_url(file.path):
+    if file.remote:
         remote_inputs.check_unchanged(file.path, file.size, file.version, file.storage_options)
         return
     try:
@@ -538,7 +543,7 @@ def _json_type(value: object) -> str:
 
 
 def _read_txt(file: InputFile) -> Iterator[str]:
-    if is_url(file.path):
+    if file.remote:
         data = remote_inputs.read_object(file.path, file.size, file.storage_options)
     else:
         try:
@@ -570,7 +575,7 @@ def _open_parquet(file: InputFile) -> Iterator[pq.ParquetFile]:
     """The parquet file (an object: over a buffered ranged-GET reader, closed after)."""
     with contextlib.ExitStack() as stack:
         source: Any = file.path
-        if is_url(file.path):
+        if file.remote:
             source = stack.enter_context(_open_input(file, reading=PARQUET_BUFFER))
         try:
             pf = pq.ParquetFile(source)
@@ -740,7 +745,7 @@ def _stream_key(file: InputFile) -> tuple[object, ...]:
     on disk now (device, inode and change time: a rewrite changes the last, whatever its size
     and modification time), so that a stream of another version is never read on."""
     key: tuple[object, ...] = (file.path, file.size, file.mtime_ns, file.version)
-    if not is_url(file.path):
+    if not file.remote:
         try:
             st = os.stat(file.path)
         except OSError as err:

@@ -93,6 +93,12 @@ def planned_bytes(prefix: Path, quick: bool, chooser: Chooser) -> int:
     recorded, _ = recorded_identity(prefix, keys)
     if not quick or recorded is None or not _quick_record(DTYPES[code].itemsize, size, recorded):
         return size
+    return chosen_bytes(recorded, size, chooser)
+
+
+def chosen_bytes(recorded: MegatronIdentity, size: int, chooser: Chooser) -> int:
+    """Bytes of the ``.bin`` blocks (of ``size`` bytes in all) that ``chooser`` picks for a
+    quick check."""
     bb = recorded.block_bytes
     return sum(min(bb, size - i * bb) for i in chooser(len(recorded.block_sha256)))
 
@@ -265,6 +271,7 @@ __all__ = [
     "against_record",
     "check_documents",
     "check_megatron",
+    "chosen_bytes",
     "id_problems",
     "plan_problems",
     "planned_bytes",

@@ -38,6 +38,7 @@ from tokentape._src.verify.megatron import (
     Chooser,
     MegatronCheck,
     against_record,
+    chosen_bytes,
     id_problems,
     plan_problems,
     union,
@@ -70,8 +71,7 @@ def planned_remote_bytes(objects: ObjectStore, url: str, quick: bool, chooser: C
     if not quick or not _quick_usable(keys, recorded, current):
         return keys.bin.size
     assert recorded is not None
-    bb, size = recorded.block_bytes, keys.bin.size
-    return sum(min(bb, size - i * bb) for i in chooser(len(recorded.block_sha256)))
+    return chosen_bytes(recorded, keys.bin.size, chooser)
 
 
 def check_remote_megatron(

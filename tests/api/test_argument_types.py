@@ -67,7 +67,7 @@ UNCHECKED: dict[str, dict[str, str]] = {
     "tokentape.DataState": {
         "index_hash": "derived from identity: checked against it where it is used (resume_on, "
         "from_dict), not at construction, so that tests can craft saved states "
-        "(tests/train/test_plan_change_review.py)",
+        "(tests/train/test_plan_change.py)",
     },
 }
 """Parameters deliberately not checked at the call, with the reason."""

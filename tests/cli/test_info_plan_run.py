@@ -1,6 +1,8 @@
 """tokentape info of a resolved plan and of a run: the plan's sources, shares, phases and stores;
 the run's steps, shapes, plans, redone steps and gaps, from a step log a real Loader wrote
-(expectations from the configs the test ran and the file's own lines)."""
+(expectations from the configs the test ran and the file's own lines) and from logs written
+by hand (torn, redone, with gaps, two plans, times no date holds or going backwards); bad
+input, a crafted plan and a store's manifest given for its store are one line, exit 2."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import PLAN, plan_of
+from cli_helpers import CORPUS, byte_plan, docs_jsonl, one_line_refusal
+from helpers import PLAN, cli, plan_of, record
 
 from tokentape._src.api import replay
 from tokentape._src.program import main
@@ -190,3 +193,159 @@ def test_bad_input_is_one_line_exit_2(run, capsys, args, message):
     rc, out, err = info(capsys, *[a.format(root=root) for a in args])
     assert rc == 2 and out == ""
     assert message in err and err.count("\n") == 1
+
+
+# --- info --log on hand-written step logs: torn, redone, gaps, plans, times --------------------
+
+
+def write_log(path: Path, records: list[dict], tail: str = "") -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records) + tail)
+    return path
+
+
+def timed_log(path: Path, times: list[object]) -> Path:
+    lines = [record(i, 4 * i, time=t) for i, t in enumerate(times)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    return path
+
+
+def info_json(capsys, *args: object) -> tuple[int, dict]:
+    code, out, err = cli(capsys, "info", *args, "--json")
+    assert code in (0, 1), err
+    return code, json.loads(out)
+
+
+def test_info_log_torn_superseded_gaps_and_two_plans(tmp_path, capsys):
+    torn = write_log(tmp_path / "torn.jsonl", [record(0, 0), record(1, 4)], '{"step": 2, "con')
+    code, data = info_json(capsys, "--log", torn)
+    assert code == 0 and data["steps"] == 2 and data["torn_last_line"] is True
+
+    redo = [record(0, 0), record(1, 4), record(2, 8), record(1, 4), record(2, 8)]
+    code, data = info_json(capsys, "--log", write_log(tmp_path / "redo.jsonl", redo))
+    assert code == 0 and data["steps"] == 3 and data["consumed"] == 12
+    assert data["redone"] == {
+        "lines": 1, "superseded_steps": 2, "at": [{"line": 4, "step": 1, "superseded": 2}]
+    }  # fmt: skip
+
+    gap = write_log(tmp_path / "gap.jsonl", [record(0, 0), record(1, 4), record(3, 12)])
+    code, data = info_json(capsys, "--log", gap)
+    assert code == 1 and data["readable"] is False
+    assert data["gaps"] == [{"line": 3, "step": 3, "expected": 2}]
+    code, out, err = cli(capsys, "info", "--log", gap)
+    assert code == 1 and "step 3 follows step 1" in out, err
+
+    other = "sha256:" + "cd" * 32
+    two = [
+        record(0, 0),
+        record(1, 4),
+        record(2, 8, index_hash=other),
+        record(3, 12, index_hash=other),
+    ]
+    code, data = info_json(capsys, "--log", write_log(tmp_path / "two.jsonl", two))
+    assert [p["first_step"] for p in data["plans"]] == [0, 2]
+    assert data["last_step"]["index_hash"] == other
+
+    # a restart from before a plan change takes the change back
+    back = [record(0, 0), record(1, 4), record(2, 8, index_hash=other), record(1, 4)]
+    code, data = info_json(capsys, "--log", write_log(tmp_path / "back.jsonl", back))
+    assert [p["first_step"] for p in data["plans"]] == [0] and data["steps"] == 2
+
+
+@pytest.mark.parametrize("bad", ["empty", "not-json", "/dev/zero"])
+def test_info_log_bad_input_is_one_line(tmp_path, capsys, bad):
+    path = Path(bad) if bad.startswith("/") else tmp_path / f"{bad}.jsonl"
+    if bad == "empty":
+        path.write_text("")
+    elif bad == "not-json":
+        write_log(path, [record(0, 0)], "\xff{\n" + json.dumps(record(1, 4)) + "\n")
+    one_line_refusal(*cli(capsys, "info", "--log", path))
+
+
+@pytest.mark.parametrize("time", [1e300, -1e20])
+def test_info_log_with_an_out_of_range_time_is_no_traceback(tmp_path, capsys, time):
+    log = write_log(tmp_path / "t.jsonl", [record(0, 0), record(1, 4, time=time)])
+    code, _out, err = cli(capsys, "info", "--log", log)
+    assert code in (0, 2), err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("times", "shown"),
+    [
+        ([1e300, 1e300], "1e+300 s (not a date)"),
+        ([1_700_000_000, -1e20], "-1e+20 s (not a date)"),
+        ([-1e20, 1e300], "-1e+20 s (not a date) .. 1e+300 s (not a date) (1e+300 s)"),
+    ],
+)
+def test_a_time_no_date_holds_is_shown_as_a_number(tmp_path, capsys, times, shown):
+    log = timed_log(tmp_path / "steps.jsonl", times)
+    code, out, err = cli(capsys, "info", "--log", log)
+    assert code == 0 and err == "", err
+    assert shown in out, out
+    code, out, err = cli(capsys, "info", "--log", log, "--json")
+    assert code == 0 and json.loads(out)["steps"] == len(times), err
+
+
+def test_a_time_going_backwards_says_so(tmp_path, capsys):
+    log = timed_log(tmp_path / "steps.jsonl", [1_700_000_100, 1_700_000_050])
+    code, out, err = cli(capsys, "info", "--log", log)
+    assert code == 0, err
+    assert "(50 s backwards: the last line's time is before the first's)" in out
+    assert "-50" not in out
+
+
+# --- info of a plan and of a store, from their files ------------------------------------------
+
+
+def test_info_plan_with_phases_and_object_storage_and_missing_stores(tmp_path, capsys):
+    store = tmp_path / "store"
+    docs = docs_jsonl(tmp_path / "d.jsonl", CORPUS)
+    assert cli(capsys, "tokenize", docs, "--out", store)[0] == 0
+    (tmp_path / "p.toml").write_text(
+        "seq_len = 16\nseed = 1\ntotal_samples = 40\n"
+        f'[[source]]\nname = "a"\npath = "{store}"\nweight = 1\n'
+        f'[[source]]\nname = "b"\npath = "{store}"\nweight = 2\n'
+        "[[phase]]\nstart_samples = 10\nweights = { a = 0, b = 1 }\n"
+    )
+    code, _, err = cli(capsys, "plan", tmp_path / "p.toml", "--out", tmp_path / "p.json")
+    assert code == 0, err
+    data = json.loads((tmp_path / "p.json").read_text())
+    data["sources"][0]["path"] = "s3://bucket/stores/a"
+    data["sources"][1]["path"] = str(tmp_path / "gone")
+    (tmp_path / "q.json").write_text(json.dumps(data))
+    code, out, err = cli(capsys, "info", tmp_path / "q.json")
+    assert code == 0, err
+    assert "object storage" in out and "MISSING" in out and "phases      2" in out
+    code, info = info_json(capsys, tmp_path / "q.json")
+    where = [(s["location"], s["present"]) for s in info["sources"]]
+    assert where == [("object", None), ("local", False)]
+    assert [p["start_samples"] for p in info["phases"]] == [0, 10]
+    assert info["phases"][1]["shares"] == {"a": 0.0, "b": 1.0}
+
+
+@pytest.mark.parametrize("field", ["path", "name"])
+def test_info_of_a_plan_refuses_control_characters_in_it(tmp_path, capsys, field):
+    plan = byte_plan(tmp_path, capsys, ["abc", "defg"], seq_len=3)
+    data = json.loads(plan.read_text())
+    data["sources"][0][field] = "x\x1b]0;pwned\x07"
+    crafted = tmp_path / "crafted.json"
+    crafted.write_text(json.dumps(data))
+    err = one_line_refusal(*cli(capsys, "info", crafted))
+    assert f"field '{field}'" in err and "\x1b" not in err
+
+
+def test_info_of_a_store_manifest_points_to_the_store(tmp_path, capsys):
+    (tmp_path / "d.jsonl").write_text(json.dumps({"text": "hello"}) + "\n")
+    store = tmp_path / "store"
+    code, _, err = cli(capsys, "tokenize", tmp_path / "d.jsonl", "--out", store,
+                       "--tokenizer", "bytes")  # fmt: skip
+    assert code == 0, err
+    code, out, err = cli(capsys, "info", store / "manifest.json")
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith("tokentape: error: ") and f"`tokentape info {store}`" in err
+    code, out, err = cli(capsys, "info", store)
+    assert code == 0, err
+    # any other JSON that is no plan is still refused as such
+    (tmp_path / "x.json").write_text("{}")
+    code, out, err = cli(capsys, "info", tmp_path / "x.json")
+    assert code == 2 and "tokentape info" not in err, err

@@ -1,21 +1,20 @@
-"""`tokentape plan --out/--plot`: an output that names the plan file, or both naming one file,
-is refused; a failed output leaves the other unwritten (and an old one as it was). The
-tokenizer-mismatch message names each store's EOD and escapes what a manifest gives it."""
+"""`tokentape plan --out/--plot`: an output that names the plan file, or both naming one file
+(under any spelling or link), is refused; when both can be written both are; a failed output
+leaves the other unwritten (and an old one as it was)."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
-from helpers import PLAN, cli, write_docs
-
-from tokentape._src.tokenize.driver import tokenize
-from tokentape._src.tokenize.job import TokenizeConfig
+from cli_helpers import byte_plan, one_line_refusal, refusal
+from helpers import PLAN, cli
 
 PNG = b"\x89PNG\r\n\x1a\n"
+
+
 needs_proc = pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc")
 
 
@@ -25,14 +24,6 @@ def mix(mixture_stores, tmp_path) -> Path:
     (tmp_path / "stores").symlink_to(mixture_stores / "stores")
     (tmp_path / "mix.toml").write_text(PLAN)
     return tmp_path / "mix.toml"
-
-
-def refusal(code: int, out: str, err: str) -> str:
-    """The refusal's one line: exit 2, nothing on stdout, no traceback."""
-    assert code == 2, (code, out, err)
-    assert out == ""
-    assert err.startswith("tokentape: error: ") and err.count("\n") == 1, err
-    return err
 
 
 def listing(directory: Path) -> list[str]:
@@ -95,37 +86,31 @@ def test_an_unwritable_plot_keeps_an_old_out_as_it_was(mix, capsys):
     assert listing(mix.parent) == ["mix.toml", "p.json", "stores"]
 
 
-@pytest.fixture
-def mismatched(mixture_stores, tmp_path, hf_tokenizer_json) -> Path:
-    """The shared stores, with 'math' re-tokenized by a BPE (EOD 0 '<|endoftext|>'): the plan
-    file of a mixture of two tokenizers."""
-    shutil.copytree(mixture_stores / "stores", tmp_path / "stores")
-    shutil.rmtree(tmp_path / "stores" / "math")
-    write_docs(tmp_path / "math.jsonl", "math", 15)
-    tokenize(
-        TokenizeConfig(
-            inputs=(str(tmp_path / "math.jsonl"),),
-            out=str(tmp_path / "stores" / "math"),
-            tokenizer=str(hf_tokenizer_json),
-        )
+# --- the same, on a byte store's one-source plan ----------------------------------------------
+
+
+def test_out_over_the_plan_file_is_refused(tmp_path, capsys):
+    plan = byte_plan(tmp_path, capsys, ["abc", "defg"], seq_len=3)
+    toml = plan.parent / "p.toml"
+    before = toml.read_bytes()
+    one_line_refusal(*cli(capsys, "plan", toml, "--out", toml))
+    assert toml.read_bytes() == before
+
+
+def test_out_and_plot_naming_one_file_is_refused(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    plan = byte_plan(tmp_path, capsys, ["abc", "defg"], seq_len=3)
+    same = tmp_path / "same.png"
+    one_line_refusal(*cli(capsys, "plan", plan.parent / "p.toml", "--out", same, "--plot", same))
+    assert not same.exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc (unwritable)")
+def test_an_unwritable_plot_leaves_no_out(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    plan = byte_plan(tmp_path, capsys, ["abc", "defg"], seq_len=3)
+    out = tmp_path / "again.json"
+    one_line_refusal(
+        *cli(capsys, "plan", plan.parent / "p.toml", "--out", out, "--plot", "/proc/x.png")
     )
-    (tmp_path / "mix.toml").write_text(PLAN)
-    return tmp_path / "mix.toml"
-
-
-def test_the_tokenizer_mismatch_names_each_eod(mismatched, capsys):
-    err = refusal(*cli(capsys, "plan", mismatched))
-    assert "'math' with hf 'tokenizer.json' (vocabulary 4000) and EOD 0 '<|endoftext|>'" in err
-    assert "'web' with bytes (vocabulary 257) and EOD 256" in err
-
-
-def test_the_tokenizer_mismatch_escapes_a_crafted_eod_token_and_fingerprint(mismatched, capsys):
-    manifest_file = mismatched.parent / "stores" / "math" / "manifest.json"
-    manifest = json.loads(manifest_file.read_text())
-    manifest["tokenizer"]["eod_token"] = "x\n\x1b[2J"
-    manifest["tokenizer"]["fingerprint"] = "sha256:\x1b]0;t\x07"
-    manifest_file.write_text(json.dumps(manifest))
-    err = refusal(*cli(capsys, "plan", mismatched))
-    assert "another tokenizer" in err
-    assert "EOD 0 'x\\n\\x1b[2J'" in err and "sha256:\\x1b]0;t\\x07" in err
-    assert "\x1b" not in err and "\x07" not in err
+    assert not out.exists()

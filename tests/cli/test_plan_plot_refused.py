@@ -1,12 +1,15 @@
 """`tokentape plan --plot` of a plan refused for its repeat budgets: the plot is written (it
-shows why), the refusal is one line that names it, and --out is never written."""
+shows why), the refusal is one line that names it (or the plot that could not be written), and
+--out is never written."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
-from helpers import PLAN, run_cli
+from cli_helpers import byte_plan, one_line_refusal
+from helpers import PLAN, cli, run_cli
 
 from tokentape._src.program import main
 
@@ -72,3 +75,36 @@ def test_as_a_process_one_line_no_traceback(refused):
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert "would be read" in done.stderr and plot.read_bytes()[:8] == PNG
     assert not (refused / "p.json").exists() and not Path("p.json").exists()
+
+
+# --- a byte store's plan, its horizon raised beyond what max_repeats allows -------------------
+
+
+@pytest.fixture
+def refused_toml(tmp_path, capsys) -> Path:
+    plan = byte_plan(tmp_path, capsys, ["abc", "defg"], seq_len=3)
+    toml = tmp_path / "p.toml"
+    toml.write_text(re.sub(r"total_tokens = \d+", "total_tokens = 3000", toml.read_text()))
+    return plan.parent / "p.toml"
+
+
+def test_a_refused_plan_writes_its_plot_and_no_out(tmp_path, capsys, refused_toml):
+    pytest.importorskip("matplotlib")
+    err = one_line_refusal(
+        *cli(
+            capsys, "plan", refused_toml, "--out", tmp_path / "r.json", "--plot", tmp_path / "r.png"
+        )
+    )
+    assert "max_repeats" in err and f"plot is in '{tmp_path / 'r.png'}'" in err
+    assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc (unwritable)")
+def test_a_refused_plan_with_an_unwritable_plot_is_one_line(tmp_path, capsys, refused_toml):
+    pytest.importorskip("matplotlib")
+    err = one_line_refusal(
+        *cli(capsys, "plan", refused_toml, "--out", tmp_path / "r.json", "--plot", "/proc/r.png")
+    )
+    assert "/proc/r.png" in err
+    assert not (tmp_path / "r.json").exists()

@@ -1,15 +1,17 @@
 """``tokentape verify`` against stores in the bucket: the same checks as on disk, through ranged
-GETs, with the same findings."""
+GETs, with the same findings; a bucket that denies access is named in one line."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from faultproxy import FaultProxy
 from helpers import cli, plan_of, write_store
 
 import tokentape
 import tokentape.megatron
+from tokentape.errors import TokentapeError
 
 pytestmark = pytest.mark.s3
 
@@ -106,3 +108,20 @@ def test_a_manifest_nested_too_deep_is_one_line(tmp_path, s3, capsys):
             (store / "manifest.json").write_bytes(b"[" * 100_000)
         code, _, err = cli(capsys, "verify", store)
         assert code == 2 and len(err.strip().splitlines()) == 1 and "not valid JSON" in err, err
+
+
+def test_a_bucket_that_denies_access_is_named_in_one_line(
+    s3, s3_server, capsys, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("TOKENTAPE_IO_RETRIES", "2")
+    monkeypatch.setenv("TOKENTAPE_IO_BACKOFF", "0.01")
+    write_store(tmp_path / "store", [list(range(1, 40))] * 3, shard_tokens=50)
+    store = s3.upload_tree(tmp_path / "store", f"{s3.url}/stores/web")
+    with FaultProxy(s3_server.endpoint) as proxy:
+        proxy.set(deny=1.0)  # credentials without read access
+        options = {"endpoint_url": proxy.endpoint}
+        code, _, err = cli(capsys, "verify", store, "--storage-options", json.dumps(options))
+        assert code == 2 and len(err.strip().splitlines()) == 1
+        assert store in err and "access denied" in err, err
+        with pytest.raises(TokentapeError, match="access denied"):
+            tokentape.open_source(store, storage_options=options)

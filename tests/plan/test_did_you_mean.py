@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import PLAN, plan_of, run_cli, write_docs
+from helpers import PLAN, cli, plan_of, run_cli, write_docs
 
 from tokentape._src.plan.plan import Plan
 from tokentape._src.program import main
@@ -139,3 +139,59 @@ def test_stores_of_different_tokenizers_name_each_tokenizer(
     assert "'math' with hf 'my-bpe.json' (vocabulary 4000)" in message
     assert "'web' with bytes (vocabulary 257)" in message
     assert message.endswith("; re-tokenize it") and "\n" not in message
+
+
+# --- each key and flag of the command line, as a hostile user would mistype them -------------
+
+
+def one_line_refusal(code: int, out: str, err: str) -> str:
+    """The refusal's one line (exit 2, nothing on stdout, no traceback)."""
+    assert code == 2, (code, out, err)
+    assert out == "", out
+    assert err.startswith("tokentape: error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    return err
+
+
+@pytest.mark.parametrize(
+    ("body", "hint"),
+    [
+        ('[[source]]\nname = "b"\npath = "s"\nweigth = 1\n', "did you mean 'weight'?"),
+        ('[[source]]\nname = "b"\npath = "s"\nWeight = 1\n', "did you mean 'weight'?"),
+        ('[[sources]]\nname = "b"\npath = "s"\nweight = 1\n', "did you mean 'source'?"),
+        ("total_token = 3\n", "did you mean 'total_tokens'?"),
+        ("[[phase]]\nstart_sample = 4\n", "did you mean 'start_samples'?"),
+        ("[[phase]]\nstart_token = 4\n", "did you mean 'start_tokens'?"),
+        # too far from either: no guess, the valid keys listed
+        ("[[phase]]\nstart = 4\n", "expected one of start_samples, start_tokens, weights"),
+    ],
+)
+def test_plan_key_did_you_mean(tmp_path, capsys, body, hint):
+    head = "seq_len = 3\nseed = 1\n" + ("" if "total_token " in body else "total_tokens = 30\n")
+    if body.startswith("[[phase]]"):
+        head += '[[source]]\nname = "b"\npath = "s"\nweight = 1\n'
+    (tmp_path / "p.toml").write_text(head + body)
+    err = one_line_refusal(*cli(capsys, "plan", tmp_path / "p.toml"))
+    assert hint in err and "unknown key" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "hint"),
+    [
+        (["replay", "p.json", "--stpe", "1"], "--stpe: did you mean --step?"),
+        (["replay", "p.json", "--step", "1", "--show-txt"], "did you mean --show-text?"),
+        (["replay", "p.json", "--step", "1", "--micro-stp", "1"], "did you mean --micro-step?"),
+        (["tokenize", "d", "--out", "o", "--tokeniser", "bytes"], "did you mean --tokenizer?"),
+        (["relpay", "p.json"], "did you mean 'replay'?"),
+        (["tokenize", "d", "--out", "o", "--executor", "rey"], "did you mean 'ray'?"),
+        (["info", "--lgo", "x"], "did you mean --log?"),
+    ],
+)
+def test_flag_did_you_mean(capsys, args, hint):
+    err = one_line_refusal(*cli(capsys, *args))
+    assert hint in err
+
+
+def test_a_hostile_flag_gets_one_short_line(capsys):
+    err = one_line_refusal(*cli(capsys, "replay", "p.json", "--step", "1", "--" + "x" * 100_000))
+    assert len(err) < 100_000 + 400

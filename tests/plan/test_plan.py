@@ -1,4 +1,5 @@
-"""Plan files: validation, repeat table, budget refusal, index hash, PLAN.json round trip."""
+"""Plan files: validation, repeat table, budget refusal, index hash, PLAN.json round trip, the
+stated weights read exactly (decimals and integers as written) by default."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan, index_hash
 from tokentape._src.plan.spec import load_plan_spec
 from tokentape._src.program import main
+from tokentape._src.render.text import plan_text
 from tokentape._src.tokenize.driver import tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
 from tokentape._src.train.partition import BatchConfig
@@ -391,3 +393,74 @@ def test_the_plan_table_says_whether_the_weights_are_exact(stores, tmp_path, cap
         (tmp_path / "mix.toml").write_text(text)
         assert main(["plan", str(tmp_path / "mix.toml")]) == 0
         assert expected in capsys.readouterr().out
+
+
+# --- exact stated weights (the default) in plan files -----------------------------------------
+
+
+def _two(a: object, b: object) -> str:
+    """A plan of two sources (web, code) with weights written as ``a`` and ``b``."""
+    return (
+        "seq_len = 64\nseed = 1\ntotal_samples = 100\n"
+        f'[[source]]\nname = "web"\npath = "stores/web"\nweight = {a}\nmax_repeats = 1e9\n'
+        f'[[source]]\nname = "code"\npath = "stores/code"\nweight = {b}\nmax_repeats = 1e9\n'
+    )
+
+
+def _weights_line(text: str) -> str:
+    return next(line for line in text.splitlines() if line.strip().startswith("weights"))
+
+
+def test_stated_decimal_weights_are_exact_end_to_end(stores):
+    text = PLAN.replace("weight = 60", "weight = 0.55").replace("weight = 30", "weight = 0.3")
+    plan = plan_of(stores, text.replace("weight = 10\n", "weight = 0.15\n"))
+    assert ([s.weight_units for s in plan.sources], plan.denominator) == ([11, 6, 3], 20)
+    assert "over 20: the stated weights exactly" in _weights_line(plan_text(plan))
+    # ints and floats mixed, exponents: the decimals as written
+    mixed = plan_of(stores, _two("6e1", 30))
+    assert ([s.weight_units for s in mixed.sources], mixed.denominator) == ([2, 1], 3)
+    tiny = plan_of(stores, _two("1e-7", "2e-7"))
+    assert ([s.weight_units for s in tiny.sources], tiny.denominator) == ([1, 2], 3)
+
+
+def test_a_plan_file_claiming_the_other_version_is_refused_or_has_the_same_tape(stores, tmp_path):
+    """The version is in the index hash: flipping it without the hash is refused; with the hash
+    recomputed it loads, but the tape follows from weight_units/denominator alone, so no plan
+    file of one version passes for the other with a different tape."""
+    plan = plan_of(stores)  # version 2, 6/3/1 over 10
+    data = json.loads(plan.to_json())
+    data["algorithm_version"] = 1
+    (tmp_path / "flip.json").write_text(json.dumps(data))
+    with pytest.raises(PlanError, match="index_hash does not match"):
+        load_plan(tmp_path / "flip.json")
+    rows = [(s.name, s.weight_units, s.n_tokens, s.dtype, s.content_hash) for s in plan.sources]
+    data["index_hash"] = index_hash(plan.seq_len, plan.seed, plan.denominator, rows, version=1)
+    (tmp_path / "v1.json").write_text(json.dumps(data))
+    v1 = load_plan(tmp_path / "v1.json")
+    assert v1.algorithm_version == 1 and v1.index_hash != plan.index_hash
+    p = np.arange(0, 5000)
+    a, b = v1.tape().resolve(p), plan.tape().resolve(p)
+    assert np.array_equal(a.source, b.source) and np.array_equal(a.sample, b.sample)
+    # The same tape under either version: a run resumes on the other (the change recorded).
+    state = DataState.start(v1).commit(BatchConfig(1, 5000))
+    moved = state.resume_on(plan)
+    assert moved.index_hash == plan.index_hash and len(moved.plan_changes) == 1
+
+
+def test_integer_weights_beyond_two_to_the_53_are_read_as_written(stores):
+    plan = plan_of(stores, _two(9_007_199_254_740_995, 27_021_597_764_222_985))
+    assert ([s.weight_units for s in plan.sources], plan.denominator) == ([1, 3], 4)
+    unequal = plan_of(stores, _two(9_007_199_254_740_993, 9_007_199_254_740_992))
+    assert "the stated weights exactly" not in _weights_line(plan_text(unequal))
+
+
+def test_a_weight_lost_to_the_fallback_rounding_names_weight_denominator(stores):
+    with pytest.raises(PlanError) as info:
+        plan_of(stores, _two(1, "1e-7"))
+    assert "weight_denominator" in str(info.value)
+
+
+def test_the_target_share_of_huge_weights(stores):
+    plan = plan_of(stores, _two("1e308", "1e308"))
+    assert plan.denominator == 2
+    assert plan_text(plan).count("50.0000%") == 4  # target and effective share, both sources

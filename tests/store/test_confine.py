@@ -1,16 +1,23 @@
 """A store reads only its own files: exact shard names in order, nothing outside its directory,
 no symbolic links, nothing but regular files. Refused when a store is opened, planned, or
-opened from a PLAN.json; reported by ``tokentape verify`` (exit 1) without reading the file."""
+opened from a PLAN.json; reported by ``tokentape verify`` (exit 1) without reading the file,
+even one swapped for a link while verify runs. A store's tokenizer copy is never reloaded
+through a link."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 from helpers import write_store
+from store_helpers import small_input
 
 from tokentape import TokentapeError, open_source
 from tokentape._src.plan.load import load_plan
@@ -242,3 +249,72 @@ def test_verify_reports_names_and_links_without_reading_them(
         f"store, found a symbolic link (to '{tmp_path / 'two.bin'}')",
     ]
     assert out[:-1] == problems and "FAILED, 2 problem(s)" in out[-1]
+
+
+# --- verify reads only the store's own files, even while they are being swapped for links -----
+
+
+SWAPPER = """
+import os, sys, time
+bin_file, saved, outside, stop = sys.argv[1:5]
+tmp_file, tmp_link = bin_file + ".f", bin_file + ".l"
+while not os.path.exists(stop):
+    os.symlink(outside, tmp_link)
+    os.rename(tmp_link, bin_file)
+    os.link(saved, tmp_file)
+    os.rename(tmp_file, bin_file)
+"""
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_verify_never_reads_through_a_link_swapped_in_after_its_check(tmp_path):
+    """Another process swaps a shard file back and forth with a link to a file outside the
+    store (atomic renames) while ``verify`` runs again and again: no report ever shows the
+    outside file's size or hash (it was never read); each one is clean or names the link."""
+    from tokentape._src.verify.stores import check_store
+
+    store = tmp_path / "s"
+    assert main(["tokenize", str(small_input(tmp_path)), "--out", str(store), "--json"]) == 0
+    bin_file = store / "part-00000.bin"
+    saved = tmp_path / "saved.bin"
+    os.link(bin_file, saved)
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"\x07\x00" * 4321)  # another size and hash than the shard
+    stop = tmp_path / "stop"
+    swapper = subprocess.Popen(
+        [sys.executable, "-c", SWAPPER, str(bin_file), str(saved), str(outside), str(stop)]
+    )
+    outside_size = f"{outside.stat().st_size} bytes"
+    outside_hash = hashlib.sha256(outside.read_bytes()).hexdigest()
+    seen = 0
+    try:
+        deadline = time.monotonic() + 4
+        while time.monotonic() < deadline:
+            for problem in check_store(store).problems:
+                text = str(problem)
+                assert outside_size not in text and outside_hash not in text, text
+                seen += 1
+    finally:
+        stop.touch()
+        swapper.wait(timeout=30)
+    assert seen > 0  # the swapping was seen (as links, never read)
+    assert check_store(store).problems == ()
+
+
+def test_reloading_a_stores_tokenizer_by_path_never_follows_a_link(hf_tokenizer_json, tmp_path):
+    """``tokenizer_from_manifest`` without the copy's bytes reads ``tokenizer.json`` from the
+    store itself: a link there (even to an identical file outside) is refused, not read."""
+    from tokentape._src.store.format import read_manifest
+    from tokentape._src.store.tokenizers import tokenizer_from_manifest
+
+    store = tmp_path / "s"
+    argv = ["tokenize", str(small_input(tmp_path)), "--out", str(store)]
+    assert main([*argv, "--tokenizer", str(hf_tokenizer_json)]) == 0
+    info = read_manifest(store).tokenizer
+    assert tokenizer_from_manifest(info, store).vocab_size > 0  # the store's own copy
+    outside = tmp_path / "outside.json"
+    os.replace(store / "tokenizer.json", outside)
+    (store / "tokenizer.json").symlink_to(outside)
+    with pytest.raises(TokentapeError, match=r"tokenizer\.json: tokenizer copy is a symbolic"):
+        tokenizer_from_manifest(info, store)

@@ -1,12 +1,12 @@
 """A ``tokenizer_config.json`` beside a ``tokenizer.json`` is read or refused, never ignored: a
 path of that name that is not a readable regular file (a dangling link, a directory, a FIFO) or
 is over ``HF_CONFIG_MAX_BYTES``, an ``eos_token`` added token without content, and an
-end-of-document token that is not valid text are each refused in one line; so is a malformed
-``HF_HUB_*`` variable when a model name is looked up in the local cache."""
+end-of-document token that is not valid text are each refused in one line. (A malformed
+``HF_HUB_*`` variable, met when a model name is looked up in the local cache, is in
+test_tokenizer_specs.py.)"""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -14,35 +14,16 @@ import sys
 from pathlib import Path
 
 import pytest
-import tokenizers
-from huggingface_hub.file_download import repo_folder_name
-from tokenizers import models, pre_tokenizers
+from store_helpers import tok_dir
 
 from tokentape._src.store.tokenizers import HF_CONFIG_MAX_BYTES, load_tokenizer
 from tokentape.errors import InputError
-
-SPECIALS = ("<|endoftext|>", "</s>")
 
 
 def one_line(excinfo: pytest.ExceptionInfo[InputError]) -> str:
     message = str(excinfo.value)
     assert message and "\n" not in message, message
     return message
-
-
-def tok_dir(root: Path, config: str | None = None) -> Path:
-    """``tokenizer.json`` (a word-level tokenizer: ``<|endoftext|>`` 0, ``</s>`` 1, ``[UNK]``,
-    then ``w0`` .. ``w9``) and, unless None, ``config`` as its ``tokenizer_config.json``."""
-    vocab = {name: i for i, name in enumerate((*SPECIALS, "[UNK]"))}
-    vocab |= {f"w{k}": len(vocab) + k for k in range(10)}
-    tok = tokenizers.Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.add_special_tokens(list(SPECIALS))
-    root.mkdir(parents=True)
-    tok.save(str(root / "tokenizer.json"))
-    if config is not None:
-        (root / "tokenizer_config.json").write_text(config)
-    return root
 
 
 # --- a config path that is not a readable regular file -----------------------------------------
@@ -152,38 +133,3 @@ def test_an_eod_token_that_is_not_utf8_is_refused(tmp_path: Path, token: str) ->
         message = one_line(excinfo)
         assert f"--eod-token {token!r} is not valid text" in message
         assert "not in its vocabulary" in message
-
-
-# --- huggingface_hub's environment --------------------------------------------------------------
-
-
-def test_a_malformed_hf_hub_variable_is_one_line(tmp_path: Path) -> None:
-    """huggingface_hub parses its HF_HUB_* variables at import, raising ValueError."""
-    source = tok_dir(tmp_path / "t") / "tokenizer.json"
-    cache = tmp_path / "hub"
-    repo = cache / repo_folder_name(repo_id="org/mini", repo_type="model")
-    (repo / "blobs").mkdir(parents=True)
-    (repo / "snapshots" / ("b" * 40)).mkdir(parents=True)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text("b" * 40)
-    data = source.read_bytes()
-    blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
-    blob.write_bytes(data)
-    (repo / "snapshots" / ("b" * 40) / "tokenizer.json").symlink_to(blob)
-    code = (
-        "from tokentape._src.store.tokenizers import load_tokenizer\n"
-        "from tokentape.errors import InputError\n"
-        "try:\n"
-        "    print(load_tokenizer('org/mini').eod_id)\n"
-        "except InputError as exc:\n"
-        "    print(exc)\n"
-    )
-    env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
-    good = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-    assert (good.returncode, good.stdout) == (0, "0\n"), good.stderr[-500:]
-    env["HF_HUB_ETAG_TIMEOUT"] = "abc"
-    bad = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
-    assert bad.returncode == 0, bad.stderr[-500:]
-    assert bad.stdout.count("\n") == 1, bad.stdout
-    assert "'org/mini'" in bad.stdout and "huggingface_hub cannot start" in bad.stdout
-    assert "'abc'" in bad.stdout and "HF_HUB_*" in bad.stdout

@@ -1,13 +1,17 @@
 """Tokenizer specs: a ``save_pretrained`` directory, a model in the local Hugging Face cache
-(never downloaded), the hints for a mistaken spec, and the end-of-document choice each kind
-makes (checked against the vocabulary, printed in the tokenize summary)."""
+(never downloaded; a malformed ``HF_HUB_*`` variable is one line), the hints for a mistaken
+spec, and the end-of-document choice each kind makes (checked against the vocabulary, printed
+in the tokenize summary)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import huggingface_hub
@@ -15,6 +19,7 @@ import pytest
 import tokenizers
 from conftest import EOD
 from huggingface_hub.file_download import repo_folder_name
+from store_helpers import tok_dir
 from tokenizers import models, pre_tokenizers
 
 import tokentape
@@ -469,3 +474,38 @@ def test_help_documents_each_kinds_end_of_document(capsys: pytest.CaptureFixture
         "The summary prints the tokenizer file and the EOD id and token used",
     ):
         assert needle in text, needle
+
+
+# --- huggingface_hub's environment --------------------------------------------------------------
+
+
+def test_a_malformed_hf_hub_variable_is_one_line(tmp_path: Path) -> None:
+    """huggingface_hub parses its HF_HUB_* variables at import, raising ValueError."""
+    source = tok_dir(tmp_path / "t") / "tokenizer.json"
+    cache = tmp_path / "hub"
+    repo = cache / repo_folder_name(repo_id="org/mini", repo_type="model")
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "snapshots" / ("b" * 40)).mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("b" * 40)
+    data = source.read_bytes()
+    blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+    blob.write_bytes(data)
+    (repo / "snapshots" / ("b" * 40) / "tokenizer.json").symlink_to(blob)
+    code = (
+        "from tokentape._src.store.tokenizers import load_tokenizer\n"
+        "from tokentape.errors import InputError\n"
+        "try:\n"
+        "    print(load_tokenizer('org/mini').eod_id)\n"
+        "except InputError as exc:\n"
+        "    print(exc)\n"
+    )
+    env = {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
+    good = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert (good.returncode, good.stdout) == (0, "0\n"), good.stderr[-500:]
+    env["HF_HUB_ETAG_TIMEOUT"] = "abc"
+    bad = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert bad.returncode == 0, bad.stderr[-500:]
+    assert bad.stdout.count("\n") == 1, bad.stdout
+    assert "'org/mini'" in bad.stdout and "huggingface_hub cannot start" in bad.stdout
+    assert "'abc'" in bad.stdout and "HF_HUB_*" in bad.stdout

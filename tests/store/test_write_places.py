@@ -1,10 +1,11 @@
 """Where tokentape writes outside a stage cache, a name it chooses is never followed through a
 planted link nor written into another's file: the writer lock (a hard link, another user's
 file), the directory a run's helpers write units into, and the default build directory of an
-upload. Each is refused in one line naming it, and a tripwire outside is never touched. (A
-link, FIFO or directory at the lock's name, and a link at the work directory's, are in
-tests/cli/test_review_hardening.py; the stage cache in tests/train/test_stage_confined.py.)
-The directories the user names may be links: the output, the cache's root."""
+upload; a link, FIFO or directory at the lock's name, a directory at a Megatron sidecar's.
+Each is refused in one line naming it, and a tripwire outside is never touched. (A link at
+the work directory's name is in tests/store/test_interrupted_writers.py; the stage cache in
+tests/train/test_stage_confined.py.) The directories the user names may be links: the output
+(not a dangling one), the cache's root."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from helpers import jsonl_corpus, run_cli, tree_bytes
+from store_helpers import one_line_error, small_input
 
 from tokentape._src.program import main
 from tokentape._src.store.lock import lock_path
@@ -125,3 +127,64 @@ def test_the_users_cache_directory_may_be_a_link(corpus, tmp_path, s3, monkeypat
     manifest = json.loads(s3.get(f"{url}/manifest.json"))
     assert manifest["content_hash"] == summary.content_hash
     assert [p for p in elsewhere.rglob("*") if not p.is_dir()] == []  # built there, removed
+
+
+# --- whatever is planted at the lock's name, the sidecar's, or as --out is never followed -----
+
+
+@pytest.mark.parametrize("target", ["victim.txt", "absent.txt", "victim-dir"])
+def test_a_symlink_planted_at_the_lock_name_is_refused_and_not_followed(target, tmp_path, capsys):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (tmp_path / "victim-dir").mkdir()
+    out = tmp_path / "out"
+    link = lock_path(out)
+    link.symlink_to(target)
+    code = main(["tokenize", str(small_input(tmp_path)), "--out", str(out)])
+    line = one_line_error(capsys)
+    assert code == 2
+    assert "symbolic link" in line and str(link) in line, line
+    assert victim.read_text() == "precious\n"  # not truncated, not written
+    assert not (tmp_path / "absent.txt").exists()  # not created through a dangling link
+    assert list((tmp_path / "victim-dir").iterdir()) == []
+    assert link.is_symlink() and os.readlink(link) == target  # not removed: not ours
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("kind", ["fifo", "directory"])
+def test_a_fifo_or_directory_at_the_lock_name_is_one_line(kind, tmp_path, capsys):
+    out = tmp_path / "out"
+    planted = lock_path(out)
+    if kind == "fifo":
+        os.mkfifo(planted)
+    else:
+        planted.mkdir()
+    code = main(["tokenize", str(small_input(tmp_path)), "--out", str(out)])
+    line = one_line_error(capsys)
+    assert code == 2 and str(planted) in line
+    assert ("directory" if kind == "directory" else "not a regular file") in line, line
+    assert "parent directory must be writable" not in line  # not the misleading reason
+    assert planted.exists() and not out.exists()
+
+
+def test_a_directory_at_the_sidecar_name_is_refused_before_the_prefix_is_written(tmp_path, capsys):
+    store = tmp_path / "s"
+    assert main(["tokenize", str(small_input(tmp_path)), "--out", str(store)]) == 0
+    capsys.readouterr()
+    prefix = tmp_path / "m" / "x"
+    prefix.parent.mkdir()
+    planted = prefix.parent / "x.tokentape.json"
+    planted.mkdir()
+    assert main(["convert", "--to", "megatron", str(store), str(prefix)]) == 2
+    line = one_line_error(capsys)
+    assert str(planted) in line and "sidecar" in line, line
+    assert sorted(os.listdir(prefix.parent)) == ["x.tokentape.json"]  # nothing written
+
+
+def test_an_out_that_is_a_dangling_link_is_one_line_naming_it(tmp_path, capsys):
+    out = tmp_path / "dl"
+    out.symlink_to("absent")
+    assert main(["tokenize", str(small_input(tmp_path)), "--out", str(out)]) == 2
+    line = one_line_error(capsys)
+    assert "a symbolic link to 'absent', which does not exist" in line, line
+    assert out.is_symlink() and not (tmp_path / "absent").exists()

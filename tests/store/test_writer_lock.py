@@ -1,9 +1,12 @@
 """One writer per output: ``tokenize`` and ``convert`` (both directions) hold an exclusive
-lock beside their output. Real processes: commands started together, a holder killed with
-SIGKILL, a store damaged behind a finished run's back."""
+lock beside their output, whatever spelling names it. Real processes: commands started
+together, a holder killed with SIGKILL, a store damaged behind a finished run's back (a rerun
+never calls it complete). A lock held by another is a refusal in one line, whatever its file
+holds."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -16,11 +19,14 @@ from pathlib import Path
 
 import pytest
 from helpers import make_documents, run_cli, tree_bytes, write_jsonl
+from hypothesis import given
+from hypothesis import strategies as st
+from store_helpers import one_line_error, small_input
 
 from tokentape import open_source
 from tokentape._src.program import main
 from tokentape._src.store.lock import lock_path, output_lock
-from tokentape.errors import OutputLocked
+from tokentape.errors import OutputLocked, TokentapeError
 
 UNITS = ("--unit-mb", "0.05", "--shard-mb", "0.1")
 
@@ -240,3 +246,165 @@ def test_an_unreadable_manifest_is_one_line_and_overwrite_replaces_it(
     assert tree_bytes(out) == damaged
     assert main([*args, "--overwrite", "--json"]) == 0
     assert tree_bytes(out) == reference
+
+
+# --- a lock held by another: whatever its file holds, a refusal in one line ------------------
+
+
+def hold(path: Path, data: bytes) -> int:
+    """A real exclusive flock on ``path`` (its own open file description, so the lock
+    conflicts with any other open of the file, in this process too) holding ``data``."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "data",
+    [
+        json.dumps({"host": socket.gethostname(), "pid": 10**23}).encode(),
+        b"[" * 3000,
+        b"\xff\xfe\x00garbage",
+        b'{"host": {"a": 1}, "pid": "x", "command": null}',
+    ],
+    ids=["pid-overflow", "deep-nesting", "binary", "wrong-types"],
+)
+def test_a_crafted_lock_file_held_by_another_is_a_refusal_never_a_crash(data, tmp_path):
+    out = tmp_path / "out"
+    fd = hold(lock_path(out), data)
+    try:
+        with pytest.raises(OutputLocked) as refused, output_lock(out, "tokenize"):
+            pass
+    finally:
+        os.close(fd)
+    assert "\n" not in str(refused.value)
+
+
+holder_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=300),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
+
+
+@pytest.mark.fuzz
+@given(
+    record=st.fixed_dictionaries(
+        {"host": st.text(min_size=1, max_size=50).filter(lambda h: h != os.uname().nodename)},
+        optional={k: holder_values for k in ("pid", "command", "since", "out")},
+    )
+)
+def test_any_holder_record_of_another_host_is_named_on_one_line(record, tmp_path_factory):
+    out = tmp_path_factory.mktemp("held") / "out"
+    fd = hold(lock_path(out), json.dumps(record).encode())
+    try:
+        with pytest.raises(OutputLocked) as refused, output_lock(out, "tokenize"):
+            pass
+    finally:
+        os.close(fd)
+    message = str(refused.value)
+    assert message.isprintable(), message
+    assert "is being written by tokentape " in message
+
+
+def test_every_spelling_of_an_output_takes_the_same_lock(tmp_path, capsys, monkeypatch):
+    """A tokenize or a convert --from naming the locked output another way (relative, with
+    ``./``, a trailing slash, ``..``, through a linked parent or a link to it) is refused."""
+    monkeypatch.chdir(tmp_path)
+    data = small_input(tmp_path)
+    store = tmp_path / "src"
+    assert main(["tokenize", str(data), "--out", str(store)]) == 0
+    assert main(["convert", "--to", "megatron", str(store), str(tmp_path / "m" / "p")]) == 0
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "linked").symlink_to(tmp_path)
+    (tmp_path / "link-to-s").symlink_to("s")
+    capsys.readouterr()
+    spellings = ["s", "./s", "s/", "sub/../s", str(tmp_path / "s"), "linked/s", "link-to-s"]
+    with output_lock(tmp_path / "s", "tokenize"):
+        for out in spellings:
+            assert main(["tokenize", str(data), "--out", out]) == 2, out
+            assert "is being written by tokentape tokenize" in one_line_error(capsys)
+            convert = ["convert", "--from", "megatron", "m/p", out, "--vocab-size", "257"]
+            assert main([*convert, "--eod-id", "256"]) == 2, out
+            assert "is being written by tokentape tokenize" in one_line_error(capsys)
+    assert not (tmp_path / "s").exists()
+
+
+# --- a rerun of a finished run never calls a damaged store complete -------------------------
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda m: m["inputs"].pop("units"),
+        lambda m: m["inputs"].update(units="x"),
+        lambda m: m["filters"].update(docs_in="x"),
+        lambda m: m["filters"].update(text_bytes=-1),
+        lambda m: m["filters"].update(dropped_docs=5),
+        lambda m: m["filters"].update(dropped_tokens={"min-tokens": "\n" * 9}),
+        lambda m: m["filters"].pop("dropped_docs"),
+    ],
+    ids=["no-units", "units-text", "docs-in-text", "negative", "not-object", "odd", "missing"],
+)
+def test_a_rerun_on_a_store_whose_summary_fields_were_edited_is_one_line(edit, tmp_path, capsys):
+    """A rerun of a finished job reports counts from its manifest; fields of the wrong kind
+    (hand-edited, the job hash kept) were tracebacks (KeyError, AttributeError, ValueError)."""
+    data = small_input(tmp_path)
+    out = tmp_path / "s"
+    assert main(["tokenize", str(data), "--out", str(out)]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    edit(manifest)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    for extra in ([], ["--json"]):
+        assert main(["tokenize", str(data), "--out", str(out), *extra]) == 2
+        line = one_line_error(capsys)
+        assert "damaged (manifest.json field " in line and "--overwrite" in line, line
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert main(["tokenize", str(data), "--out", str(out), "--overwrite"]) == 0
+
+
+def test_a_rerun_never_calls_complete_a_store_whose_tokenizer_copy_is_a_link(
+    hf_tokenizer_json, tmp_path, capsys
+):
+    """The tokenizer copy replaced by a link to an identical file outside: opening the store
+    refuses it, so a rerun must not say 'already complete' (it read through the link)."""
+    data, out = small_input(tmp_path), tmp_path / "s"
+    argv = ["tokenize", str(data), "--out", str(out), "--tokenizer", str(hf_tokenizer_json)]
+    assert main(argv) == 0
+    outside = tmp_path / "outside.json"
+    os.replace(out / "tokenizer.json", outside)
+    (out / "tokenizer.json").symlink_to(outside)
+    with pytest.raises(TokentapeError, match="symbolic link"):
+        open_source(out)
+    capsys.readouterr()
+    assert main(argv) == 2
+    line = one_line_error(capsys)
+    assert "damaged" in line and "symbolic link" in line and "--overwrite" in line, line
+    assert main([*argv, "--overwrite"]) == 0
+    assert open_source(out).n_docs == 50
+
+
+@pytest.mark.parametrize("target", ["copy", "absent"])
+def test_a_rerun_never_calls_complete_a_store_whose_manifest_is_a_link(target, tmp_path, capsys):
+    data, out = small_input(tmp_path), tmp_path / "s"
+    argv = ["tokenize", str(data), "--out", str(out)]
+    assert main(argv) == 0
+    outside = tmp_path / "manifest-copy.json"
+    os.replace(out / "manifest.json", outside)
+    (out / "manifest.json").symlink_to(outside if target == "copy" else tmp_path / "absent")
+    capsys.readouterr()
+    assert main(argv) == 2
+    line = one_line_error(capsys)
+    assert "manifest.json: the manifest is a symbolic link" in line and "--overwrite" in line
+    assert main([*argv, "--overwrite"]) == 0
+    assert open_source(out).n_docs == 50 and not (out / "manifest.json").is_symlink()
+    assert outside.exists()  # the link was replaced, not what it pointed to

@@ -12,8 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokentape._src.tape.blend import MAX_POSITION, Blend, exact_weights, rational_weights
-from tokentape.errors import TokentapeError
+from tokentape._src.tape.blend import (
+    EXACT_CAP,
+    MAX_POSITION,
+    Blend,
+    exact_weights,
+    rational_weights,
+)
+from tokentape.errors import PlanError, TokentapeError
 
 
 def reference_picks(weights: tuple[int, ...], steps: int) -> list[int]:
@@ -389,3 +395,62 @@ def test_sixty_thirty_ten_stays_within_one_sample_of_the_stated_weights():
     rounded = Blend.build(rational_weights((60, 30, 10), ("web", "code", "math")))
     far = 10**8  # over 2^16 the shares are 39,322/65,536 ...: they drift from 60 %
     assert abs(rounded.count(0, far) - 0.6 * far) > 1 and blend.count(0, far) == 6 * far // 10
+
+
+# --- exact_weights at its cap, on any stated weights ------------------------------------------
+
+
+def test_the_period_just_below_and_just_above_the_cap():
+    assert exact_weights((65_535, 1), ("a", "b")) == ((65_535, 1), 65_536)
+    assert exact_weights((65_536, 1), ("a", "b")) == ((65_535, 1), 65_536)  # rounded
+    with pytest.raises(PlanError, match="rounds to 0/65536"):  # 1 over 1e300 + 1
+        exact_weights((1, 1e300), ("a", "b"))
+
+
+_wide = st.one_of(
+    st.integers(1, 200_000),
+    st.builds(lambda n, k: float(f"{n}e-{k}"), st.integers(1, 99_999), st.integers(0, 9)),
+)
+
+
+_short = st.one_of(  # mostly within the cap: a few places, small integers
+    st.integers(1, 100),
+    st.builds(lambda n, k: float(f"{n}e-{k}"), st.integers(1, 999), st.integers(0, 3)),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.one_of(
+        st.lists(_short, min_size=1, max_size=6),
+        st.lists(_wide, min_size=1, max_size=6),
+    )
+)
+def test_every_prefix_is_within_one_sample_of_the_stated_weights(weights):
+    """When the stated shares fit the cap, every prefix n (one period covers all: the counts are
+    exact at n = D) is within one sample of n times the share as written (decimals as written,
+    not the floats' binary values)."""
+    names = [f"s{i}" for i in range(len(weights))]
+    stated = [Fraction(repr(w)) if isinstance(w, float) else Fraction(w) for w in weights]
+    shares = [w / sum(stated) for w in stated]
+    smallest = math.lcm(*(s.denominator for s in shares))
+    try:
+        units, period = exact_weights(weights, names)
+    except PlanError:  # only when rounding over the cap would drop a source
+        assert smallest > EXACT_CAP
+        return
+    if smallest > EXACT_CAP:
+        assert period == EXACT_CAP
+        return
+    assert period == smallest
+    blend = Blend.build(units)
+    n = np.arange(period + 1, dtype=np.int64)
+    for d, share in enumerate(shares):
+        gap = blend.count(d, n) * share.denominator - n * share.numerator
+        assert np.abs(gap).max() < share.denominator
+
+
+def test_exact_weights_take_numpy_floats():
+    weights = [np.float64(0.55), np.float64(0.45)]
+    assert rational_weights(weights, ("a", "b"), 20) == (11, 9)  # the rounding path takes them
+    assert exact_weights(weights, ("a", "b")) == ((11, 9), 20)

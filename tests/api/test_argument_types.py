@@ -263,7 +263,7 @@ INSTANCES: dict[str, Callable[[Context], Any]] = {
 """An instance of each class whose methods take parameters."""
 
 NO_VALID_CALL = {
-    "tokentape.torch.check_step": "a collective: needs a process group (tests/train/test_smoke.py)",
+    "tokentape.torch.check_step": "a collective: needs a process group (tests/torch/test_smoke.py)",
 }
 """Callables whose valid call cannot run here; their wrong calls still must be refused."""
 

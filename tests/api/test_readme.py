@@ -136,6 +136,20 @@ def test_the_contributors_map_names_every_internal_package_and_imports_none():
         assert f"`{name}`" in text, name
 
 
+def test_the_contributors_map_lists_the_test_folders_as_they_are():
+    """docs/architecture.md's "Tests mirror the packages" names exactly the folders that hold
+    tests, and every internal package has a test folder of its name (but ``render`` and
+    ``util``, tested through their callers)."""
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("## Tests mirror the packages", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"`tests/(\w+)`", section))
+    holding = {p.parent.name for p in (ROOT / "tests").glob("*/test_*.py")}
+    assert listed - {"tools"} == holding
+    packages = {p.name for p in (ROOT / "src" / "tokentape" / "_src").iterdir() if p.is_dir()}
+    untested_alone = {"__pycache__", "render", "util"}
+    assert packages - untested_alone - holding == set()
+
+
 @pytest.mark.parametrize("path", TEXTS)
 def test_no_text_teaches_an_internal_module(path):
     text = (ROOT / path).read_text(encoding="utf-8")

@@ -4,7 +4,7 @@ file), the directory a run's helpers write units into, and the default build dir
 upload; a link, FIFO or directory at the lock's name, a directory at a Megatron sidecar's.
 Each is refused in one line naming it, and a tripwire outside is never touched. (A link at
 the work directory's name is in tests/store/test_interrupted_writers.py; the stage cache in
-tests/train/test_stage_confined.py.) The directories the user names may be links: the output
+tests/stage/test_stage_confined.py.) The directories the user names may be links: the output
 (not a dangling one), the cache's root."""
 
 from __future__ import annotations

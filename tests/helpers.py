@@ -210,6 +210,15 @@ def wait_for(
         time.sleep(0.002)
 
 
+def one_line_refusal(code: int, out: str, err: str) -> str:
+    """The refusal's one line (exit 2, nothing on stdout, no traceback)."""
+    assert code == 2, (code, out, err)
+    assert out == "", out
+    assert err.startswith("tokentape: error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    return err
+
+
 def tree_bytes(directory: Path) -> dict[str, bytes]:
     return {
         str(p.relative_to(directory)): p.read_bytes()

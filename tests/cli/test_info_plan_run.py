@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_helpers import CORPUS, byte_plan, docs_jsonl, one_line_refusal
-from helpers import PLAN, cli, plan_of, record
+from cli_helpers import CORPUS, byte_plan, docs_jsonl
+from helpers import PLAN, cli, one_line_refusal, plan_of, record
 
 from tokentape._src.api import replay
 from tokentape._src.program import main

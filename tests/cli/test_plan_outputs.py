@@ -9,8 +9,8 @@ import os
 from pathlib import Path
 
 import pytest
-from cli_helpers import byte_plan, one_line_refusal, refusal
-from helpers import PLAN, cli
+from cli_helpers import byte_plan, refusal
+from helpers import PLAN, cli, one_line_refusal
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

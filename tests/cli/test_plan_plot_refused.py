@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 import pytest
-from cli_helpers import byte_plan, one_line_refusal
-from helpers import PLAN, cli, run_cli
+from cli_helpers import byte_plan
+from helpers import PLAN, cli, one_line_refusal, run_cli
 
 from tokentape._src.program import main
 

@@ -10,8 +10,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from cli_helpers import CORPUS, bpe_tokenizer, docs_jsonl, one_line_refusal, refusal, tok_dir
-from helpers import PLAN, cli, write_docs
+from cli_helpers import CORPUS, bpe_tokenizer, docs_jsonl, refusal, tok_dir
+from helpers import PLAN, cli, one_line_refusal, write_docs
 
 from tokentape._src.tokenize.driver import tokenize
 from tokentape._src.tokenize.job import TokenizeConfig

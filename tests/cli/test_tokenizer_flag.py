@@ -13,8 +13,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from cli_helpers import CORPUS, bpe_tokenizer, docs_jsonl, one_line_refusal, tok_dir
-from helpers import cli, run_cli
+from cli_helpers import CORPUS, bpe_tokenizer, docs_jsonl, tok_dir
+from helpers import cli, one_line_refusal, run_cli
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import PLAN, cli, plan_of, run_cli, write_docs
+from helpers import PLAN, cli, one_line_refusal, plan_of, run_cli, write_docs
 
 from tokentape._src.plan.plan import Plan
 from tokentape._src.program import main
@@ -142,15 +142,6 @@ def test_stores_of_different_tokenizers_name_each_tokenizer(
 
 
 # --- each key and flag of the command line, as a hostile user would mistype them -------------
-
-
-def one_line_refusal(code: int, out: str, err: str) -> str:
-    """The refusal's one line (exit 2, nothing on stdout, no traceback)."""
-    assert code == 2, (code, out, err)
-    assert out == "", out
-    assert err.startswith("tokentape: error: ") and err.count("\n") == 1, err
-    assert "Traceback" not in err
-    return err
 
 
 @pytest.mark.parametrize(

@@ -394,7 +394,34 @@ class TokenStream(ABC):
         return self.tokenizer.decode([int(t) for t in ids])
 
 
-class Source(TokenStream):
+def joined_starts(shards: Sequence[ShardInfo], local: Sequence[np.ndarray]) -> np.ndarray:
+    """Every shard's document starts (each checked already), offset into the stream and
+    concatenated: int64, ascending."""
+    starts, offset = [], 0
+    for shard, starts_in_shard in zip(shards, local, strict=True):
+        starts.append(starts_in_shard + offset)
+        offset += shard.n_tokens
+    return np.concatenate(starts or [np.zeros(0, dtype=np.int64)]).astype(np.int64)
+
+
+class StoreFormat:
+    """What a tokentape store answers from its manifest, wherever its bytes are (a directory
+    on disk: ``Source``; an object URL: ``store.remote.RemoteSource``)."""
+
+    _manifest: Manifest
+
+    @property
+    def manifest(self) -> Manifest:
+        """The store's ``manifest.json``, as read when the store was opened."""
+        return self._manifest
+
+    @property
+    def eod_id(self) -> int:
+        """The end-of-document id the manifest records."""
+        return self._manifest.eod_id
+
+
+class Source(StoreFormat, TokenStream):
     """One token store opened for reading (``tokentape.open_source`` opens it and any other source).
 
     The manifest is read and checked, and every shard file and document index is mapped
@@ -445,27 +472,14 @@ class Source(TokenStream):
     def _load_doc_starts(self) -> np.ndarray:
         """Every shard's document starts (mapped at open), checked, offset into the stream and
         concatenated."""
-        starts, offset = [], 0
         for shard, local in zip(self.manifest.shards, self._indexes, strict=True):
             check_starts(local, shard, self.directory / shard.idx_file)
-            starts.append(local + offset)
-            offset += shard.n_tokens
-        return np.concatenate(starts or [np.zeros(0, dtype=np.int64)]).astype(np.int64)
-
-    @property
-    def manifest(self) -> Manifest:
-        """The store's ``manifest.json``, as read when the store was opened."""
-        return self._manifest
+        return joined_starts(self.manifest.shards, self._indexes)
 
     @property
     def directory(self) -> Path:
         """The store's directory."""
         return self._directory
-
-    @property
-    def eod_id(self) -> int:
-        """The end-of-document id the manifest records."""
-        return self.manifest.eod_id
 
     @cached_property
     def tokenizer(self) -> Tokenizer:
@@ -538,7 +552,9 @@ __all__ = [
     "INDEX_DTYPE",
     "Source",
     "SourceManifest",
+    "StoreFormat",
     "TokenStream",
     "check_starts",
     "index_offset",
+    "joined_starts",
 ]

@@ -56,9 +56,11 @@ from tokentape._src.store.format import (
 from tokentape._src.store.format import parse_manifest as parse_manifest_text
 from tokentape._src.store.reader import (
     INDEX_DTYPE,
+    StoreFormat,
     TokenStream,
     check_starts,
     index_offset,
+    joined_starts,
 )
 from tokentape._src.store.tokenizers import STORED_NAMES, Tokenizer, tokenizer_from_manifest
 from tokentape.errors import StoreChanged, StoreError
@@ -169,7 +171,7 @@ def shard_blocks(shard: ShardInfo, size: int) -> Blocks:
     return Blocks(shard.block_bytes, shard.block_sha256, size)
 
 
-class RemoteSource(RangedSource):
+class RemoteSource(StoreFormat, RangedSource):
     """A tokentape store at an object URL, read in place (see the module docstring).
 
     Args:
@@ -214,19 +216,9 @@ class RemoteSource(RangedSource):
         )
 
     @property
-    def manifest(self) -> Manifest:
-        """The store's ``manifest.json``, as read when it was opened."""
-        return self._manifest
-
-    @property
     def directory(self) -> str:
         """The store's URL."""
         return self.url
-
-    @property
-    def eod_id(self) -> int:
-        """The end-of-document id the manifest records."""
-        return self._manifest.eod_id
 
     @cached_property
     def tokenizer(self) -> Tokenizer:
@@ -280,11 +272,7 @@ class RemoteSource(RangedSource):
         shards = self._manifest.shards
         with ThreadPoolExecutor(max(1, min(16, len(shards)))) as pool:
             indexes = list(pool.map(self._shard_starts, shards))
-        starts, offset = [], 0
-        for shard, local in zip(shards, indexes, strict=True):
-            starts.append(local + offset)
-            offset += shard.n_tokens
-        return np.concatenate(starts or [np.zeros(0, dtype=np.int64)]).astype(np.int64)
+        return joined_starts(shards, indexes)
 
     def _shard_starts(self, shard: ShardInfo) -> np.ndarray:
         """A shard's document starts, its ``.idx.npy`` checked against the manifest's hash

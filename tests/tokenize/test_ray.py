@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -210,17 +211,21 @@ def test_bad_line_is_reported_as_file_line_through_the_cli(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-def free_port() -> int:
+@contextlib.contextmanager
+def refusing_port() -> Iterator[int]:
+    """A loopback port held bound but not listening while the block runs: a connection to it
+    is refused, and no other process (another test worker) can take it meanwhile."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        yield s.getsockname()[1]
 
 
 def test_unreachable_address_and_missing_ray_are_one_line_errors(tmp_path, capsys, monkeypatch):
     data = write_jsonl(tmp_path / "d.jsonl", GOOD)
     common = ["tokenize", str(data), "--out", str(tmp_path / "out"), "--executor", "ray"]
-    address = f"127.0.0.1:{free_port()}"
-    result = run_cli(*common, "--ray-address", address)
+    with refusing_port() as port:
+        address = f"127.0.0.1:{port}"
+        result = run_cli(*common, "--ray-address", address)
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.splitlines() == [
         f"tokentape: error: --ray-address {address}: cannot connect (Connection refused); "

@@ -206,7 +206,16 @@ def replay_shape(
     """
     named = wording.named
     step = as_index(named("step"), step)
-    shape = _batching(plan, global_batch, dp, micro, accum, log, (step,), named)
+    shape = batching(
+        plan,
+        global_batch=global_batch,
+        dp=dp,
+        micro=micro,
+        accum=accum,
+        log=log,
+        log_steps=(step,),
+        named=named,
+    )
     if shape.schedule is None:
         raise ArgumentError(wording.replay_without_shape)
     if step < 0:
@@ -243,32 +252,18 @@ def locate_shape(
         ArgumentError: Conflicting batch shapes, or ``until_step`` without one.
         PlanError: A step log written for another plan or damaged.
     """
-    shape = _batching(plan, global_batch, dp, micro, accum, log, (), wording.named)
-    if until_step is not None and shape.schedule is None:
-        raise ArgumentError(wording.until_step_without_shape)
-    return shape
-
-
-def _batching(
-    plan: Plan,
-    global_batch: int | None,
-    dp: int | None,
-    micro: int | None,
-    accum: int | None,
-    log: str | None,
-    log_steps: Iterable[int],
-    named: Callable[[str], str],
-) -> Batching:
-    return batching(
+    shape = batching(
         plan,
         global_batch=global_batch,
         dp=dp,
         micro=micro,
         accum=accum,
         log=log,
-        log_steps=log_steps,
-        named=named,
+        named=wording.named,
     )
+    if until_step is not None and shape.schedule is None:
+        raise ArgumentError(wording.until_step_without_shape)
+    return shape
 
 
 def verify_stores(

@@ -290,7 +290,7 @@ class ObjectStore:
     def canonical(self, url: str) -> str:
         """``url`` as listings spell it (``scheme://bucket/key``), for telling duplicates
         apart."""
-        return f"{self.protocol}://{self.fs._strip_protocol(url)}"
+        return f"{self.protocol}://{self._key(url)}"
 
     def _key(self, url: str) -> str:
         scheme, sep, rest = url.partition("://")

@@ -31,8 +31,7 @@ from objstore import SECRET_KEY
 
 from tokentape import BatchConfig, DataState, FetchConfig, Loader, Plan
 from tokentape._src.stage.stage import cache_key, stage_plan
-from tokentape._src.store.reader import Source
-from tokentape._src.store.remote import RemoteSource
+from tokentape._src.store.reader import Source, source_at_url
 from tokentape._src.tokenize.driver import tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
 from tokentape.errors import ObjectStorageError, StoreError, TokentapeError
@@ -267,7 +266,7 @@ def test_a_corrupted_document_index_is_never_used(tmp_path, s3, proxy, monkeypat
     assert [s.n_docs for s in manifest.shards] == [20, 20]
     url = s3.upload_tree(tmp_path / "s", f"{s3.url}/s")
     want = Source(tmp_path / "s").doc_starts
-    source = RemoteSource(url, {"endpoint_url": proxy.endpoint, **NO_BOTO_CHECKSUMS})
+    source = source_at_url(url, {"endpoint_url": proxy.endpoint, **NO_BOTO_CHECKSUMS})
     proxy.set(corrupt=1.0, ranged=True)
     try:
         got = source.doc_starts

@@ -19,11 +19,11 @@ from helpers import build, cli, random_docs, write_store
 
 from tokentape import BatchConfig, Loader, Plan
 from tokentape._src.megatron import identity as megatron_identity
-from tokentape._src.megatron.remote import RemoteMegatronSource
+from tokentape._src.megatron.source import megatron_at_url
 from tokentape._src.plan.load import load_plan
 from tokentape._src.program import main
 from tokentape._src.stage.stage import stage
-from tokentape._src.store.remote import RemoteSource
+from tokentape._src.store.reader import source_at_url
 from tokentape.errors import PlanError, StoreChanged
 
 pytestmark = pytest.mark.s3
@@ -59,7 +59,7 @@ def remote_store(tmp_path, s3):
 
 def test_a_shard_rewritten_while_streamed_is_refused_by_name(remote_store, s3):
     local, url, manifest = remote_store
-    source = RemoteSource(url)
+    source = source_at_url(url)
     seq = 8
     out = np.zeros((1, seq + 1), dtype=np.int64)
     source.windows_into(np.array([0]), seq, out)  # shard 0 looked at: its version pinned
@@ -152,7 +152,7 @@ def test_a_megatron_prefix_rewritten_while_streamed_is_refused(remote_prefix, s3
     prefix, url = remote_prefix
     code, _, err = cli(capsys, "verify", url, "--vocab-size", "257", "--eod-id", "256")
     assert code == 0, err
-    source = RemoteMegatronSource(url, 257, 256)
+    source = megatron_at_url(url, 257, 256)
     out = np.zeros((1, 9), dtype=np.int64)
     source.windows_into(np.array([0]), 8, out)
     source.doc_starts  # noqa: B018 -- the .idx read, pinned too

@@ -24,7 +24,8 @@ from helpers import build, check_reads_as, cli, random_docs, tree_bytes, write_s
 import tokentape
 from tokentape import BatchConfig, Loader
 from tokentape._src.megatron import identity as megatron_identity
-from tokentape._src.megatron.remote import RemoteMegatronSource, read_sidecar
+from tokentape._src.megatron.remote import read_sidecar
+from tokentape._src.megatron.source import megatron_at_url
 from tokentape._src.objects.client import object_store
 from tokentape._src.plan.plan import resolve_plan
 from tokentape._src.plan.spec import parse_plan
@@ -140,7 +141,7 @@ def test_planning_reads_the_sidecar_and_the_sizes_but_no_token_data(data, s3_ser
     with FaultProxy(s3_server.endpoint) as proxy:
         options = {"endpoint_url": proxy.endpoint}
         for name in ("mega", "mega2"):
-            RemoteMegatronSource(urls[name], 257, 256, storage_options=options)
+            megatron_at_url(urls[name], 257, 256, storage_options=options)
         log = proxy.stats().log
     gets = [path for method, path, _, _ in log if method == "GET"]
     assert gets and all(p.endswith(".tokentape.json") for p in gets), gets
@@ -151,7 +152,7 @@ def test_a_streamed_prefix_reads_exactly_as_the_local_files(data, capsys):
     _, docs, _, urls = data
     verify(capsys, urls["mega"], urls["mega2"])
     for name, dtype in (("mega", np.uint16), ("mega2", np.int32)):
-        src = RemoteMegatronSource(urls[name], 257, 256)
+        src = megatron_at_url(urls[name], 257, 256)
         try:
             check_reads_as(src, docs[name], dtype)
             assert src.stats.requests > 0
@@ -339,4 +340,4 @@ def test_verify_on_a_bucket_one_may_only_read_says_the_identity_is_not_recorded(
     assert [p["what"] for p in problems] == ["identity not recorded"]
     assert problems[0]["file"] == urls["mega"] + ".tokentape.json"
     with pytest.raises(StoreError, match="no sidecar records one"):
-        RemoteMegatronSource(urls["mega"], 257, 256)
+        megatron_at_url(urls["mega"], 257, 256)

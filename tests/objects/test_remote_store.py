@@ -15,7 +15,7 @@ import tokentape
 from tokentape import BatchConfig, Loader, Plan
 from tokentape._src.objects.ranged import merge_ranges
 from tokentape._src.plan.load import load_plan
-from tokentape._src.store.remote import RemoteSource
+from tokentape._src.store.reader import source_at_url
 from tokentape.errors import PlanError, StoreError
 
 pytestmark = pytest.mark.s3
@@ -193,7 +193,7 @@ def test_whole_blocks_are_checked_and_a_changed_block_is_refused(tmp_path, s3):
     docs = [list(range(1, 40 + i)) for i in range(30)]
     write_store(tmp_path / "s", docs, shard_tokens=400, block_bytes=64)
     url = s3.upload_tree(tmp_path / "s", f"{s3.url}/s")
-    source = RemoteSource(url)
+    source = source_at_url(url)
     window = source.window(3, 64)
     np.testing.assert_array_equal(window, tokentape.open_source(tmp_path / "s").window(3, 64))
     assert source.stats.blocks_checked >= 1
@@ -202,7 +202,7 @@ def test_whole_blocks_are_checked_and_a_changed_block_is_refused(tmp_path, s3):
     data[64 * 6 + 5] ^= 0xFF  # same length, one byte changed inside block 6 (in window 3)
     s3.put(bin_url, bytes(data))
     with pytest.raises(StoreError, match=r"part-00000\.bin: block 6 .* does not match"):
-        RemoteSource(url).window(3, 64)
+        source_at_url(url).window(3, 64)
 
 
 def test_a_shard_cut_short_in_the_bucket_is_refused_by_name(tmp_path, s3):
@@ -210,11 +210,11 @@ def test_a_shard_cut_short_in_the_bucket_is_refused_by_name(tmp_path, s3):
     url = s3.upload_tree(tmp_path / "s", f"{s3.url}/s")
     s3.put(f"{url}/part-00000.bin", s3.get(f"{url}/part-00000.bin")[:-10])
     with pytest.raises(StoreError, match=r"part-00000\.bin: size is .* the manifest says"):
-        RemoteSource(url).window(0, 16)
+        source_at_url(url).window(0, 16)
     with pytest.raises(StoreError, match=r"no manifest\.json; not a complete tokentape store"):
-        RemoteSource(f"{s3.url}/nothing-here")
+        source_at_url(f"{s3.url}/nothing-here")
     with pytest.raises(StoreError, match=r"^store 's3://[^']+-missing/s': no such bucket"):
-        RemoteSource(f"{s3.url}-missing/s")
+        source_at_url(f"{s3.url}-missing/s")
 
 
 def test_ranges_are_merged_where_they_touch():
@@ -274,8 +274,8 @@ def test_open_source_opens_a_bucket_store_in_a_fresh_process(tmp_path, s3, s3_se
     code = (
         "import json, sys, tokentape\n"
         "src = tokentape.open_source(sys.argv[1])\n"
-        "print(json.dumps([type(src).__name__, src.n_docs, src.window(3, 64).tolist(),"
-        " src.doc(7).tolist()]))\n"
+        "print(json.dumps([type(src).__name__, str(src.directory), src.fetches_ahead,"
+        " src.n_docs, src.window(3, 64).tolist(), src.doc(7).tolist()]))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code, url],
@@ -285,6 +285,7 @@ def test_open_source_opens_a_bucket_store_in_a_fresh_process(tmp_path, s3, s3_se
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    kind, n_docs, window, doc = json.loads(done.stdout)
-    assert kind == "RemoteSource" and n_docs == local.n_docs == 30
+    kind, where, fetches_ahead, n_docs, window, doc = json.loads(done.stdout)
+    assert (kind, where, fetches_ahead) == ("Source", url, True)  # read in place, in ranges
+    assert n_docs == local.n_docs == 30
     assert window == local.window(3, 64).tolist() and doc == local.doc(7).tolist()

@@ -19,7 +19,8 @@ import pytest
 from faultproxy import FaultProxy
 from helpers import build, cli, random_docs
 
-from tokentape._src.megatron.remote import RemoteMegatronSource, object_keys, read_sidecar
+from tokentape._src.megatron.remote import object_keys, read_sidecar
+from tokentape._src.megatron.source import megatron_at_url
 from tokentape._src.objects.client import object_store
 from tokentape._src.verify.megatron_remote import check_remote_megatron
 from tokentape.errors import StoreError
@@ -66,7 +67,7 @@ def test_a_full_verify_by_a_reader_of_a_recorded_prefix_passes(prefixes, s3, s3_
     with FaultProxy(s3_server.endpoint) as proxy:
         proxy.set(deny=1.0, methods=frozenset({"PUT"}))
         options = {"endpoint_url": proxy.endpoint}
-        src = RemoteMegatronSource(url, 257, 256, storage_options=options)  # usable
+        src = megatron_at_url(url, 257, 256, storage_options=options)  # usable
         assert src.n_tokens == _tokens(local)
         src.close()
         code, out, err = _verify(capsys, url, "--storage-options", json.dumps(options), "--json")
@@ -86,10 +87,10 @@ def test_verify_replaces_a_sidecar_whose_identity_contradicts_its_object_sizes(
     with pytest.raises(
         StoreError, match=r"not a well-formed one of ours\); .* run `tokentape verify"
     ):
-        RemoteMegatronSource(url, 257, 256)
+        megatron_at_url(url, 257, 256)
     code, out, err = _verify(capsys, url)  # what the refusal says to run
     assert code == 0, out + err
-    src = RemoteMegatronSource(url, 257, 256)
+    src = megatron_at_url(url, 257, 256)
     assert src.n_tokens == _tokens(local)
     src.close()
 

@@ -50,8 +50,7 @@ from tokentape._src.store.format import (
 )
 from tokentape._src.store.lock import output_lock
 from tokentape._src.store.output import check_ours, discard_store, is_store_file
-from tokentape._src.store.reader import Source, TokenStream
-from tokentape._src.store.remote import RemoteSource
+from tokentape._src.store.reader import Source, TokenStream, source_at_url
 from tokentape._src.store.tokenizers import (
     Tokenizer,
     load_tokenizer,
@@ -191,9 +190,7 @@ def to_megatron(
     options = None
     if storage_options is not None:
         options = check_storage_options(storage_options, "storage_options")
-    src: Source | RemoteSource = (
-        RemoteSource(str(store), options) if is_url(store) else Source(store)
-    )
+    src = source_at_url(str(store), options) if is_url(store) else Source(store)
     try:
         m = src.manifest
         name = megatron.choose_dtype(m.vocab_size) if dtype == "auto" else dtype

@@ -11,10 +11,11 @@ prefix. ``tokentape plan``, the loader and ``stage`` read the sidecar and look a
 size and version (``current_identity``); a prefix without a current sidecar (never verified,
 or changed since) is refused in one line naming the command to run.
 
-``RemoteMegatronSource`` reads the prefix as a source: token windows as byte ranges of the
-``.bin`` object through the range cache (``store.remote.RangedSource``), whole blocks checked
-against the recorded block hashes; the document starts from the ``.idx`` fetched whole and
-checked against its recorded sha256, on first use (segments, replay, locate).
+``megatron.source.megatron_at_url`` reads the prefix as a source: token windows as byte
+ranges of the ``.bin`` object through the byte reader ``objects.ranged.RangedFiles``, whole
+blocks checked against the recorded block hashes; the document starts from the ``.idx``
+fetched whole and checked against its recorded sha256, on first use (segments, replay,
+locate).
 """
 
 from __future__ import annotations
@@ -24,10 +25,7 @@ from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
-
-import numpy as np
 
 from tokentape._src.megatron.format import (
     MegatronIdentity,
@@ -45,22 +43,11 @@ from tokentape._src.megatron.identity import (
     identity_from_json,
     identity_to_json,
 )
-from tokentape._src.megatron.source import (
-    APPEND_EOD_HINT,
-    MegatronManifest,
-    Vocabulary,
-    VocabularySource,
-    id_range_problem,
-)
 from tokentape._src.objects.client import (
     ObjectInfo,
     ObjectStore,
-    StorageOptions,
-    object_store,
     redact,
 )
-from tokentape._src.objects.ranged import Blocks, FetchConfig, sha256_check
-from tokentape._src.store.remote import RangedSource
 from tokentape._src.util.checks import is_int
 from tokentape.errors import StoreError
 
@@ -242,101 +229,13 @@ def identify(
     return identity, keys, index
 
 
-class RemoteMegatronSource(VocabularySource, RangedSource):
-    """A Megatron prefix at an object URL, read in place (see the module docstring).
-
-    Args:
-        url: The prefix's URL (``PREFIX`` of ``PREFIX.bin`` and ``PREFIX.idx``).
-        vocab_size: The vocabulary size (the ``.idx`` records none); None: the tokenizer's.
-        eod_id: The end-of-document id every document ends with; None: the tokenizer's.
-        tokenizer: A tokenizer spec (loaded only when needed if both values are given).
-        storage_options: fsspec options (endpoint, region ...).
-        fetch: Requests in flight and bytes cached.
-        fingerprint: The tokenizer fingerprint a plan recorded (a spec loaded must have it).
-
-    Raises:
-        ArgumentError: The vocabulary is missing or inconsistent.
-        StoreError: An object is missing; there is no current identity; the data holds an id
-            outside the vocabulary, or its documents do not all end with ``eod_id``.
-    """
-
-    def __init__(
-        self,
-        url: str,
-        vocab_size: int | None = None,
-        eod_id: int | None = None,
-        tokenizer: str | None = None,
-        *,
-        storage_options: StorageOptions | None = None,
-        fetch: FetchConfig | None = None,
-        fingerprint: str | None = None,
-    ) -> None:
-        self.url = url.rstrip("/")
-        where = f"Megatron prefix '{self.url}'"
-        self.vocab = Vocabulary(vocab_size, eod_id, tokenizer, fingerprint, where)
-        objects = object_store(self.url, storage_options)
-        identity, keys = current_identity(objects, self.url)
-        self.keys = keys
-        """Both objects' sizes and versions (ETags): every read is pinned to them."""
-        problem = id_range_problem(identity, self.vocab.vocab_size)
-        if problem is not None:
-            raise StoreError(f"{bin_url(self.url)}: {problem}")
-        if identity.n_docs and identity.end_id != self.vocab.eod_id:
-            ends = (
-                "not every document ends with one id (an empty document, or different last tokens)"
-                if identity.end_id is None
-                else f"its documents end with id {identity.end_id}"
-            )
-            raise StoreError(
-                f"{where}: {ends}, not the end-of-document id {self.vocab.eod_id}; "
-                f"{APPEND_EOD_HINT}"
-            )
-        self.identity = identity
-        blocks = Blocks(
-            identity.block_bytes, identity.block_sha256, identity.bin_bytes, keys.bin.version
-        )
-        files = [(bin_url(self.url), identity.n_tokens, blocks)]
-        dtype = np.dtype(identity.dtype)
-        super().__init__(
-            objects, dtype, files, self._load_doc_starts, identity.n_docs, fetch or FetchConfig()
-        )
-
-    def _load_doc_starts(self) -> np.ndarray:
-        """The ``.idx`` object, checked against its recorded sha256, parsed."""
-        identity = self.identity
-        check = sha256_check(identity.idx_sha256, "the sha256 its sidecar records")
-        data = self.objects.read_checked(
-            idx_url(self.url), 0, identity.idx_bytes, check, self.keys.idx.version
-        )
-        index = index_from_bytes(self.url, data, identity.bin_bytes, identity.n_tokens)
-        return index.doc_starts()
-
-    @property
-    def directory(self) -> str:
-        """The prefix's URL."""
-        return self.url
-
-    @property
-    def n_sequences(self) -> int:
-        return self.identity.n_sequences
-
-    @cached_property
-    def manifest(self) -> MegatronManifest:
-        return self.vocab.manifest(self.url, self.identity, lambda: self.tokenizer)
-
-    def __repr__(self) -> str:
-        return (
-            f"RemoteMegatronSource({self.url!r}, n_tokens={self.n_tokens}, "
-            f"n_docs={self.n_docs}, dtype={self.identity.dtype})"
-        )
-
-
 __all__ = [
     "ObjectKey",
     "ObjectKeys",
-    "RemoteMegatronSource",
+    "bin_url",
     "current_identity",
     "identify",
+    "idx_url",
     "object_keys",
     "read_sidecar",
     "sidecar_url",

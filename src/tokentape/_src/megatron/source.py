@@ -1,7 +1,11 @@
 """A Megatron prefix (``PREFIX.bin`` + ``PREFIX.idx``) read in place as a tokentape source.
 
-The tokens are a read-only memory map of ``.bin``; the document starts come from the ``.idx``
-(itself memory-mapped), computed only when documents or segments are asked for. A tokentape
+``MegatronSource`` is the format; its token file is read through either byte reader: on disk
+(``MegatronSource(prefix, ...)``) a read-only memory map of ``.bin``, with the document starts
+from the ``.idx`` (itself memory-mapped), computed only when documents or segments are asked
+for; at an object URL (``megatron_at_url(url, ...)``) byte ranges of the ``.bin`` object,
+with an identity recorded beforehand (``megatron.remote``). What follows is about a prefix on
+disk. A tokentape
 document is a Megatron *document* (a run of sequences delimited by the document index), so a
 document made of several sequences (sentences) is one document here. tokentape's contract needs
 every document to end with the end-of-document id; the ``.idx`` records no vocabulary, so the
@@ -50,6 +54,7 @@ from tokentape._src.megatron.format import (
     MegatronIndex,
     PrefixFiles,
     bin_path,
+    index_from_bytes,
     read_index,
 )
 from tokentape._src.megatron.identity import (
@@ -61,7 +66,11 @@ from tokentape._src.megatron.identity import (
     racy,
     record_end_id,
 )
-from tokentape._src.store.reader import TokenStream
+from tokentape._src.megatron.remote import bin_url, idx_url
+from tokentape._src.megatron.remote import current_identity as bucket_identity
+from tokentape._src.objects.client import StorageOptions, object_store
+from tokentape._src.objects.ranged import Blocks, FetchConfig, RangedFiles, sha256_check
+from tokentape._src.store.reader import MappedFiles, TokenStream
 from tokentape._src.store.tokenizers import (
     NoTokenizer,
     Tokenizer,
@@ -264,30 +273,19 @@ def _check_arguments(
         check_flag(name, value)
 
 
-class VocabularySource:
-    """What a Megatron source (local or in object storage) answers from its ``Vocabulary``:
-    the ``.idx`` records neither the vocabulary size nor the end-of-document id."""
+class MegatronSource(TokenStream):
+    """A Megatron prefix opened for reading, with the interface of ``reader.Source``: on disk
+    (``MegatronSource(prefix, ...)``, memory-mapped) or at an object URL
+    (``megatron_at_url(url, ...)``, read in byte ranges: ``megatron.remote``)."""
 
     vocab: Vocabulary
-
-    @property
-    def eod_id(self) -> int:
-        """The end-of-document id given (or the tokenizer's)."""
-        return self.vocab.eod_id
-
-    @property
-    def vocab_size(self) -> int:
-        return self.vocab.vocab_size
-
-    @cached_property
-    def tokenizer(self) -> Tokenizer:
-        """The tokenizer given (a spec is loaded now, and checked), or a stand-in that shows ids
-        (no tokenizer known)."""
-        return self.vocab.tokenizer()
-
-
-class MegatronSource(VocabularySource, TokenStream):
-    """A Megatron prefix opened for reading, with the interface of ``reader.Source``."""
+    _directory: Path | str
+    _bin: str
+    _index: MegatronIndex | None
+    _known: MegatronIdentity | None
+    _origin: str | None
+    _progress: ProgressCallback | None
+    _n_sequences: int
 
     def __init__(
         self,
@@ -340,25 +338,24 @@ class MegatronSource(VocabularySource, TokenStream):
             prefix, tokenizer, progress, planned, fingerprint,
             {"check_eod": check_eod, "identify": identify, "hash_missing": hash_missing},
         )  # fmt: skip
-        self._directory = Path(prefix)
+        self._directory, self._bin = Path(prefix), str(bin_path(prefix))
         where = f"Megatron prefix '{prefix}'"
         self.vocab = Vocabulary(vocab_size, eod_id, tokenizer, fingerprint, where)
         self._progress = progress
         with PrefixFiles(prefix) as files:
             known, origin = current_identity(files, planned)
             if known is None and not hash_missing:
-                raise no_identity(self.directory, planned is not None)
-            self.index: MegatronIndex = read_index(
-                prefix, files, None if known is None else known.n_tokens
-            )
+                raise no_identity(self._directory, planned is not None)
+            index = read_index(prefix, files, None if known is None else known.n_tokens)
             data: np.ndarray
-            if self.index.n_tokens:
-                shape = (self.index.n_tokens,)
-                data = np.memmap(files.bin, dtype=self.index.dtype, mode="r", shape=shape)
+            if index.n_tokens:
+                shape = (index.n_tokens,)
+                data = np.memmap(files.bin, dtype=index.dtype, mode="r", shape=shape)
             else:
-                data = np.zeros(0, dtype=self.index.dtype)
-        self._known, self._origin = known, origin
-        super().__init__(self.index.dtype, [data], self.index.doc_starts, self.index.n_docs)
+                data = np.zeros(0, dtype=index.dtype)
+        self._index, self._known, self._origin = index, known, origin
+        self._n_sequences = index.n_sequences
+        super().__init__(index.dtype, MappedFiles([data]), index.doc_starts, index.n_docs)
         if check_eod:
             self._check_ends(data, where, update_sidecar=hash_missing)
         if identify:
@@ -378,15 +375,46 @@ class MegatronSource(VocabularySource, TokenStream):
             if update_sidecar and self._origin == SIDECAR:
                 record_end_id(self.index, known, self.eod_id)
 
+    def _check_id_range(self, identity: MegatronIdentity) -> None:
+        """Refuse data with a negative id or one at or above ``vocab_size``."""
+        problem = id_range_problem(identity, self.vocab_size)
+        if problem is not None:
+            raise StoreError(f"{self._bin}: {problem}")
+
     @property
-    def directory(self) -> Path:
-        """The prefix (``PREFIX`` of ``PREFIX.bin`` and ``PREFIX.idx``): where the source lives,
-        as for a store."""
+    def directory(self) -> Path | str:
+        """The prefix (``PREFIX`` of ``PREFIX.bin`` and ``PREFIX.idx``; a ``Path``, or its
+        URL): where the source lives, as for a store."""
         return self._directory
 
     @property
+    def index(self) -> MegatronIndex:
+        """The ``.idx`` as mapped at open (a prefix on disk only)."""
+        if self._index is None:
+            raise StoreError(
+                f"Megatron prefix '{self._directory}': in object storage, its index is not "
+                "mapped (it is fetched whole when documents are first asked for)"
+            )
+        return self._index
+
+    @property
+    def eod_id(self) -> int:
+        """The end-of-document id given (or the tokenizer's)."""
+        return self.vocab.eod_id
+
+    @property
+    def vocab_size(self) -> int:
+        return self.vocab.vocab_size
+
+    @property
     def n_sequences(self) -> int:
-        return self.index.n_sequences
+        return self._n_sequences
+
+    @cached_property
+    def tokenizer(self) -> Tokenizer:
+        """The tokenizer given (a spec is loaded now, and checked), or a stand-in that shows ids
+        (no tokenizer known)."""
+        return self.vocab.tokenizer()
 
     @cached_property
     def manifest(self) -> MegatronManifest:
@@ -395,17 +423,18 @@ class MegatronSource(VocabularySource, TokenStream):
         identity = self._known
         if identity is None:
             identity = self._known = megatron_identity(self.index, self._progress)
-        problem = id_range_problem(identity, self.vocab_size)
-        if problem is not None:
-            raise StoreError(f"{bin_path(self.directory)}: {problem}")
-        return self.vocab.manifest(str(self.directory), identity, lambda: self.tokenizer)
+        self._check_id_range(identity)
+        return self.vocab.manifest(str(self._directory), identity, lambda: self.tokenizer)
 
     def plan_record(self) -> MegatronRecord | None:
         """What a plan records of this source (its identity, hashed now if need be, and the
-        files' keys); None while the files are too recent for their keys to vouch for them."""
+        files' keys); None while the files are too recent for their keys to vouch for them,
+        and for a prefix in object storage (its sidecar records its identity)."""
         identity = self.manifest.identity
-        keys = self.index.keys
-        if keys is None or racy(keys, self.index.taken_ns):
+        if self._index is None:
+            return None
+        keys = self._index.keys
+        if keys is None or racy(keys, self._index.taken_ns):
             return None
         return MegatronRecord.of(keys, identity)
 
@@ -413,8 +442,79 @@ class MegatronSource(VocabularySource, TokenStream):
         return (
             f"MegatronSource({str(self.directory)!r}, n_tokens={self.n_tokens}, "
             f"n_docs={self.n_docs}, n_sequences={self.n_sequences}, "
-            f"dtype={self.index.dtype_name})"
+            f"dtype={self.dtype.name})"
         )
+
+
+def megatron_at_url(
+    url: str,
+    vocab_size: int | None = None,
+    eod_id: int | None = None,
+    tokenizer: str | None = None,
+    *,
+    storage_options: StorageOptions | None = None,
+    fetch: FetchConfig | None = None,
+    fingerprint: str | None = None,
+) -> MegatronSource:
+    """A ``MegatronSource`` for the prefix at an object URL, read in place: its identity from
+    the sidecar ``tokentape verify URL`` records (never hashed here), token windows as byte
+    ranges of the ``.bin`` object with whole blocks checked against the recorded block hashes,
+    the document starts from the ``.idx`` fetched whole on first use and checked against its
+    recorded sha256. Every read is pinned to the objects' versions (ETags).
+
+    Args:
+        url: The prefix's URL (``PREFIX`` of ``PREFIX.bin`` and ``PREFIX.idx``).
+        vocab_size: The vocabulary size (the ``.idx`` records none); None: the
+            tokenizer's.
+        eod_id: The end-of-document id every document ends with; None: the tokenizer's.
+        tokenizer: A tokenizer spec (loaded only when needed if both values are given).
+        storage_options: fsspec options (endpoint, region ...).
+        fetch: Requests in flight and bytes cached.
+        fingerprint: The tokenizer fingerprint a plan recorded (a spec loaded must have
+            it).
+
+    Raises:
+        ArgumentError: The vocabulary is missing or inconsistent.
+        StoreError: An object is missing; there is no current identity; the data holds
+            an id outside the vocabulary, or its documents do not all end with
+            ``eod_id``.
+    """
+    self = MegatronSource.__new__(MegatronSource)
+    url = url.rstrip("/")
+    self._directory, self._bin = url, bin_url(url)
+    where = f"Megatron prefix '{url}'"
+    self.vocab = Vocabulary(vocab_size, eod_id, tokenizer, fingerprint, where)
+    objects = object_store(url, storage_options)
+    identity, keys = bucket_identity(objects, url)
+    self._check_id_range(identity)
+    if identity.n_docs and identity.end_id != self.vocab.eod_id:
+        ends = (
+            "not every document ends with one id (an empty document, or different last tokens)"
+            if identity.end_id is None
+            else f"its documents end with id {identity.end_id}"
+        )
+        raise StoreError(
+            f"{where}: {ends}, not the end-of-document id {self.vocab.eod_id}; {APPEND_EOD_HINT}"
+        )
+    self._index, self._known, self._origin, self._progress = None, identity, None, None
+    self._n_sequences = identity.n_sequences
+    blocks = Blocks(
+        identity.block_bytes, identity.block_sha256, identity.bin_bytes, keys.bin.version
+    )
+    dtype = np.dtype(identity.dtype)
+    files = RangedFiles(
+        objects, dtype, [(self._bin, identity.n_tokens, blocks)], fetch or FetchConfig()
+    )
+
+    def doc_starts() -> np.ndarray:
+        """The ``.idx`` object, checked against its recorded sha256, parsed."""
+        check = sha256_check(identity.idx_sha256, "the sha256 its sidecar records")
+        data = objects.read_checked(idx_url(url), 0, identity.idx_bytes, check, keys.idx.version)
+        index = index_from_bytes(url, data, identity.bin_bytes, identity.n_tokens)
+        return index.doc_starts()
+
+    TokenStream.__init__(self, dtype, files, doc_starts, identity.n_docs)
+    return self
 
 
 __all__ = [
@@ -423,7 +523,7 @@ __all__ = [
     "MegatronManifest",
     "MegatronSource",
     "Vocabulary",
-    "VocabularySource",
     "check_documents",
     "id_range_problem",
+    "megatron_at_url",
 ]

@@ -1,11 +1,13 @@
 """Ranged reads of objects: the one way tokentape reads byte ranges of an object.
 
-``RangeCache`` runs ranged GETs (``ObjectStore.read_checked``) of the files of one source on a
-bounded pool, merges ranges that touch (``merge_ranges``, up to ``MAX_RANGE_BYTES``), keeps
-what it fetched up to ``cache_bytes`` (least recently used go first), and checks every whole
-hash block a range covers against its recorded sha256 (``Blocks``) before the bytes are used;
-each GET carries the object's version (``If-Match``). A remote tokentape store and a remote
-Megatron prefix read their token files through it (``store.remote.RangedSource``);
+``RangedFiles`` is the byte reader of a source in object storage: its token files as sliceable
+sequences of token ids, read through one ``RangeCache``. That runs ranged GETs
+(``ObjectStore.read_checked``) of the files on a bounded pool, merges ranges that touch
+(``merge_ranges``, up to ``MAX_RANGE_BYTES``), keeps what it fetched up to ``cache_bytes``
+(least recently used go first), and checks every whole hash block a range covers against its
+recorded sha256 (``Blocks``) before the bytes are used; each GET carries the object's version
+(``If-Match``). A tokentape store and a Megatron prefix at an object URL read their token files
+through it (on disk, a source reads memory maps: ``store.reader.MappedFiles``);
 ``sha256_check`` is the check a whole-object read (a document index, a sidecar) uses.
 ``FetchConfig`` is how many requests and bytes a loader allows it; ``FetchStats`` what it did.
 """
@@ -17,9 +19,11 @@ import hashlib
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
+
+import numpy as np
 
 from tokentape._src.objects.client import ObjectStore
 from tokentape._src.util.checks import check_count
@@ -58,7 +62,8 @@ class FetchConfig:
 
 @dataclass
 class FetchStats:
-    """What a ``RemoteSource`` fetched: requests, bytes, and block hashes checked."""
+    """What a source in object storage fetched: requests, bytes, and block hashes checked (all
+    0 for a source on disk)."""
 
     requests: int = 0
     bytes: int = 0
@@ -242,6 +247,93 @@ class RangeCache:
             self._held = 0
 
 
+class RangedPiece:
+    """One token file of ``RangedFiles`` as a sliceable sequence of ids: ``piece[a:b]`` reads
+    tokens ``[a, b)`` through the cache."""
+
+    def __init__(self, files: RangedFiles, index: int, url: str, n_tokens: int) -> None:
+        self.files, self.index, self.url, self.n_tokens = files, index, url, n_tokens
+
+    def __len__(self) -> int:
+        return self.n_tokens
+
+    def __getitem__(self, key: slice, /) -> np.ndarray:
+        start, stop, _ = key.indices(self.n_tokens)
+        dtype = self.files.dtype
+        if stop <= start:
+            return np.zeros(0, dtype=dtype)
+        self.files.ready(self.index)
+        data = self.files.cache.read(self.url, start * dtype.itemsize, stop * dtype.itemsize)
+        return np.frombuffer(data, dtype=dtype)
+
+
+FirstLook = Callable[[int], str]
+"""What a source checks before the first read of its token file ``index`` (its size and
+version, say), returning the version every read of the file is then pinned to ("": the one
+its ``Blocks`` record, if any)."""
+
+
+class RangedFiles:
+    """The token files of one source in object storage, read in byte ranges: the byte reader
+    under a source at an object URL (its counterpart on disk is ``store.reader.MappedFiles``).
+
+    Args:
+        objects: The object store holding the files.
+        dtype: The token ids' dtype.
+        files: Each token file in stream order: its URL, token count and block hashes.
+        fetch: Requests in flight and bytes cached.
+        first_look: Run once per file before its first range is read (see ``FirstLook``);
+            None: nothing to check (the source checked every file when it was opened).
+    """
+
+    fetches_ahead = True
+    """The windows a loader is about to read are worth fetching ahead (``prefetch``)."""
+
+    def __init__(
+        self,
+        objects: ObjectStore,
+        dtype: np.dtype,
+        files: list[tuple[str, int, Blocks]],
+        fetch: FetchConfig,
+        first_look: FirstLook | None = None,
+    ) -> None:
+        self.objects, self.dtype = objects, dtype
+        blocks = {url: b for url, _, b in files}
+        self.cache = RangeCache(objects, blocks, fetch.concurrency, fetch.cache_bytes)
+        self.pieces = [RangedPiece(self, i, url, n) for i, (url, n, _) in enumerate(files)]
+        self._first_look = first_look
+        self._looked: set[int] = set()
+        self._look_lock = threading.Lock()
+
+    @property
+    def stats(self) -> FetchStats:
+        """Requests and bytes fetched so far."""
+        return self.cache.stats
+
+    def ready(self, index: int) -> None:
+        """File ``index`` looked at (``first_look``, once) and its reads pinned to its version."""
+        if self._first_look is None or index in self._looked:
+            return
+        url = self.pieces[index].url
+        self.cache.pin(url, self._first_look(index))
+        with self._look_lock:
+            self._looked.add(index)
+
+    def prefetch(self, ranges: Mapping[int, list[tuple[int, int]]]) -> None:
+        """Start fetching byte ranges of the files (by file index); returns at once, but for a
+        first look at each file they touch."""
+        for index, wanted in ranges.items():
+            self.ready(index)
+            self.cache.prefetch(self.pieces[index].url, wanted)
+
+    def advise_random(self) -> None:
+        """Nothing to advise: no memory maps."""
+
+    def close(self) -> None:
+        """Stop the fetch threads and let go of the cached ranges."""
+        self.cache.close()
+
+
 def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Sorted ``[start, stop)`` ranges merged where they overlap or touch (up to
     ``MAX_RANGE_BYTES`` each)."""
@@ -273,7 +365,10 @@ __all__ = [
     "Blocks",
     "FetchConfig",
     "FetchStats",
+    "FirstLook",
     "RangeCache",
+    "RangedFiles",
+    "RangedPiece",
     "merge_ranges",
     "sha256_check",
 ]

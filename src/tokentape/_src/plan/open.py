@@ -1,7 +1,8 @@
 """Open any kind of source: a tokentape store directory or a Megatron prefix.
 
-``open_source`` returns a ``reader.Source`` or a ``megatron.source.MegatronSource``, typed as
-their interface ``reader.TokenStream`` (whose ``manifest`` is a ``reader.SourceManifest``).
+``open_source`` returns a ``reader.Source`` or a ``megatron.source.MegatronSource`` (on disk, or
+at an object URL: the same two formats over another byte reader), typed as their interface
+``reader.TokenStream`` (whose ``manifest`` is a ``reader.SourceManifest``).
 """
 
 from __future__ import annotations
@@ -10,8 +11,7 @@ import os
 from pathlib import Path
 
 from tokentape._src.megatron.format import is_prefix
-from tokentape._src.megatron.remote import RemoteMegatronSource
-from tokentape._src.megatron.source import MEGATRON, MegatronSource
+from tokentape._src.megatron.source import MEGATRON, MegatronSource, megatron_at_url
 from tokentape._src.objects.client import (
     StorageOptions,
     check_storage_options,
@@ -22,8 +22,7 @@ from tokentape._src.objects.client import (
 )
 from tokentape._src.objects.ranged import FetchConfig
 from tokentape._src.store.format import MANIFEST_NAME
-from tokentape._src.store.reader import Source, TokenStream
-from tokentape._src.store.remote import RemoteSource
+from tokentape._src.store.reader import Source, TokenStream, source_at_url
 from tokentape._src.util.checks import check_int, check_optional_text, check_path, shown
 from tokentape._src.util.progress import ProgressCallback, check_callback
 from tokentape.errors import ArgumentError, InputError, StoreError
@@ -122,8 +121,8 @@ def open_source(
         fetch: How such a store is read (requests in flight, bytes cached).
 
     Returns:
-        A ``Source`` for a store, a ``MegatronSource`` for a Megatron prefix (at an object
-        URL: a ``RemoteSource``, a ``RemoteMegatronSource``).
+        A ``Source`` for a store, a ``MegatronSource`` for a Megatron prefix (wherever it
+        is: at an object URL, its token files are read in byte ranges).
 
     Raises:
         ArgumentError: An argument of the wrong type, an unknown ``format``, a ``tokenizer``
@@ -153,7 +152,7 @@ def open_source(
         url = str(path)
         kind = detect_remote_format(url, storage_options) if format is None else format
         if kind == MEGATRON:
-            return RemoteMegatronSource(
+            return megatron_at_url(
                 url, vocab_size, eod_id, tokenizer, storage_options=storage_options, fetch=fetch
             )
         if kind != TOKENTAPE:
@@ -163,7 +162,7 @@ def open_source(
         if tokenizer is not None:
             raise ArgumentError(f"store '{path}': a tokenizer applies to a Megatron source only")
         return vocabulary_checked(
-            RemoteSource(url, storage_options, fetch), path, vocab_size, eod_id
+            source_at_url(url, storage_options, fetch), path, vocab_size, eod_id
         )
     kind = detect_format(path) if format is None else format
     if kind == TOKENTAPE:
@@ -179,7 +178,7 @@ def open_source(
 
 
 def vocabulary_checked(
-    store: Source | RemoteSource,
+    store: Source,
     path: str | os.PathLike[str],
     vocab_size: int | None,
     eod_id: int | None,

@@ -25,8 +25,7 @@ from typing import Any
 
 from tokentape._src.megatron.format import DTYPE_NAMES, INTEGER_CODES
 from tokentape._src.megatron.identity import MegatronRecord
-from tokentape._src.megatron.remote import RemoteMegatronSource
-from tokentape._src.megatron.source import MegatronSource
+from tokentape._src.megatron.source import MegatronSource, megatron_at_url
 from tokentape._src.objects.client import is_url, object_store
 from tokentape._src.objects.ranged import FetchConfig
 from tokentape._src.plan.open import (
@@ -35,7 +34,6 @@ from tokentape._src.plan.open import (
     TOKENTAPE,
     detect_format,
     detect_remote_format,
-    open_source,
     vocabulary_checked,
 )
 from tokentape._src.plan.spec import (
@@ -47,8 +45,8 @@ from tokentape._src.plan.spec import (
 )
 from tokentape._src.store.atomic import write_atomic
 from tokentape._src.store.format import Manifest
-from tokentape._src.store.reader import Source, SourceManifest, TokenStream
-from tokentape._src.store.remote import RemoteSource, read_remote_manifest, store_versions
+from tokentape._src.store.reader import Source, SourceManifest, TokenStream, source_at_url
+from tokentape._src.store.remote import read_remote_manifest, store_versions
 from tokentape._src.tape.blend import (
     MAX_DENOMINATOR,
     MAX_POSITION,
@@ -688,7 +686,7 @@ def _open_source(
     if isinstance(path, str):
         kind = s.format or detect_remote_format(path, storage_options)
         if kind == MEGATRON:
-            remote = RemoteMegatronSource(
+            remote = megatron_at_url(
                 path, s.vocab_size, s.eod_id, s.tokenizer, storage_options=storage_options
             )
             return _Opened(kind, remote.manifest)
@@ -719,7 +717,7 @@ def _checked(s: SourceSpec, m: Manifest) -> Manifest:
     return m
 
 
-def _shown(value: object) -> str:
+def _escaped(value: object) -> str:
     """``value`` as text for a one-line message (a crafted manifest's escape sequence, a
     newline: escaped)."""
     return escaped(str(value))
@@ -727,15 +725,15 @@ def _shown(value: object) -> str:
 
 def _tokenizer_words(info: Mapping[str, Any]) -> str:
     """A store's tokenizer in a few words: kind, file name, vocabulary size and EOD (id and
-    token), every manifest field escaped (see ``_shown``)."""
+    token), every manifest field escaped (see ``_escaped``)."""
     spec = str(info.get("spec", "?"))
-    kind = _shown(info.get("kind", "?"))
+    kind = _escaped(info.get("kind", "?"))
     path = spec.removeprefix("tiktoken:").removeprefix("hf:").rstrip("/\\")
-    name = "" if kind == "bytes" else f" '{_shown((os.path.basename(path) or spec)[:60])}'"
-    eod = f"EOD {_shown(info.get('eod_id', '?'))}"
+    name = "" if kind == "bytes" else f" '{_escaped((os.path.basename(path) or spec)[:60])}'"
+    eod = f"EOD {_escaped(info.get('eod_id', '?'))}"
     if info.get("eod_token") is not None:
-        eod += f" '{_shown(str(info['eod_token'])[:60])}'"
-    return f"{kind}{name} (vocabulary {_shown(info.get('vocab_size', '?'))}) and {eod}"
+        eod += f" '{_escaped(str(info['eod_token'])[:60])}'"
+    return f"{kind}{name} (vocabulary {_escaped(info.get('vocab_size', '?'))}) and {eod}"
 
 
 def resolve_plan(
@@ -766,8 +764,8 @@ def resolve_plan(
         if m.tokenizer.get("fingerprint") != first.tokenizer.get("fingerprint"):
             raise PlanError(
                 f"{where}: source '{name}' was tokenized with another tokenizer than "
-                f"'{first_name}' ({_shown(m.tokenizer.get('fingerprint'))} vs "
-                f"{_shown(first.tokenizer.get('fingerprint'))}): '{name}' with "
+                f"'{first_name}' ({_escaped(m.tokenizer.get('fingerprint'))} vs "
+                f"{_escaped(first.tokenizer.get('fingerprint'))}): '{name}' with "
                 f"{_tokenizer_words(m.tokenizer)}, '{first_name}' with "
                 f"{_tokenizer_words(first.tokenizer)}; re-tokenize it"
             )
@@ -864,8 +862,15 @@ def open_plan_store(
     sidecar, else the open is refused with the command that records one (at an object URL:
     its sidecar object, else refused)."""
     fingerprint = source.tokenizer_fingerprint if source.tokenizer is not None else None
-    if source.format == MEGATRON and is_url(source.path):
-        return RemoteMegatronSource(
+    if source.format != MEGATRON:
+        store = (  # in a bucket: every read pinned to the versions planned
+            source_at_url(source.path, storage_options, fetch, dict(source.versions))
+            if is_url(source.path)
+            else Source(source.path)
+        )
+        return vocabulary_checked(store, source.path, source.vocab_size, source.eod_id)
+    if is_url(source.path):
+        return megatron_at_url(
             source.path,
             source.vocab_size,
             source.eod_id,
@@ -873,18 +878,6 @@ def open_plan_store(
             storage_options=storage_options,
             fetch=fetch,
             fingerprint=fingerprint,
-        )
-    if source.format != MEGATRON and is_url(source.path):  # pinned to the versions planned
-        remote = RemoteSource(source.path, storage_options, fetch, dict(source.versions))
-        return vocabulary_checked(remote, source.path, source.vocab_size, source.eod_id)
-    if source.format != MEGATRON:
-        return open_source(
-            source.path,
-            source.format,
-            vocab_size=source.vocab_size,
-            eod_id=source.eod_id,
-            storage_options=storage_options,
-            fetch=fetch,
         )
     record = source.megatron
     planned = None

@@ -1,18 +1,23 @@
-"""Memory-mapped, read-only access to a token store.
+"""Read-only access to a token store, on disk or in object storage, and what every source shares.
 
 A source is the concatenation of its shards in manifest order. Sample ``k`` at sequence length
 ``L`` is the window of ``L + 1`` tokens starting at token ``k * L``; a window may span shards.
-Opening is cheap and any number of processes may open one store at once. An open store holds
-everything it reads: the manifest, each shard's ``.bin`` and ``.idx.npy`` and the tokenizer copy
-are opened at open time, all through one descriptor of the store directory (only regular files
-inside the store: ``store.confine``), and memory-mapped, with only the ``.npy`` headers read.
-So an open sees one whole store even while ``tokenize --overwrite`` swaps in a new directory
-(an open that met the old one being removed starts again on the new one), and replacing or
-deleting the store afterwards does not change what an open ``Source`` reads.
 
-``TokenStream`` holds what every kind of source shares (windows, documents, segments over
-memory-mapped pieces); ``Source`` is a tokentape store, ``store.megatron_source.MegatronSource``
-a Megatron ``.bin``/``.idx`` prefix read in place.
+A source is a *format* over a *byte reader* (``TokenFiles``). ``TokenStream`` holds what every
+format shares (windows, documents, segments over the token files); ``Source`` is a tokentape
+store, ``megatron.source.MegatronSource`` a Megatron ``.bin``/``.idx`` prefix. Each opens
+either on disk, its token files memory-mapped (``MappedFiles``), or at an object URL, its token
+files read in byte ranges through a cache (``objects.ranged.RangedFiles``).
+
+Opening a store on disk is cheap and any number of processes may open one store at once. An
+open store holds everything it reads: the manifest, each shard's ``.bin`` and ``.idx.npy`` and
+the tokenizer copy are opened at open time, all through one descriptor of the store directory
+(only regular files inside the store: ``store.confine``), and memory-mapped, with only the
+``.npy`` headers read. So an open sees one whole store even while ``tokenize --overwrite``
+swaps in a new directory (an open that met the old one being removed starts again on the new
+one), and replacing or deleting the store afterwards does not change what an open ``Source``
+reads. A store at an object URL is opened from its ``manifest.json`` alone (``store.remote``
+says what is checked when).
 """
 
 from __future__ import annotations
@@ -23,36 +28,34 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
+from tokentape._src.objects.client import StorageOptions, object_store
+from tokentape._src.objects.ranged import FetchConfig, FetchStats, RangedFiles
 from tokentape._src.store.confine import open_directory, open_inside, replaced
-from tokentape._src.store.format import (
-    NPY_ERRORS,
-    Manifest,
-    ShardInfo,
-    numpy_dtype,
-    read_manifest,
-    read_npy_header,
+from tokentape._src.store.format import Manifest, ShardInfo, numpy_dtype, read_manifest
+from tokentape._src.store.index import (
+    INDEX_DTYPE,
+    check_starts,
+    damaged,
+    index_offset,
+    joined_starts,
 )
+from tokentape._src.store.remote import StoreObjects
 from tokentape._src.store.tokenizers import STORED_NAMES, Tokenizer, tokenizer_from_manifest
 from tokentape._src.util.checks import as_index, shown
 from tokentape.errors import ArgumentError, OutOfRangeError, StoreError, TokentapeError
 
-INDEX_DTYPE = np.dtype("<i8")
 _OPEN_ATTEMPTS = 3
 """Opens of a store that is replaced while being opened, before giving up."""
-
-
-def _damaged(path: Path | str, what: str) -> StoreError:
-    return StoreError(f"{path}: {what}; the store is damaged (run `tokentape verify`)")
 
 
 def _check_size(path: Path, fd: int, expected: int) -> None:
     found = os.fstat(fd).st_size
     if found != expected:
-        raise _damaged(path, f"size is {found} bytes, the manifest says {expected}")
+        raise damaged(path, f"size is {found} bytes, the manifest says {expected}")
 
 
 def _map_tokens(directory: Path, shard: ShardInfo, dtype: np.dtype, dir_fd: int) -> np.ndarray:
@@ -77,60 +80,69 @@ def _map_index(directory: Path, shard: ShardInfo, dir_fd: int) -> np.ndarray:
         return np.memmap(f, dtype=INDEX_DTYPE, mode="r", offset=offset, shape=(shard.n_docs,))
 
 
-def index_offset(f: BinaryIO, shard: ShardInfo, path: Path | str) -> int:
-    """Where the entries of the ``.idx.npy`` open as ``f`` start, after checking its header: a
-    1-D int64 array of the shard's ``n_docs`` entries filling its ``idx_bytes``; never
-    unpickled. ``path`` names the file in errors."""
-    try:
-        shape, _, dtype = read_npy_header(f)
-    except NPY_ERRORS as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise _damaged(path, f"not a readable .npy array ({reason})") from None
-    if dtype != INDEX_DTYPE or shape != (shard.n_docs,):
-        raise _damaged(
-            path,
-            f"expected {shard.n_docs} int64 document starts, found shape {shape} dtype {dtype}",
-        )
-    offset = f.tell()
-    if offset + INDEX_DTYPE.itemsize * shard.n_docs != shard.idx_bytes:
-        raise _damaged(path, f"{shard.idx_bytes} bytes do not hold its {shape} array")
-    return offset
-
-
-def check_starts(local: np.ndarray, shard: ShardInfo, path: Path | str) -> None:
-    """A shard's document starts: 0 first, strictly ascending, below its token count (so every
-    token lies in a document and none is empty)."""
-    if not len(local):
-        if shard.n_tokens:
-            raise _damaged(path, f"no document starts for {shard.n_tokens} tokens")
-        return
-    if int(local[0]) != 0:
-        raise _damaged(path, f"the first document starts at {int(local[0])}, expected 0")
-    outside = np.flatnonzero((local < 0) | (local >= shard.n_tokens))
-    if outside.size:  # checked first: with every start in range, no difference overflows
-        i = int(outside[0])
-        raise _damaged(
-            path,
-            f"document {i} starts at {int(local[i])}, not inside the shard's "
-            f"{shard.n_tokens} tokens",
-        )
-    down = np.flatnonzero(np.diff(local) <= 0)
-    if down.size:
-        i = int(down[0]) + 1
-        raise _damaged(
-            path,
-            f"document {i} starts at {int(local[i])}, not after document {i - 1} "
-            f"({int(local[i - 1])}); starts must ascend",
-        )
-
-
 class TokenPiece(Protocol):
-    """One token file's ids as a sliceable sequence: the byte reader under a source, a memory
-    map for a file on disk, ranged reads through a cache for an object (``store.remote``)."""
+    """One token file's ids as a sliceable sequence: a memory map for a file on disk, ranged
+    reads through a cache for an object (``objects.ranged.RangedPiece``)."""
 
     def __len__(self) -> int: ...
 
     def __getitem__(self, key: slice, /) -> np.ndarray: ...
+
+
+class TokenFiles(Protocol):
+    """The byte reader under a source: its token files in stream order (``pieces``), and how
+    they are read ahead. ``MappedFiles`` for files on disk, ``objects.ranged.RangedFiles`` for
+    objects."""
+
+    @property
+    def pieces(self) -> Sequence[TokenPiece]:
+        """The token files, in stream order."""
+
+    @property
+    def fetches_ahead(self) -> bool:
+        """Whether ``prefetch`` does anything (object storage): a loader then tells it the
+        windows of the next steps as soon as they are known."""
+
+    @property
+    def stats(self) -> FetchStats:
+        """What was fetched from object storage (nothing, on disk)."""
+
+    def prefetch(self, ranges: Mapping[int, list[tuple[int, int]]], /) -> None:
+        """Start reading byte ranges of the files (by file index) in the background."""
+
+    def advise_random(self) -> None:
+        """Tell the reader the files are read at random (sample windows all over them)."""
+
+    def close(self) -> None:
+        """Let go of what reading holds beyond the memory maps (fetch threads, cached ranges)."""
+
+
+class MappedFiles:
+    """Token files on disk, memory-mapped (read-only): the page cache reads ahead."""
+
+    fetches_ahead = False
+
+    def __init__(self, pieces: Sequence[np.ndarray]) -> None:
+        self.pieces = list(pieces)
+
+    @property
+    def stats(self) -> FetchStats:
+        """Nothing fetched: every count 0."""
+        return FetchStats()
+
+    def prefetch(self, ranges: Mapping[int, list[tuple[int, int]]], /) -> None:
+        """Nothing to start: the page cache reads the maps."""
+
+    def advise_random(self) -> None:
+        """Tell the kernel the maps are read at random, so a cold read does not pull megabytes
+        of read-ahead around each window."""
+        for piece in self.pieces:
+            mapped = getattr(piece, "_mmap", None)  # np.memmap keeps its mmap.mmap here
+            if mapped is not None and hasattr(mmap, "MADV_RANDOM"):
+                mapped.madvise(mmap.MADV_RANDOM)
+
+    def close(self) -> None:
+        """Nothing held beyond the maps."""
 
 
 class SourceManifest(Protocol):
@@ -172,11 +184,11 @@ class SourceManifest(Protocol):
 
 class TokenStream(ABC):
     """The interface of a source, as the plan, the loader and the audit read it: a token stream
-    (the concatenation of memory-mapped pieces) and its document starts, with the sample
-    windows, documents and segments every kind of source shares.
+    (the concatenation of the token files of a byte reader, ``TokenFiles``) and its document
+    starts, with the sample windows, documents and segments every format shares.
 
-    A kind of source (``Source`` for a tokentape store, ``MegatronSource`` for a Megatron
-    prefix) passes its pieces and document starts to ``__init__`` and implements the abstract
+    A format (``Source`` for a tokentape store, ``MegatronSource`` for a Megatron prefix)
+    passes its byte reader and document starts to ``__init__`` and implements the abstract
     members ``manifest``, ``eod_id``, ``tokenizer`` and ``directory``.
     """
 
@@ -186,27 +198,35 @@ class TokenStream(ABC):
     def __init__(
         self,
         dtype: np.dtype,
-        pieces: Sequence[TokenPiece],
+        files: TokenFiles,
         doc_starts: np.ndarray | Callable[[], np.ndarray],
         n_docs: int | None = None,
     ) -> None:
         """``doc_starts``: the documents' first tokens in the stream, or a function that loads
         them when first needed (a training run that asks for no segments never does)."""
         self.dtype = dtype
-        self._shards = pieces
-        sizes = np.array([len(p) for p in pieces], dtype=np.int64)
+        self.files = files
+        self._shards = files.pieces
+        sizes = np.array([len(p) for p in self._shards], dtype=np.int64)
         # Token offset of each piece in the stream, with the total appended.
         self._shard_offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         self._doc_starts = doc_starts
         self._n_docs = n_docs
 
     def advise_random(self) -> None:
-        """Tell the kernel these maps are read at random (sample windows all over the store),
-        so a cold read does not pull megabytes of read-ahead around each window."""
-        for piece in self._shards:
-            mapped = getattr(piece, "_mmap", None)  # np.memmap keeps its mmap.mmap here
-            if mapped is not None and hasattr(mmap, "MADV_RANDOM"):
-                mapped.madvise(mmap.MADV_RANDOM)
+        """Tell the byte reader the source is read at random (sample windows all over it)."""
+        self.files.advise_random()
+
+    @property
+    def fetches_ahead(self) -> bool:
+        """Whether ``prefetch`` does anything (a source in object storage): the loader then
+        tells it the samples of the next steps as soon as they are known."""
+        return self.files.fetches_ahead
+
+    @property
+    def stats(self) -> FetchStats:
+        """What reading the source fetched from object storage so far (0s on disk)."""
+        return self.files.stats
 
     @cached_property
     def doc_starts(self) -> np.ndarray:
@@ -278,18 +298,34 @@ class TokenStream(ABC):
         return self.tokens(k * seq_len, k * seq_len + seq_len + 1)
 
     def close(self) -> None:
-        """Let go of what reading holds beyond the memory maps (fetch threads, cached ranges);
-        nothing for memory-mapped sources."""
-        return None
-
-    fetches_ahead = False
-    """Whether ``prefetch`` does anything (a source in object storage): the loader then tells
-    it the samples of the next steps as soon as they are known."""
+        """Let go of what reading holds beyond the memory maps (fetch threads, cached ranges)."""
+        self.files.close()
 
     def prefetch(self, samples: np.ndarray, seq_len: int) -> None:
-        """Start reading the windows of ``samples`` in the background; nothing for memory-mapped
-        sources (the page cache does it) beyond checking the arguments."""
-        self._check_samples(samples, seq_len)
+        """Start reading the windows of ``samples`` in the background (object storage); on
+        disk the page cache does it, and only the arguments are checked."""
+        ranges = self._window_ranges(samples, seq_len)
+        if self.fetches_ahead:
+            self.files.prefetch(ranges)
+
+    def _window_ranges(self, samples: np.ndarray, seq_len: int) -> dict[int, list[tuple[int, int]]]:
+        """The byte ranges of the windows of ``samples`` (at ``seq_len``), by token file."""
+        k = self._check_samples(samples, seq_len)
+        item = self.dtype.itemsize
+        offsets = self._shard_offsets
+        ranges: dict[int, list[tuple[int, int]]] = {}
+        starts = k * seq_len
+        stops = starts + seq_len + 1
+        first = np.searchsorted(offsets, starts, side="right") - 1
+        last = np.searchsorted(offsets, stops - 1, side="right") - 1
+        for a, b, s0, s1 in zip(
+            starts.tolist(), stops.tolist(), first.tolist(), last.tolist(), strict=True
+        ):
+            for shard in range(s0, s1 + 1):
+                off = int(offsets[shard])
+                lo, hi = max(a, off) - off, min(b, int(offsets[shard + 1])) - off
+                ranges.setdefault(shard, []).append((lo * item, hi * item))
+        return ranges
 
     def windows_into(
         self, samples: np.ndarray, seq_len: int, out: np.ndarray, rows: np.ndarray | None = None
@@ -297,10 +333,13 @@ class TokenStream(ABC):
         """Copy samples ``samples`` (at ``seq_len``) into rows of ``out`` (width L+1): row i
         of the result goes to ``out[rows[i]]``, or ``out[i]`` without ``rows``.
 
-        One slice copy per row from the memory map (rows that cross a shard boundary are
-        stitched); ``out`` may have any integer dtype wide enough for the ids.
+        One slice copy per row from the token file (rows that cross a shard boundary are
+        stitched); ``out`` may have any integer dtype wide enough for the ids. In object
+        storage every window is fetched at once (``prefetch``) before the copy.
         """
         k = self._check_samples(samples, seq_len)
+        if self.fetches_ahead:
+            self.files.prefetch(self._window_ranges(k, seq_len))
         _check_array("out", out)
         targets = np.arange(k.size) if rows is None else _integers("rows", rows)
         if out.ndim != 2 or out.shape[1] != seq_len + 1:
@@ -394,40 +433,15 @@ class TokenStream(ABC):
         return self.tokenizer.decode([int(t) for t in ids])
 
 
-def joined_starts(shards: Sequence[ShardInfo], local: Sequence[np.ndarray]) -> np.ndarray:
-    """Every shard's document starts (each checked already), offset into the stream and
-    concatenated: int64, ascending."""
-    starts, offset = [], 0
-    for shard, starts_in_shard in zip(shards, local, strict=True):
-        starts.append(starts_in_shard + offset)
-        offset += shard.n_tokens
-    return np.concatenate(starts or [np.zeros(0, dtype=np.int64)]).astype(np.int64)
+class Source(TokenStream):
+    """One token store opened for reading, on disk (``Source(directory)``) or at an object URL
+    (``source_at_url(url)``); ``tokentape.open_source`` opens it and any other source.
 
-
-class StoreFormat:
-    """What a tokentape store answers from its manifest, wherever its bytes are (a directory
-    on disk: ``Source``; an object URL: ``store.remote.RemoteSource``)."""
-
-    _manifest: Manifest
-
-    @property
-    def manifest(self) -> Manifest:
-        """The store's ``manifest.json``, as read when the store was opened."""
-        return self._manifest
-
-    @property
-    def eod_id(self) -> int:
-        """The end-of-document id the manifest records."""
-        return self._manifest.eod_id
-
-
-class Source(StoreFormat, TokenStream):
-    """One token store opened for reading (``tokentape.open_source`` opens it and any other source).
-
-    The manifest is read and checked, and every shard file and document index is mapped
-    (read-only) and checked for its size, all from the same open directory: a store swapped in
-    at the same name meanwhile (``tokenize --overwrite``) is opened whole, never mixed with the
-    old one. The files' contents are not hashed (``tokentape verify`` does that).
+    On disk, the manifest is read and checked, and every shard file and document index is
+    mapped (read-only) and checked for its size, all from the same open directory: a store
+    swapped in at the same name meanwhile (``tokenize --overwrite``) is opened whole, never
+    mixed with the old one. The files' contents are not hashed (``tokentape verify`` does
+    that).
 
     Args:
         directory: The store's directory (the one holding ``manifest.json``); a symbolic link
@@ -441,64 +455,112 @@ class Source(StoreFormat, TokenStream):
             array.
     """
 
+    _manifest: Manifest
+    _directory: Path | str
+    _tokenizer_bytes: Callable[[], bytes | None]
+
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         if not isinstance(directory, str | os.PathLike):
             raise ArgumentError(f"directory must be a path, got {directory!r}")
-        self._directory = Path(directory)
+        self._directory = path = Path(directory)
         for attempt in range(1, _OPEN_ATTEMPTS + 1):
-            dir_fd = open_directory(self.directory)
+            dir_fd = open_directory(path)
             try:
-                self._open_in(dir_fd)
+                self._open_in(path, dir_fd)
                 return
             except TokentapeError:
                 # A store swapped in at this name while we opened (tokenize --overwrite): the
                 # files came from the old directory as it was being removed. Open the new one.
-                if attempt == _OPEN_ATTEMPTS or not replaced(self.directory, dir_fd):
+                if attempt == _OPEN_ATTEMPTS or not replaced(path, dir_fd):
                     raise
             finally:
                 os.close(dir_fd)
 
-    def _open_in(self, dir_fd: int) -> None:
+    def _open_in(self, path: Path, dir_fd: int) -> None:
         """Read the manifest and map every file it names, all from the open directory."""
-        self._manifest = read_manifest(self.directory, dir_fd)
-        dtype = numpy_dtype(self.manifest.dtype)
-        shards, self._indexes = [], []
-        for shard in self.manifest.shards:
-            shards.append(_map_tokens(self.directory, shard, dtype, dir_fd))
-            self._indexes.append(_map_index(self.directory, shard, dir_fd))
-        self._tokenizer_copy = _map_tokenizer_copy(self.directory, self.manifest, dir_fd)
-        super().__init__(dtype, shards, self._load_doc_starts, self.manifest.n_docs)
+        self._manifest = manifest = read_manifest(path, dir_fd)
+        dtype = numpy_dtype(manifest.dtype)
+        shards, indexes = [], []
+        for shard in manifest.shards:
+            shards.append(_map_tokens(path, shard, dtype, dir_fd))
+            indexes.append(_map_index(path, shard, dir_fd))
+        copy = _map_tokenizer_copy(path, manifest, dir_fd)
 
-    def _load_doc_starts(self) -> np.ndarray:
-        """Every shard's document starts (mapped at open), checked, offset into the stream and
-        concatenated."""
-        for shard, local in zip(self.manifest.shards, self._indexes, strict=True):
-            check_starts(local, shard, self.directory / shard.idx_file)
-        return joined_starts(self.manifest.shards, self._indexes)
+        def doc_starts() -> np.ndarray:
+            """Every shard's document starts (mapped at open), checked and joined."""
+            for shard, local in zip(manifest.shards, indexes, strict=True):
+                check_starts(local, shard, path / shard.idx_file)
+            return joined_starts(manifest.shards, indexes)
+
+        def tokenizer_bytes() -> bytes | None:
+            """The tokenizer copy as mapped at open (never read by path afterwards)."""
+            name = manifest.tokenizer.get("file")
+            if copy is None and name in STORED_NAMES:
+                raise StoreError(
+                    f"{path / name}: the tokenizer copy the manifest names was missing when "
+                    "the store was opened"
+                )
+            return None if copy is None else bytes(copy)
+
+        self._tokenizer_bytes = tokenizer_bytes
+        super().__init__(dtype, MappedFiles(shards), doc_starts, manifest.n_docs)
 
     @property
-    def directory(self) -> Path:
-        """The store's directory."""
+    def manifest(self) -> Manifest:
+        """The store's ``manifest.json``, as read when the store was opened."""
+        return self._manifest
+
+    @property
+    def eod_id(self) -> int:
+        """The end-of-document id the manifest records."""
+        return self._manifest.eod_id
+
+    @property
+    def directory(self) -> Path | str:
+        """The store's directory (a ``Path``), or its URL."""
         return self._directory
 
     @cached_property
     def tokenizer(self) -> Tokenizer:
-        """The tokenizer recorded in the manifest (loaded from the copy inside the store, as it
-        was when the store was opened)."""
-        copy, name = self._tokenizer_copy, self.manifest.tokenizer.get("file")
-        if copy is None and name in STORED_NAMES:  # never read by path after the open
-            raise StoreError(
-                f"{self.directory / name}: the tokenizer copy the manifest names was missing "
-                "when the store was opened"
-            )
-        data = None if copy is None else bytes(copy)
-        return tokenizer_from_manifest(self.manifest.tokenizer, self.directory, data)
+        """The tokenizer recorded in the manifest (loaded from the copy inside the store: as
+        it was when the store was opened, on disk; fetched on first use, in a bucket)."""
+        data = self._tokenizer_bytes()
+        return tokenizer_from_manifest(self._manifest.tokenizer, self._directory, data)
 
     def __repr__(self) -> str:
         return (
             f"Source({str(self.directory)!r}, n_tokens={self.n_tokens}, n_docs={self.n_docs}, "
             f"dtype={self.manifest.dtype}, shards={len(self._shards)})"
         )
+
+
+def source_at_url(
+    url: str,
+    storage_options: StorageOptions | None = None,
+    fetch: FetchConfig | None = None,
+    versions: Mapping[str, str] | None = None,
+) -> Source:
+    """A ``Source`` for the store at an object URL, read in place (``store.remote``): its
+    manifest now, byte ranges of its shards when read, fetched ahead and cached.
+
+    Args:
+        url: The store's URL (the "directory" holding ``manifest.json``).
+        storage_options: fsspec options (endpoint, region ...); credentials come from the
+            environment or a profile.
+        fetch: Requests in flight and bytes cached (default ``FetchConfig()``).
+        versions: The ETag each file of the store had when the plan was made, by file
+            name: a file must still have it, and every read of it is pinned to it.
+    """
+    self = Source.__new__(Source)
+    objects = StoreObjects(object_store(url, storage_options), url, versions)
+    self._directory, self._manifest = objects.url, objects.manifest
+    self._tokenizer_bytes = objects.tokenizer_bytes
+    dtype = numpy_dtype(self._manifest.dtype)
+    files = RangedFiles(
+        objects.objects, dtype, objects.token_files(), fetch or FetchConfig(), objects.look
+    )
+    TokenStream.__init__(self, dtype, files, objects.doc_starts, self._manifest.n_docs)
+    return self
 
 
 def _map_tokenizer_copy(
@@ -522,6 +584,16 @@ def _map_tokenizer_copy(
         if os.fstat(f.fileno()).st_size == 0:
             return b""
         return mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+
+
+def total_stats(sources: Sequence[TokenStream]) -> FetchStats:
+    """What ``sources`` fetched from object storage, added up."""
+    found = [s.stats for s in sources]
+    return FetchStats(
+        sum(f.requests for f in found),
+        sum(f.bytes for f in found),
+        sum(f.blocks_checked for f in found),
+    )
 
 
 def _check_array(name: str, value: object) -> None:
@@ -549,12 +621,12 @@ def _check_seq_len(seq_len: int) -> None:
 
 
 __all__ = [
-    "INDEX_DTYPE",
+    "MappedFiles",
     "Source",
     "SourceManifest",
-    "StoreFormat",
+    "TokenFiles",
+    "TokenPiece",
     "TokenStream",
-    "check_starts",
-    "index_offset",
-    "joined_starts",
+    "source_at_url",
+    "total_stats",
 ]

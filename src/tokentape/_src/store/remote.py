@@ -1,6 +1,7 @@
 """A token store in object storage, read in place: exact byte ranges, fetched ahead, cached.
 
-``RemoteSource`` is a ``TokenStream`` over a store at an object URL (``s3://bucket/stores/web``).
+``store.reader.source_at_url`` opens a store at an object URL (``s3://bucket/stores/web``):
+what it reads through ``StoreObjects``, over the byte reader ``objects.ranged.RangedFiles``.
 Opening reads ``manifest.json`` only. Token windows are read as the exact byte ranges they
 cover: ``prefetch`` (called with the samples of the next steps, whose positions are known in
 advance) computes every window's range, merges ranges that touch or overlap, and starts ranged
@@ -21,30 +22,20 @@ same size, fails the read with ``StoreChanged`` naming it instead of serving oth
 from __future__ import annotations
 
 import io
-import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from functools import cached_property
 
 import numpy as np
 
 from tokentape._src.objects.client import (
     ObjectInfo,
     ObjectStore,
-    StorageOptions,
     basename,
     join,
-    object_store,
     parent,
     redact,
 )
-from tokentape._src.objects.ranged import (
-    Blocks,
-    FetchConfig,
-    FetchStats,
-    RangeCache,
-    sha256_check,
-)
+from tokentape._src.objects.ranged import Blocks, sha256_check
 from tokentape._src.store.format import (
     MANIFEST_NAME,
     Manifest,
@@ -54,200 +45,53 @@ from tokentape._src.store.format import (
     store_files,
 )
 from tokentape._src.store.format import parse_manifest as parse_manifest_text
-from tokentape._src.store.reader import (
-    INDEX_DTYPE,
-    StoreFormat,
-    TokenStream,
-    check_starts,
-    index_offset,
-    joined_starts,
-)
-from tokentape._src.store.tokenizers import STORED_NAMES, Tokenizer, tokenizer_from_manifest
+from tokentape._src.store.index import INDEX_DTYPE, check_starts, index_offset, joined_starts
+from tokentape._src.store.tokenizers import STORED_NAMES
 from tokentape.errors import StoreChanged, StoreError
 
 
-class _RemoteShard:
-    """A file's tokens as a sliceable sequence: ``shard[a:b]`` reads ``[a, b)`` through the
-    cache (what ``TokenStream`` reads its pieces with)."""
-
-    def __init__(self, source: RangedSource, index: int, url: str, n_tokens: int) -> None:
-        self.source, self.index, self.url, self.n_tokens = source, index, url, n_tokens
-
-    def __len__(self) -> int:
-        return self.n_tokens
-
-    def __getitem__(self, key: slice) -> np.ndarray:
-        start, stop, _ = key.indices(self.n_tokens)
-        if stop <= start:
-            return np.zeros(0, dtype=self.source.dtype)
-        item = self.source.dtype.itemsize
-        self.source.check_size(self.index)
-        data = self.source.cache.read(self.url, start * item, stop * item)
-        return np.frombuffer(data, dtype=self.source.dtype)
-
-
-class RangedSource(TokenStream):
-    """A source whose token files are objects read in ranges through a ``RangeCache``: the
-    windows of samples about to be read are fetched ahead (``prefetch``), the rest on demand.
+class StoreObjects:
+    """The objects of a tokentape store at ``url``, as a ``Source`` reads them: its manifest
+    (read now), its shards' URLs and block hashes, the first look at each shard before it is
+    read, its document starts and its tokenizer copy.
 
     Args:
-        objects: The object store holding the files.
-        dtype: The token ids' dtype.
-        files: Each token file in stream order: its URL, token count and block hashes.
-        doc_starts: The document starts, or a function that loads them on first use.
-        n_docs: The document count.
-        fetch: Requests in flight and bytes cached.
-    """
-
-    def __init__(
-        self,
-        objects: ObjectStore,
-        dtype: np.dtype,
-        files: list[tuple[str, int, Blocks]],
-        doc_starts: np.ndarray | Callable[[], np.ndarray],
-        n_docs: int,
-        fetch: FetchConfig,
-    ) -> None:
-        self.objects = objects
-        blocks = {url: b for url, _, b in files}
-        self.cache = RangeCache(objects, blocks, fetch.concurrency, fetch.cache_bytes)
-        self._bin_urls = [url for url, _, _ in files]
-        self._by_url = {url: i for i, url in enumerate(self._bin_urls)}
-        pieces = [_RemoteShard(self, i, url, n) for i, (url, n, _) in enumerate(files)]
-        super().__init__(dtype, pieces, doc_starts, n_docs)
-
-    @property
-    def stats(self) -> FetchStats:
-        """Requests and bytes fetched so far."""
-        return self.cache.stats
-
-    def check_size(self, index: int) -> None:
-        """Refuse token file ``index`` unless it has the recorded size (the default: sizes
-        were checked when the source was opened)."""
-
-    def window_ranges(self, samples: np.ndarray, seq_len: int) -> dict[str, list[tuple[int, int]]]:
-        """The byte ranges of the windows of ``samples`` (at ``seq_len``), by file URL."""
-        k = self._check_samples(samples, seq_len)
-        item = self.dtype.itemsize
-        offsets = self._shard_offsets
-        ranges: dict[str, list[tuple[int, int]]] = {}
-        starts = k * seq_len
-        stops = starts + seq_len + 1
-        first = np.searchsorted(offsets, starts, side="right") - 1
-        last = np.searchsorted(offsets, stops - 1, side="right") - 1
-        for a, b, s0, s1 in zip(
-            starts.tolist(), stops.tolist(), first.tolist(), last.tolist(), strict=True
-        ):
-            for shard in range(s0, s1 + 1):
-                off = int(offsets[shard])
-                lo, hi = max(a, off) - off, min(b, int(offsets[shard + 1])) - off
-                url = self._bin_urls[shard]
-                ranges.setdefault(url, []).append((lo * item, hi * item))
-        return ranges
-
-    fetches_ahead = True
-
-    def prefetch(self, samples: np.ndarray, seq_len: int) -> None:
-        """Start fetching the windows of ``samples`` (returns at once, but for a first look at
-        the size of each file they touch)."""
-        for url, ranges in self.window_ranges(samples, seq_len).items():
-            self.check_size(self._by_url[url])
-            self.cache.prefetch(url, ranges)
-
-    def windows_into(
-        self, samples: np.ndarray, seq_len: int, out: np.ndarray, rows: np.ndarray | None = None
-    ) -> None:
-        """As ``TokenStream.windows_into``, every window fetched at once before the copy."""
-        self.prefetch(samples, seq_len)
-        super().windows_into(samples, seq_len, out, rows)
-
-    def close(self) -> None:
-        """Stop the fetch threads."""
-        self.cache.close()
-
-
-def shard_blocks(shard: ShardInfo, size: int) -> Blocks:
-    """A shard's ``.bin`` block hashes, as its manifest records them."""
-    return Blocks(shard.block_bytes, shard.block_sha256, size)
-
-
-class RemoteSource(StoreFormat, RangedSource):
-    """A tokentape store at an object URL, read in place (see the module docstring).
-
-    Args:
+        objects: The object store holding the store.
         url: The store's URL (the "directory" holding ``manifest.json``).
-        storage_options: fsspec options (endpoint, region ...); credentials come from the
-            environment or a profile.
-        fetch: Requests in flight and bytes cached (default ``FetchConfig()``).
         versions: The ETag each file of the store had when the plan was made, by file name:
             a file must still have it, and every read of it is pinned to it.
     """
 
     def __init__(
-        self,
-        url: str,
-        storage_options: StorageOptions | None = None,
-        fetch: FetchConfig | None = None,
-        versions: Mapping[str, str] | None = None,
+        self, objects: ObjectStore, url: str, versions: Mapping[str, str] | None = None
     ) -> None:
-        self.url = url.rstrip("/")
+        self.objects, self.url = objects, url.rstrip("/")
         self.versions = dict(versions or {})
-        objects = object_store(self.url, storage_options)
-        self._manifest = read_remote_manifest(objects, self.url)
-        dtype = numpy_dtype(self._manifest.dtype)
-        files = []
-        for shard in self._manifest.shards:  # its blocks could not be checked
-            size = shard.n_tokens * dtype.itemsize
+        self.manifest = read_remote_manifest(objects, self.url)
+        self.itemsize = numpy_dtype(self.manifest.dtype).itemsize
+        self._files = []
+        for shard in self.manifest.shards:
+            size = shard.n_tokens * self.itemsize
             problem = block_record_problem(shard, size)
-            if problem is not None:
+            if problem is not None:  # its blocks could not be checked
                 raise StoreError(f"{join(self.url, MANIFEST_NAME)}: {problem}")
-            files.append(
-                (join(self.url, shard.bin_file), shard.n_tokens, shard_blocks(shard, size))
-            )
-        self._sizes_checked: set[int] = set()
-        self._size_lock = threading.Lock()
-        super().__init__(
-            objects,
-            dtype,
-            files,
-            self._load_doc_starts,
-            self._manifest.n_docs,
-            fetch or FetchConfig(),
-        )
+            blocks = Blocks(shard.block_bytes, shard.block_sha256, size)
+            self._files.append((join(self.url, shard.bin_file), shard.n_tokens, blocks))
 
-    @property
-    def directory(self) -> str:
-        """The store's URL."""
-        return self.url
+    def token_files(self) -> list[tuple[str, int, Blocks]]:
+        """Each shard's ``.bin``: its URL, token count and block hashes."""
+        return list(self._files)
 
-    @cached_property
-    def tokenizer(self) -> Tokenizer:
-        """The tokenizer the manifest records (its copy fetched from the store on first use)."""
-        name = self._manifest.tokenizer.get("file")
-        data = None
-        if name in STORED_NAMES:
-            url = join(self.url, str(name))
-            try:
-                data = self.objects.read(url, etag=self.versions.get(str(name), ""))
-            except FileNotFoundError:
-                raise StoreError(
-                    f"{url}: the tokenizer copy the manifest names is missing"
-                ) from None
-        return tokenizer_from_manifest(self._manifest.tokenizer, self.url, data)
-
-    def check_size(self, index: int) -> None:
+    def look(self, index: int) -> str:
         """Refuse shard ``index`` unless its ``.bin`` has the size the manifest says and the
-        version the plan recorded (if it did), then pin its reads to that version (checked
-        once per shard)."""
-        if index in self._sizes_checked:
-            return
-        shard = self._manifest.shards[index]
+        version the plan recorded (if it did); the version its reads are pinned to."""
+        shard = self.manifest.shards[index]
         url = join(self.url, shard.bin_file)
         try:
             info = self.objects.info(url)
         except PermissionError as exc:
             raise StoreError(f"{url}: access denied ({redact(str(exc))})") from None
-        expected = shard.n_tokens * self.dtype.itemsize
+        expected = shard.n_tokens * self.itemsize
         if info is None:
             raise StoreError(f"{url}: shard file is missing; the store is damaged")
         if info.size != expected:
@@ -263,13 +107,11 @@ class RemoteSource(StoreFormat, RangedSource):
                 "re-run `tokentape plan` (and `tokentape verify` the store)",
                 path=url,
             )
-        self.cache.pin(url, recorded or info.version)
-        with self._size_lock:
-            self._sizes_checked.add(index)
+        return recorded or info.version
 
-    def _load_doc_starts(self) -> np.ndarray:
+    def doc_starts(self) -> np.ndarray:
         """Every shard's ``.idx.npy``, fetched in parallel, checked, offset and joined."""
-        shards = self._manifest.shards
+        shards = self.manifest.shards
         with ThreadPoolExecutor(max(1, min(16, len(shards)))) as pool:
             indexes = list(pool.map(self._shard_starts, shards))
         return joined_starts(shards, indexes)
@@ -285,11 +127,16 @@ class RemoteSource(StoreFormat, RangedSource):
         check_starts(local, shard, url)
         return local
 
-    def __repr__(self) -> str:
-        return (
-            f"RemoteSource({self.url!r}, n_tokens={self.n_tokens}, n_docs={self.n_docs}, "
-            f"dtype={self._manifest.dtype}, shards={len(self._shards)})"
-        )
+    def tokenizer_bytes(self) -> bytes | None:
+        """The tokenizer copy the manifest names, fetched now; None when it names none."""
+        name = self.manifest.tokenizer.get("file")
+        if name not in STORED_NAMES:
+            return None
+        url = join(self.url, str(name))
+        try:
+            return self.objects.read(url, etag=self.versions.get(str(name), ""))
+        except FileNotFoundError:
+            raise StoreError(f"{url}: the tokenizer copy the manifest names is missing") from None
 
 
 def idx_check(shard: ShardInfo) -> Callable[[bytes], str | None]:
@@ -345,23 +192,11 @@ def store_versions(
     return tuple((n, listed[n].version) for n in names if n in listed and listed[n].version)
 
 
-def total_stats(sources: list[TokenStream]) -> FetchStats:
-    """What the sources in object storage among ``sources`` fetched, added up."""
-    found = [s.stats for s in sources if isinstance(s, RangedSource)]
-    return FetchStats(
-        sum(f.requests for f in found),
-        sum(f.bytes for f in found),
-        sum(f.blocks_checked for f in found),
-    )
-
-
 __all__ = [
-    "RangedSource",
-    "RemoteSource",
+    "StoreObjects",
     "idx_check",
     "list_store",
     "read_remote_manifest",
     "remote_manifest_text",
     "store_versions",
-    "total_stats",
 ]

@@ -30,7 +30,7 @@ from tokentape._src.tape.resolve import Resolved
 from tokentape._src.train.ahead import ResolveAhead, StepShape
 from tokentape._src.train.batch import Batch, Batcher
 from tokentape._src.train.partition import BatchConfig, positions_for
-from tokentape._src.util.checks import as_index, check_flag
+from tokentape._src.util.checks import as_index, check_flag, shown
 from tokentape.errors import ArgumentError, OutOfRangeError
 
 
@@ -168,14 +168,13 @@ class _RankPositions:
         """
         if not isinstance(state, dict) or set(state) != set(_STATE_KEYS):
             raise ArgumentError(
-                f"sampler state: expected an object of {', '.join(_STATE_KEYS)}, got "
-                f"{_shown(state)}"
+                f"sampler state: expected an object of {', '.join(_STATE_KEYS)}, got {shown(state)}"
             )
         for key in _STATE_KEYS:
             value = state[key]
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ArgumentError(
-                    f"sampler state: '{key}' must be an integer >= 0, got {_shown(value)}"
+                    f"sampler state: '{key}' must be an integer >= 0, got {shown(value)}"
                 )
         mine = self.state_dict()
         differ = [
@@ -201,12 +200,6 @@ class _RankPositions:
     def _unit(self) -> int:
         """Samples handed out at a time."""
         return 1
-
-
-def _shown(value: Any) -> str:
-    """A value for a one-line message, cut short."""
-    text = repr(value).replace("\n", " ")
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 class TapeSampler(_RankPositions, Sampler[int]):
@@ -364,7 +357,7 @@ def collate(samples: Sequence[Any]) -> Any:
         return samples.tensors
     if isinstance(samples, str | bytes) or not isinstance(samples, Sequence):
         raise ArgumentError(
-            f"samples must be a batch of samples (a TapeSamples or a list), got {_shown(samples)}"
+            f"samples must be a batch of samples (a TapeSamples or a list), got {shown(samples)}"
         )
     return default_collate(list(samples))
 
@@ -399,7 +392,7 @@ class TapeDataset(Dataset[dict[str, torch.Tensor]]):
     def _batch(self, positions: Sequence[int]) -> Batch:
         given = np.asarray(positions)
         if given.size and given.dtype.kind not in "iu":
-            raise ArgumentError(f"positions must be integers, got {_shown(positions)}")
+            raise ArgumentError(f"positions must be integers, got {shown(positions)}")
         p = given.astype(np.int64, copy=False)
         if self._batcher is None:
             self._batcher = Batcher(self.plan, np.int64, self.segments)
@@ -443,7 +436,7 @@ class TapeDataset(Dataset[dict[str, torch.Tensor]]):
             ArgumentError: ``positions`` is not a sequence of integers.
         """
         if isinstance(positions, str | bytes) or not isinstance(positions, Sequence | np.ndarray):
-            raise ArgumentError(f"positions must be a list of positions, got {_shown(positions)}")
+            raise ArgumentError(f"positions must be a list of positions, got {shown(positions)}")
         return TapeSamples(_tensors(self._batch(positions), shared=get_worker_info() is not None))
 
     def __getstate__(self) -> dict[str, object]:

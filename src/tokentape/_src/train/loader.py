@@ -29,7 +29,7 @@ from tokentape._src.objects.ranged import FetchConfig, FetchStats
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan
 from tokentape._src.stage.stage import stage_plan
-from tokentape._src.store.remote import total_stats
+from tokentape._src.store.reader import total_stats
 from tokentape._src.tape.resolve import Resolved
 from tokentape._src.train.ahead import ResolveAhead, StepShape
 from tokentape._src.train.batch import Batch, Batcher

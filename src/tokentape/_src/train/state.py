@@ -35,20 +35,12 @@ from tokentape.errors import (
 STATE_VERSION = 1
 
 
-def _shown(value: Any) -> str:
-    """``value`` for an error message: at most 40 characters (huge integers by their size)."""
-    if type(value) is int and value.bit_length() > 128:
-        return f"an integer of {value.bit_length()} bits"
-    text = repr(value)
-    return text if len(text) <= 40 else text[:39] + "…"
-
-
 def _count(data: dict[str, Any], key: str, where: str, least: int) -> int:
     value = data.get(key)
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise InputError(f"{where}: '{key}' must be an integer >= {least}, got {_shown(value)}")
+        raise InputError(f"{where}: '{key}' must be an integer >= {least}, got {shown(value)}")
     if value > MAX_POSITION:  # a state may sit at 2**62: every position was consumed
-        raise InputError(f"{where}: '{key}' must be at most 2**62, got {_shown(value)}")
+        raise InputError(f"{where}: '{key}' must be at most 2**62, got {shown(value)}")
     return value
 
 
@@ -105,7 +97,7 @@ def _plan_change(data: Any, where: str) -> PlanChange:
     for key in ("old_index_hash", "new_index_hash"):
         value = data[key]
         if not isinstance(value, str) or not value.isprintable() or not 0 < len(value) <= 200:
-            raise InputError(f"{where}: '{key}' must be an index hash, got {_shown(value)}")
+            raise InputError(f"{where}: '{key}' must be an index hash, got {shown(value)}")
     return PlanChange(
         _count(data, "step", where, 0),
         _count(data, "consumed", where, 0),

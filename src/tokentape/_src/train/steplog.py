@@ -91,7 +91,8 @@ def short_hash(value: str) -> str:
     return head if head.isprintable() else repr(head)
 
 
-def _shown(value: Any) -> str:
+def _as_json(value: Any) -> str:
+    """A field's value as the JSON it was read from, cut to 40 characters."""
     text = json.dumps(value)
     return text if len(text) <= 40 else text[:39] + "…"
 
@@ -104,21 +105,21 @@ def _time_ok(t: Any) -> bool:
 def _problem(data: Any) -> str:
     """Why ``data`` is not a step record: the first bad field (the slow path, for errors)."""
     if not isinstance(data, dict):
-        return f"expected a JSON object, found {_shown(data)}"
+        return f"expected a JSON object, found {_as_json(data)}"
     for name in (*_COUNTS, *_SIZES, *_HASHES):
         if name not in data:
             return f"field '{name}' missing"
         value = data[name]
         if name in _HASHES:
             if not isinstance(value, str):
-                return f"field '{name}': expected a string, found {_shown(value)}"
+                return f"field '{name}': expected a string, found {_as_json(value)}"
             continue
         low = 0 if name in _COUNTS else 1
         if type(value) is not int or value < low:
-            return f"field '{name}': expected an integer >= {low}, found {_shown(value)}"
+            return f"field '{name}': expected an integer >= {low}, found {_as_json(value)}"
     t = data.get("time", 0.0)
     if not _time_ok(t):
-        return f"field 'time': expected a number (Unix time), found {_shown(t)}"
+        return f"field 'time': expected a number (Unix time), found {_as_json(t)}"
     dp, micro, accum, b = data["dp"], data["micro"], data["accum"], data["global_batch"]
     if b != dp * micro * accum:
         return (

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from tokentape._src.plan.load import load_plan
     from tokentape._src.plan.open import open_source
     from tokentape._src.plan.plan import Plan
+    from tokentape._src.store.origins import Origin
     from tokentape._src.store.reader import Source
     from tokentape._src.tokenize.driver import TokenizeSummary
     from tokentape._src.train.batch import Batch
@@ -48,6 +49,7 @@ _LAZY = {
     "load_plan": "tokentape._src.plan.load",
     "open_source": "tokentape._src.plan.open",
     "Plan": "tokentape._src.plan.plan",
+    "Origin": "tokentape._src.store.origins",
     "Source": "tokentape._src.store.reader",
     "FetchConfig": "tokentape._src.objects.ranged",
     "Batch": "tokentape._src.train.batch",
@@ -93,6 +95,7 @@ __all__ = [
     "Loader",
     "MegatronSource",
     "ObjectStorageError",
+    "Origin",
     "OutOfRangeError",
     "OutputError",
     "OutputLocked",

@@ -56,6 +56,7 @@ admit it."""
 EXEMPT = {
     "tokentape.Batch": "a result: what the loader hands out",
     "tokentape.Step": "a result: what Loader.step() returns",
+    "tokentape.Origin": "a result: what Source.provenance() returns",
     "tokentape.TokenizeSummary": "a result: what tokenize() returns",
     "tokentape.megatron.ConvertSummary": "a result: what a conversion returns",
     "tokentape.torch.TapeSamples": "a result: what TapeDataset.__getitems__ returns",
@@ -163,6 +164,7 @@ VALID: dict[str, Args] = {
     "tokentape.MegatronSource.docs_in": lambda c: {"k": 1, "seq_len": 4},
     "tokentape.MegatronSource.doc_span": lambda c: {"i": 1},
     "tokentape.MegatronSource.doc": lambda c: {"i": 1},
+    "tokentape.MegatronSource.provenance": lambda c: {"doc": 1},
     "tokentape.MegatronSource.decode": lambda c: {"tokens": [104, 105]},
     "tokentape.Plan": lambda c: {
         "algorithm_version": c.plan.algorithm_version, "seq_len": c.plan.seq_len,
@@ -192,7 +194,7 @@ VALID: dict[str, Args] = {
         "step_log": None,
     },
     "tokentape.tokenize": lambda c: {
-        "inputs": [c.docs], "out": c.fresh() / "store", "tokenizer": "bytes",
+        "inputs": [c.docs], "out": c.fresh() / "store", "tokenizer": "bytes", "id_key": "auto",
         "eod_token": None, "text_key": "text", "filters": ["min-tokens:1"], "workers": 1,
         "executor": "local", "ray_address": None, "dtype": "auto", "shard_mb": 1.0,
         "unit_mb": 1.0, "overwrite": False, "progress": _progress, "storage_options": {},

@@ -18,6 +18,7 @@ import zstandard
 from helpers import make_documents, run_cli, tree_bytes
 
 from tokentape._src.store.format import MANIFEST_NAME
+from tokentape._src.store.provenance import INPUTS_NAME
 from tokentape._src.tokenize.driver import tokenize
 from tokentape._src.tokenize.inputs import expand_inputs, plan_units, read_documents
 from tokentape._src.tokenize.job import TokenizeConfig
@@ -86,19 +87,27 @@ def local_store(corpus, tmp_path_factory) -> tuple[dict, Path]:
 
 
 def assert_same_store(remote: Path, local: Path, inputs_renamed: dict[str, str]) -> None:
-    """Same files, bytes and content hash; the manifests differ only in the recorded input
-    paths (``inputs_renamed``: URL -> local path) and so in the job hash."""
+    """Same files, bytes and content hash; the manifests and the inputs tables differ only in
+    the recorded input paths (``inputs_renamed``: URL -> local path) and objects' versions, and
+    so in the job hash and the hashes of the inputs table."""
     got, want = tree_bytes(remote), tree_bytes(local)
     assert sorted(got) == sorted(want)
     for name in want:
-        if name != MANIFEST_NAME:
+        if name not in (MANIFEST_NAME, INPUTS_NAME):
             assert got[name] == want[name], name
+    table, their_table = json.loads(got[INPUTS_NAME]), json.loads(want[INPUTS_NAME])
+    for entry in table["inputs"]:
+        entry["path"] = inputs_renamed[entry["path"]]
+        assert entry.pop("version")  # an object's ETag
+    assert table == their_table
     mine, theirs = json.loads(got[MANIFEST_NAME]), json.loads(want[MANIFEST_NAME])
     assert mine["content_hash"] == theirs["content_hash"]
     for entry in mine["inputs"]["files"]:
         entry["path"] = inputs_renamed[entry["path"]]
     assert mine["job"] != theirs["job"]
     mine.pop("job"), theirs.pop("job")
+    for manifest in (mine, theirs):  # what differs with the inputs table's bytes
+        manifest["provenance"].pop("inputs"), manifest["provenance"].pop("provenance_hash")
     assert mine == theirs
 
 

@@ -15,6 +15,7 @@ from helpers import jsonl_corpus, run_cli, tree_bytes
 from objstore import ACCESS_KEY, SECRET_KEY
 
 from tokentape._src.store.lock import output_lock
+from tokentape._src.store.provenance import INPUTS_NAME
 from tokentape._src.store.upload import upload_work_dir
 from tokentape._src.tokenize.driver import tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
@@ -345,9 +346,15 @@ def test_bucket_to_bucket_with_ray_tasks_is_the_local_store(
     assert summary.out == url and summary.status == "created"
     want = tree_bytes(reference)
     got = remote_tree(s3, url, tmp_path)
-    assert {k: v for k, v in got.items() if k != "manifest.json"} == {
-        k: v for k, v in want.items() if k != "manifest.json"
+    differ = ("manifest.json", INPUTS_NAME)  # they record the inputs' paths (here URLs)
+    assert {k: v for k, v in got.items() if k not in differ} == {
+        k: v for k, v in want.items() if k not in differ
     }
+    table = json.loads(got[INPUTS_NAME])["inputs"]
+    assert [row["path"].removeprefix(raw + "/") for row in table] == [
+        row["path"].removeprefix(str(corpus) + "/")
+        for row in json.loads(want[INPUTS_NAME])["inputs"]
+    ]
     got_m, want_m = json.loads(got["manifest.json"]), json.loads(want["manifest.json"])
     assert got_m["content_hash"] == want_m["content_hash"]
     assert got_m["shards"] == want_m["shards"]

@@ -30,6 +30,7 @@ from tokentape._src.plan.plan import Plan
 from tokentape._src.tokenize.driver import TokenizeSummary
 from tokentape._src.tokenize.driver import tokenize as _tokenize
 from tokentape._src.tokenize.job import MAX_WORKERS, TokenizeConfig
+from tokentape._src.tokenize.records import check_id_key
 from tokentape._src.train.schedule import Schedule
 from tokentape._src.util.checks import (
     as_index,
@@ -107,6 +108,7 @@ def tokenize_config(
     tokenizer: str = "bytes",
     eod_token: str | None = None,
     text_key: str = "text",
+    id_key: str = "auto",
     filters: Sequence[str] = (),
     workers: int = 1,
     executor: str = "local",
@@ -137,6 +139,11 @@ def tokenize_config(
     check_text(named("tokenizer"), tokenizer)
     check_optional_text(named("eod_token"), eod_token)
     check_text(named("text_key"), text_key)
+    check_text(named("id_key"), id_key)
+    try:
+        check_id_key(id_key)
+    except ArgumentError as exc:
+        raise ArgumentError(str(exc).replace("--id-key", named("id_key"), 1)) from None
     if isinstance(filters, str) or not isinstance(filters, Sequence):
         raise ArgumentError(f"{named('filters')} must be a list of filter specs, got {filters!r}")
     for spec in filters:
@@ -160,6 +167,7 @@ def tokenize_config(
         tokenizer=tokenizer,
         eod_token=eod_token,
         text_key=text_key,
+        id_key=id_key,
         filters=tuple(filters),
         workers=workers,
         executor=executor,
@@ -314,6 +322,7 @@ def tokenize(
     tokenizer: str = "bytes",
     eod_token: str | None = None,
     text_key: str = "text",
+    id_key: str = "auto",
     filters: Sequence[str] = (),
     workers: int = 1,
     executor: str = "local",
@@ -341,6 +350,10 @@ def tokenize(
             ``tokenizer.json``.
         eod_token: The end-of-document token (default: the tokenizer's own).
         text_key: The JSON field or parquet column holding the text.
+        id_key: The field holding each record's own id (dotted for a nested one:
+            ``"meta.url"``), recorded with the document it became (``Source.provenance``);
+            ``"auto"``: the first of ``id``, ``doc_id``, ``url`` in each input's first
+            record; ``"none"``: no ids (the input and record are recorded still).
         filters: Document filters, e.g. ``"unique-lines"``, ``"min-tokens:16"``.
         workers: Worker processes (or Ray tasks in flight). Above 1, helper processes are
             spawned, which import the caller's main module: in a script, call this under
@@ -376,6 +389,7 @@ def tokenize(
         tokenizer=tokenizer,
         eod_token=eod_token,
         text_key=text_key,
+        id_key=id_key,
         filters=filters,
         workers=workers,
         executor=executor,

@@ -13,6 +13,7 @@ from tokentape._src.plan.plan import Plan
 from tokentape._src.render.runinfo import plan_info_text, run_info_text
 from tokentape._src.render.text import manifest_text
 from tokentape._src.store.format import MANIFEST_NAME, read_manifest
+from tokentape._src.store.reader import Source
 from tokentape.errors import InputError, PlanError
 
 EPILOG = f"""\
@@ -102,5 +103,5 @@ def cmd(args: argparse.Namespace) -> int:
     if args.json:
         print(manifest.to_json(), end="")
     else:
-        print(manifest_text(args.store, manifest))
+        print(manifest_text(args.store, manifest, Source(args.store).inputs()))
     return 0

@@ -87,6 +87,16 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     p.add_argument("--text-key", default="text", metavar="KEY", help="default: text")
     p.add_argument(
+        "--id-key",
+        default="auto",
+        metavar="KEY",
+        help=(
+            "the field (dotted for a nested one: meta.url) holding each record's own id, "
+            "recorded with its document; default auto: the first of id, doc_id, url in each "
+            "input's first record; none: no ids"
+        ),
+    )
+    p.add_argument(
         "--filter",
         action="append",
         default=[],
@@ -150,6 +160,20 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(func=cmd)
 
 
+def _id_keys_text(id_keys: dict[str, int]) -> str:
+    """Where the records' ids came from: ``field 'id' (3 inputs), none (1 input)``."""
+    if not id_keys:
+        return "not recorded"
+
+    def inputs(n: int) -> str:
+        return f"{n} input" + ("" if n == 1 else "s")
+
+    words = [f"field '{k}' ({inputs(n)})" for k, n in id_keys.items() if k]
+    if "" in id_keys:
+        words.append(f"none ({inputs(id_keys[''])})")
+    return ", ".join(words)
+
+
 def summary_text(s: TokenizeSummary) -> str:
     rate = s.text_bytes / s.seconds / 1e6 if s.seconds > 0 else 0.0
     rows = [
@@ -162,6 +186,7 @@ def summary_text(s: TokenizeSummary) -> str:
         ("shards", fmt_int(s.n_shards)),
         ("dropped by filter", dropped_text(s.dropped_docs, s.dropped_tokens)),
         ("input text", fmt_bytes(s.text_bytes)),
+        ("ids", _id_keys_text(s.id_keys)),
         ("units", f"{s.units} ({s.units_reused} reused from an earlier run)"),
         ("time", f"{s.seconds:.2f} s ({rate:.2f} MB/s of text)"),
         ("content hash", s.content_hash),
@@ -176,6 +201,7 @@ def cmd(args: argparse.Namespace) -> int:
         tokenizer=args.tokenizer,
         eod_token=args.eod_token,
         text_key=args.text_key,
+        id_key=args.id_key,
         filters=args.filters,
         workers=args.workers,
         executor=args.executor,

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Any
 
 from tokentape._src.plan.plan import Plan
 from tokentape._src.store.format import Manifest, numpy_dtype
 from tokentape._src.tape.blend import stated_value
 from tokentape._src.tape.resolve import Tape
-from tokentape._src.util.text import fmt_bytes, fmt_int, key_values, table
+from tokentape._src.util.text import escaped, fmt_bytes, fmt_int, key_values, table
 
 
 def dropped_text(docs: dict[str, int], tokens: dict[str, int]) -> str:
@@ -20,8 +21,9 @@ def dropped_text(docs: dict[str, int], tokens: dict[str, int]) -> str:
     )
 
 
-def manifest_text(directory: str, m: Manifest) -> str:
-    """``tokentape info``: a manifest in human form."""
+def manifest_text(directory: str, m: Manifest, inputs: list[dict[str, Any]] | None = None) -> str:
+    """``tokentape info``: a manifest in human form, and the inputs table (``inputs``: the
+    store's ``inputs.json``; None: it records no provenance)."""
     tok = m.tokenizer
     stats = m.filters
     size = m.n_tokens * numpy_dtype(m.dtype).itemsize
@@ -52,7 +54,28 @@ def manifest_text(directory: str, m: Manifest) -> str:
         ["shard", "tokens", "docs", "bin sha256"],
         [[s.name, s.n_tokens, s.n_docs, s.bin_sha256[:16]] for s in m.shards],
     )
-    return f"{head}\n\n{shards}"
+    return f"{head}\n\n{shards}\n\n{inputs_text(inputs)}"
+
+
+def inputs_text(inputs: list[dict[str, Any]] | None) -> str:
+    """The inputs a store was made from and what each gave, or why there is no such table."""
+    if inputs is None:
+        return (
+            "provenance: not recorded (a store made before tokentape recorded where each "
+            "document came from, or converted from Megatron)"
+        )
+    rows = [
+        [
+            escaped(str(row.get("path"))),
+            escaped(str(row.get("kind"))),
+            escaped(str(row.get("id_key") or "-")),
+            fmt_int(int(row.get("docs_in", 0))),
+            fmt_int(int(row.get("docs_kept", 0))),
+            fmt_int(int(row.get("docs_dropped", 0))),
+        ]
+        for row in inputs
+    ]
+    return table(["input", "kind", "id field", "read", "kept", "dropped"], rows)
 
 
 def plan_text(plan: Plan) -> str:

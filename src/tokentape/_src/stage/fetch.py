@@ -24,10 +24,12 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from tokentape._src.objects.client import ObjectStore, join
+from tokentape._src.objects.ranged import sha256_check
 from tokentape._src.store.format import (
     Manifest,
     ShardInfo,
     block_record_problem,
+    manifest_files,
     sha256_stream,
 )
 from tokentape._src.store.remote import idx_check
@@ -305,9 +307,12 @@ def _run(tasks: list[Callable[[], None]], workers: int, stop: threading.Event) -
 
 
 def _whole_checks(manifest: Manifest, work: SafeDir) -> dict[str, Callable[[bytes], str | None]]:
-    """The check of each file of ``manifest`` that is checked whole: the document indexes and
-    the tokenizer copy."""
+    """The check of each file of ``manifest`` that is checked whole: the document indexes, the
+    provenance files and the tokenizer copy."""
     checks = {s.idx_file: idx_check(s) for s in manifest.shards}
+    for f in manifest_files(manifest):
+        if f.sha256 is not None and f.what != "shard file" and f.name not in checks:
+            checks[f.name] = sha256_check(f.sha256, "the manifest's sha256")
     name = manifest.tokenizer.get("file")
     if isinstance(name, str):
         checks[name] = _tokenizer_check(manifest, work)

@@ -109,7 +109,7 @@ from tokentape._src.store.format import (
     MANIFEST_NAME,
     Manifest,
     ShardInfo,
-    numpy_dtype,
+    manifest_files,
     parse_manifest,
     read_manifest_text,
 )
@@ -173,15 +173,7 @@ def cache_key(url: str) -> str:
 
 def _file_sizes(manifest: Manifest) -> dict[str, int | None]:
     """Each file's expected size (None: the tokenizer copy, whose size is not recorded)."""
-    itemsize = numpy_dtype(manifest.dtype).itemsize
-    sizes: dict[str, int | None] = {}
-    for s in manifest.shards:
-        sizes[s.bin_file] = s.n_tokens * itemsize
-        sizes[s.idx_file] = s.idx_bytes
-    name = manifest.tokenizer.get("file")
-    if isinstance(name, str):
-        sizes[name] = None
-    return sizes
+    return {f.name: f.size for f in manifest_files(manifest)}
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,13 @@ from tokentape._src.store.confine import (
 from tokentape._src.store.confine import (
     shard_name as shard_name,  # re-exported: the writer names shards
 )
+from tokentape._src.store.provenance import (
+    IDS_SUFFIX,
+    INPUTS_NAME,
+    REC_SUFFIX,
+    Provenance,
+    parse_provenance,
+)
 from tokentape.errors import ArgumentError, StoreError
 
 FORMAT_NAME = "tokentape.store"
@@ -82,6 +89,16 @@ class ShardInfo:
     def idx_file(self) -> str:
         return self.name + IDX_SUFFIX
 
+    @property
+    def rec_file(self) -> str:
+        """Where each document came from (``store.provenance``), if the store records it."""
+        return self.name + REC_SUFFIX
+
+    @property
+    def ids_file(self) -> str:
+        """The documents' ids (``store.provenance``), if the store records them."""
+        return self.name + IDS_SUFFIX
+
 
 @dataclass(frozen=True)
 class Manifest:
@@ -102,10 +119,16 @@ class Manifest:
     format: str = FORMAT_NAME
     format_version: int = FORMAT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
+    provenance: Provenance | None = None
+    """Where each document came from (``store.provenance``); None: not recorded (a store made
+    before it was)."""
 
     def to_json(self) -> str:
         data = asdict(self)
         data["shards"] = [asdict(s) | {"block_sha256": list(s.block_sha256)} for s in self.shards]
+        del data["provenance"]
+        if self.provenance is not None:
+            data["provenance"] = self.provenance.to_json()
         order = ["format", "format_version", "dtype", "vocab_size", "eod_id", "n_tokens", "n_docs"]
         ordered = {k: data.pop(k) for k in order} | data
         return json.dumps(ordered, indent=2, ensure_ascii=False) + "\n"
@@ -208,6 +231,11 @@ def parse_manifest(text: str, where: str, *, strict: bool = True) -> Manifest:
         job=_field(data, "job", str, where),
         created_by=_field(data, "created_by", str, where),
         extra=extra,
+        provenance=(
+            None
+            if data.get("provenance") is None
+            else parse_provenance(data["provenance"], len(shards), where, strict)
+        ),
     )
     if manifest.n_tokens != sum(s.n_tokens for s in shards):
         raise StoreError(f"{where}: n_tokens does not equal the sum over shards")
@@ -290,16 +318,57 @@ def read_manifest_text(
         raise StoreError(f"{path}: cannot read ({exc})") from None
 
 
-def store_files(manifest: Manifest) -> list[tuple[str, str]]:
-    """(name, what it is) of every file the manifest names in its store: each shard's two
-    files and the tokenizer copy (when its kind has one)."""
+@dataclass(frozen=True)
+class StoreFile:
+    """A file a manifest names in its store, and what the manifest records of it."""
+
+    name: str
+    what: str
+    """What it is, in words (``shard file``, ``document index`` ...)."""
+    size: int | None
+    """Its size in bytes; None: not recorded (the tokenizer copy)."""
+    sha256: str | None
+    """Its sha256 (hex); None: not recorded (the tokenizer copy)."""
+    shard: str | None = None
+    """The shard it belongs to (``part-NNNNN``); None: the store's."""
+
+
+def manifest_files(manifest: Manifest) -> list[StoreFile]:
+    """Every file the manifest names in its store, with its recorded size and hash: each
+    shard's two files (four, with provenance), the tokenizer copy (when its kind has one) and
+    the inputs table (with provenance)."""
+    itemsize = numpy_dtype(manifest.dtype).itemsize
+    block = manifest.provenance
     files = []
-    for shard in manifest.shards:
-        files += [(shard.bin_file, "shard file"), (shard.idx_file, "document index")]
-    name = manifest.tokenizer.get("file")
-    if isinstance(name, str):
-        files.append((name, "tokenizer copy"))
+    for i, shard in enumerate(manifest.shards):
+        name = shard.name
+        files += [
+            StoreFile(
+                shard.bin_file, "shard file", shard.n_tokens * itemsize, shard.bin_sha256, name
+            ),
+            StoreFile(shard.idx_file, "document index", shard.idx_bytes, shard.idx_sha256, name),
+        ]
+        if block is not None:
+            got = block.shards[i]
+            files += [
+                StoreFile(
+                    shard.rec_file, "provenance records", got.rec_bytes, got.rec_sha256, name
+                ),
+                StoreFile(shard.ids_file, "document ids", got.ids_bytes, got.ids_sha256, name),
+            ]
+    copy = manifest.tokenizer.get("file")
+    if isinstance(copy, str):
+        files.append(StoreFile(copy, "tokenizer copy", None, None))
+    if block is not None:
+        files.append(
+            StoreFile(INPUTS_NAME, "inputs table", block.inputs_bytes, block.inputs_sha256)
+        )
     return files
+
+
+def store_files(manifest: Manifest) -> list[tuple[str, str]]:
+    """(name, what it is) of every file the manifest names in its store (``manifest_files``)."""
+    return [(f.name, f.what) for f in manifest_files(manifest)]
 
 
 def read_manifest(directory: str | os.PathLike[str], dir_fd: int | None = None) -> Manifest:
@@ -322,9 +391,11 @@ __all__ = [
     "NPY_ERRORS",
     "Manifest",
     "ShardInfo",
+    "StoreFile",
     "block_record_problem",
     "choose_dtype",
     "content_hash",
+    "manifest_files",
     "numpy_dtype",
     "parse_manifest",
     "read_manifest",

@@ -7,16 +7,18 @@ may leave a ``part-00000.bin`` too. ``survey`` sorts what a directory holds by w
   ``manifest.json`` (a store's, even when it cannot be read: ``--overwrite`` replaces such a
   store); the hidden temporary name of a store file (``.NAME.tmp-...``, which only tokentape's
   atomic writes make).
-- A shard file (``part-NNNNN.bin``, ``part-NNNNN.idx.npy``) or a tokenizer copy
-  (``tokenizer.json``, ``tokenizer.tiktoken``) is tokentape's only when
+- A shard file (``part-NNNNN.bin``, ``part-NNNNN.idx.npy``, and the provenance files
+  ``part-NNNNN.rec.npy``, ``part-NNNNN.ids``), a tokenizer copy (``tokenizer.json``,
+  ``tokenizer.tiktoken``) or the inputs table (``inputs.json``) is tokentape's only when
   (a) the ``manifest.json`` there parses as a tokentape manifest and names it, or
   (b) the directory holds an unfinished run: ``.tokentape-work/job.json``, a regular file in a
   real directory (not a link), or
   (c) it is one of a shard's two files as the writer leaves them: ``part-NNNNN.bin`` and
   ``part-NNNNN.idx.npy`` both regular files, the index a ``.npy`` file holding one dimension
-  of little-endian int64, exactly as long as its header says; a tokenizer copy, when such a
-  pair is beside it. (c) is what lets ``--overwrite`` replace a store whose manifest was
-  damaged; a lone ``part-00000.bin`` is never ours by (c).
+  of little-endian int64, exactly as long as its header says; a shard's provenance files, when
+  its pair is such; a tokenizer copy or the inputs table, when such a pair is beside it. (c)
+  is what lets ``--overwrite`` replace a store whose manifest was damaged; a lone
+  ``part-00000.bin`` is never ours by (c).
 - Anything else at a store name, and a directory at any store name but the work directory's,
   is "unclaimed"; any other name is "foreign". Neither is ever removed.
 
@@ -47,6 +49,7 @@ from tokentape._src.store.format import (
     read_npy_header,
     store_files,
 )
+from tokentape._src.store.provenance import IDS_SUFFIX, INPUTS_NAME, REC_SUFFIX
 from tokentape._src.store.tokenizers import STORED_NAMES
 from tokentape.errors import OutputError, TokentapeError
 
@@ -55,15 +58,18 @@ JOB_FILE = "job.json"
 """The record of an unfinished run, in ``WORK_DIR``: what marks a directory a run builds in."""
 
 
-_SHARD_FILES = "|".join(map(re.escape, (BIN_SUFFIX, IDX_SUFFIX)))
-_OTHER_FILES = "|".join(map(re.escape, (MANIFEST_NAME, *STORED_NAMES)))
+_SHARD_FILES = "|".join(map(re.escape, (BIN_SUFFIX, IDX_SUFFIX, REC_SUFFIX, IDS_SUFFIX)))
+_BESIDE = (*STORED_NAMES, INPUTS_NAME)
+"""A store's files that belong to no shard."""
+_OTHER_FILES = "|".join(map(re.escape, (MANIFEST_NAME, *_BESIDE)))
 _OURS = re.compile(rf"part-\d{{5,}}(?:{_SHARD_FILES})|{_OTHER_FILES}")
 _INDEX_DTYPE = np.dtype("<i8")
 
 
 def is_store_file(name: str) -> bool:
-    """Whether a name in a store directory is one tokentape writes: a shard's two files, the
-    manifest, the tokenizer copy, the temporary name of one of those, or the work directory.
+    """Whether a name in a store directory is one tokentape writes: a shard's files, the
+    manifest, the tokenizer copy, the inputs table, the temporary name of one of those, or the
+    work directory.
     Exact names only: a ``part-00000-x.snappy.parquet`` or ``tokenizer_config.json`` is not
     ours and is never removed. A name is not proof that the file is ours: see ``survey``."""
     if name == WORK_DIR:
@@ -135,10 +141,20 @@ def _claimed(directory: Path, stored: list[str]) -> set[str]:
     claimed |= {n for n in files if n in named}
     shards = set(files)
     claimed |= {n for n in files if n not in claimed and _in_a_pair(directory, n, shards)}
-    copies = {n for n in files if n not in claimed and n in STORED_NAMES}
+    paired = {n.removesuffix(BIN_SUFFIX) for n in claimed if n.endswith(BIN_SUFFIX)}
+    claimed |= {n for n in files if _shard_of(n) in paired}  # the provenance of a pair
+    copies = {n for n in files if n not in claimed and n in _BESIDE}
     if copies and any(_in_a_pair(directory, n, shards) for n in files if n.endswith(BIN_SUFFIX)):
         claimed |= copies
     return claimed
+
+
+def _shard_of(name: str) -> str | None:
+    """The shard a provenance file belongs to (``part-NNNNN``), or None."""
+    for suffix in (REC_SUFFIX, IDS_SUFFIX):
+        if name.endswith(suffix):
+            return name.removesuffix(suffix)
+    return None
 
 
 def _real_dir(path: Path) -> bool:

@@ -22,6 +22,7 @@ says what is checked when).
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import os
 from abc import ABC, abstractmethod
@@ -43,6 +44,8 @@ from tokentape._src.store.index import (
     index_offset,
     joined_starts,
 )
+from tokentape._src.store.origins import Origin, Origins, ShardRecords, records_offset
+from tokentape._src.store.provenance import INPUTS_NAME, RECORD
 from tokentape._src.store.remote import StoreObjects
 from tokentape._src.store.tokenizers import STORED_NAMES, Tokenizer, tokenizer_from_manifest
 from tokentape._src.util.checks import as_index, shown
@@ -420,6 +423,20 @@ class TokenStream(ABC):
         end = int(self.doc_starts[i + 1]) if i + 1 < self.n_docs else self.n_tokens
         return int(self.doc_starts[i]), end
 
+    def provenance(self, doc: int) -> Origin | None:
+        """Where document ``doc`` came from: its input, record there and the user's id for it;
+        None when the source records none (a store made before provenance was recorded, a
+        Megatron prefix)."""
+        doc = as_index("doc", doc)
+        if not 0 <= doc < self.n_docs:
+            raise OutOfRangeError(f"document doc = {doc} is not in [0, {self.n_docs})")
+        origins = self._origins()
+        return None if origins is None else origins.of(doc)
+
+    def _origins(self) -> Origins | None:
+        """What answers ``provenance``, if the source records it."""
+        return None
+
     def doc(self, i: int) -> np.ndarray:
         """The tokens of document ``i``, without its end-of-document token."""
         start, end = self.doc_span(i)
@@ -485,6 +502,7 @@ class Source(TokenStream):
             shards.append(_map_tokens(path, shard, dtype, dir_fd))
             indexes.append(_map_index(path, shard, dir_fd))
         copy = _map_tokenizer_copy(path, manifest, dir_fd)
+        self._origins_of = _map_origins(path, manifest, dir_fd)
 
         def doc_starts() -> np.ndarray:
             """Every shard's document starts (mapped at open), checked and joined."""
@@ -520,6 +538,15 @@ class Source(TokenStream):
         """The store's directory (a ``Path``), or its URL."""
         return self._directory
 
+    def _origins(self) -> Origins | None:
+        return self._origins_of
+
+    def inputs(self) -> list[dict[str, Any]] | None:
+        """The inputs the store was made from, in order, and what each gave (path, kind, size,
+        the id field read, documents read, kept and dropped); None when the store records no
+        provenance."""
+        return None if self._origins_of is None else self._origins_of.inputs()
+
     @cached_property
     def tokenizer(self) -> Tokenizer:
         """The tokenizer recorded in the manifest (loaded from the copy inside the store: as
@@ -554,6 +581,11 @@ def source_at_url(
     self = Source.__new__(Source)
     objects = StoreObjects(object_store(url, storage_options), url, versions)
     self._directory, self._manifest = objects.url, objects.manifest
+    self._origins_of = (
+        None
+        if objects.manifest.provenance is None
+        else Origins(objects.url, objects.manifest, objects.shard_records, objects.inputs_bytes)
+    )
     self._tokenizer_bytes = objects.tokenizer_bytes
     dtype = numpy_dtype(self._manifest.dtype)
     files = RangedFiles(
@@ -584,6 +616,35 @@ def _map_tokenizer_copy(
         if os.fstat(f.fileno()).st_size == 0:
             return b""
         return mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ)
+
+
+def _map_origins(directory: Path, manifest: Manifest, dir_fd: int) -> Origins | None:
+    """The store's provenance files, mapped at open (their sizes and the records' header
+    checked; ``inputs.json`` read, and checked against its sha256 when first used)."""
+    block = manifest.provenance
+    if block is None:
+        return None
+    shards: list[ShardRecords] = []
+    for shard, files in zip(manifest.shards, block.shards, strict=True):
+        rec_path = directory / shard.rec_file
+        with open(open_inside(directory, shard.rec_file, "provenance records", dir_fd), "rb") as f:
+            _check_size(rec_path, f.fileno(), files.rec_bytes)
+            at = records_offset(f, shard.n_docs, str(rec_path))
+            rows = np.memmap(f, dtype=RECORD, mode="r", offset=at, shape=(shard.n_docs,))
+        with open(open_inside(directory, shard.ids_file, "document ids", dir_fd), "rb") as f:
+            _check_size(directory / shard.ids_file, f.fileno(), files.ids_bytes)
+            ids = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) if files.ids_bytes else b""
+        shards.append((rows, memoryview(ids)))
+    with open(open_inside(directory, INPUTS_NAME, "inputs table", dir_fd), "rb") as f:
+        _check_size(directory / INPUTS_NAME, f.fileno(), block.inputs_bytes)
+        table = f.read()
+
+    def inputs() -> bytes:
+        if hashlib.sha256(table).hexdigest() != block.inputs_sha256:
+            raise damaged(directory / INPUTS_NAME, "does not match the manifest's sha256")
+        return table
+
+    return Origins(str(directory), manifest, shards.__getitem__, inputs)
 
 
 def total_stats(sources: Sequence[TokenStream]) -> FetchStats:

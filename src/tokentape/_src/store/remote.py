@@ -22,6 +22,7 @@ same size, fails the read with ``StoreChanged`` naming it instead of serving oth
 from __future__ import annotations
 
 import io
+import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 
@@ -46,6 +47,8 @@ from tokentape._src.store.format import (
 )
 from tokentape._src.store.format import parse_manifest as parse_manifest_text
 from tokentape._src.store.index import INDEX_DTYPE, check_starts, index_offset, joined_starts
+from tokentape._src.store.origins import ShardRecords, records_offset
+from tokentape._src.store.provenance import INPUTS_NAME, RECORD
 from tokentape._src.store.tokenizers import STORED_NAMES
 from tokentape.errors import StoreChanged, StoreError
 
@@ -69,6 +72,8 @@ class StoreObjects:
         self.versions = dict(versions or {})
         self.manifest = read_remote_manifest(objects, self.url)
         self.itemsize = numpy_dtype(self.manifest.dtype).itemsize
+        self._records: dict[int, ShardRecords] = {}
+        self._records_lock = threading.Lock()
         self._files = []
         for shard in self.manifest.shards:
             size = shard.n_tokens * self.itemsize
@@ -126,6 +131,43 @@ class StoreObjects:
         local = np.frombuffer(data, dtype=INDEX_DTYPE, count=shard.n_docs, offset=at)
         check_starts(local, shard, url)
         return local
+
+    def shard_records(self, index: int) -> ShardRecords:
+        """Shard ``index``'s provenance files, fetched (once) and checked against the
+        manifest's sha256 and the shard's document count."""
+        with self._records_lock:
+            if index not in self._records:
+                self._records[index] = self._fetch_records(index)
+            return self._records[index]
+
+    def _fetch_records(self, index: int) -> ShardRecords:
+        shard = self.manifest.shards[index]
+        block = self.manifest.provenance
+        assert block is not None  # asked only of a store that records provenance
+        files = block.shards[index]
+        fetched = []
+        for name, size, digest in (
+            (shard.rec_file, files.rec_bytes, files.rec_sha256),
+            (shard.ids_file, files.ids_bytes, files.ids_sha256),
+        ):
+            url = join(self.url, name)
+            check = sha256_check(digest, "the manifest's sha256")
+            fetched.append(
+                self.objects.read_checked(url, 0, size, check, self.versions.get(name, ""))
+            )
+        rec_url = join(self.url, shard.rec_file)
+        at = records_offset(io.BytesIO(fetched[0]), shard.n_docs, rec_url)
+        rows = np.frombuffer(fetched[0], dtype=RECORD, count=shard.n_docs, offset=at)
+        return rows, fetched[1]
+
+    def inputs_bytes(self) -> bytes:
+        """``inputs.json``, fetched and checked against the manifest's sha256."""
+        block = self.manifest.provenance
+        assert block is not None  # asked only of a store that records provenance
+        url = join(self.url, INPUTS_NAME)
+        check = sha256_check(block.inputs_sha256, "the manifest's sha256")
+        etag = self.versions.get(INPUTS_NAME, "")
+        return self.objects.read_checked(url, 0, block.inputs_bytes, check, etag)
 
     def tokenizer_bytes(self) -> bytes | None:
         """The tokenizer copy the manifest names, fetched now; None when it names none."""

@@ -43,7 +43,7 @@ from tokentape._src.store.format import (
     MANIFEST_NAME,
     Manifest,
     ShardInfo,
-    numpy_dtype,
+    manifest_files,
     parse_manifest,
     read_manifest,
     store_files,
@@ -194,17 +194,12 @@ def _problem(
 def remote_damage(manifest: Manifest, found: dict[str, ObjectInfo]) -> str | None:
     """What is wrong with a store whose manifest is up, from a listing of its prefix (cheap:
     every object it names is there, shards of the sizes it records; ``verify`` rehashes)."""
-    itemsize = numpy_dtype(manifest.dtype).itemsize
-    sizes = {}
-    for shard in manifest.shards:
-        sizes[shard.bin_file] = shard.n_tokens * itemsize
-        sizes[shard.idx_file] = shard.idx_bytes
-    for name, _ in store_files(manifest):
-        info = found.get(name)
+    for file in manifest_files(manifest):
+        info = found.get(file.name)
         if info is None:
-            return f"{name} is missing"
-        if name in sizes and info.size != sizes[name]:
-            return f"{name} holds {info.size} bytes, the manifest says {sizes[name]}"
+            return f"{file.name} is missing"
+        if file.size is not None and info.size != file.size:
+            return f"{file.name} holds {info.size} bytes, the manifest says {file.size}"
     return None
 
 
@@ -228,15 +223,11 @@ class _File:
 
 def _local_files(local: Path, manifest: Manifest) -> list[_File]:
     """Every file the local store's manifest names, with its size and content hash."""
-    hashes = {}
-    for shard in manifest.shards:
-        hashes[shard.bin_file] = shard.bin_sha256
-        hashes[shard.idx_file] = shard.idx_sha256
     files = []
-    for name, _ in store_files(manifest):
-        path = local / name
-        sha = hashes.get(name) or _file_sha256(path)
-        files.append(_File(name, path, path.stat().st_size, sha))
+    for file in manifest_files(manifest):
+        path = local / file.name
+        sha = file.sha256 or _file_sha256(path)
+        files.append(_File(file.name, path, path.stat().st_size, sha))
     return files
 
 
@@ -350,6 +341,16 @@ def _sync_all(
     return uploaded
 
 
+def _shard_files(directory: Path, shard: ShardInfo) -> list[tuple[str, str]]:
+    """(name, sha256) of a shard's files in ``directory``: its two, and its provenance files
+    when it has them (hashed here: they are small, and the manifest is not written yet)."""
+    files = [(shard.bin_file, shard.bin_sha256), (shard.idx_file, shard.idx_sha256)]
+    for name in (shard.rec_file, shard.ids_file):
+        if (directory / name).is_file():
+            files.append((name, _file_sha256(directory / name)))
+    return files
+
+
 class ShardUploader:
     """Uploads each shard of a local build as soon as it is closed, while the build goes on
     (``tokenize --out s3://...``): its two files, a few at a time, as ``upload_store`` would
@@ -385,7 +386,7 @@ class ShardUploader:
                 self._refused, self._off = exc, True
         if self._off or self._found is None:  # refused, or this job's store is there already
             return
-        for name, sha in ((shard.bin_file, shard.bin_sha256), (shard.idx_file, shard.idx_sha256)):
+        for name, sha in _shard_files(directory, shard):
             path = directory / name
             file = _File(name, path, path.stat().st_size, sha)
             found = self._found.get(name)

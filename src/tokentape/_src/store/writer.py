@@ -2,7 +2,9 @@
 
 Documents are appended in order; a shard is closed before a document that would take it past
 ``shard_tokens`` (a document larger than that gets a shard of its own). The cut depends only on
-the document stream, so the shards are the same whatever produced the stream.
+the document stream, so the shards are the same whatever produced the stream. Given where each
+document came from (``store.provenance.ADDED``) and its id, the writer also writes each shard's
+provenance files (``part-NNNNN.rec.npy``, ``part-NNNNN.ids``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from tokentape._src.store.format import (
     numpy_dtype,
     shard_name,
 )
+from tokentape._src.store.provenance import ADDED, IDS_SUFFIX, REC_SUFFIX, RECORD, ShardProvenance
 from tokentape.errors import ArgumentError
 
 
@@ -74,15 +77,42 @@ class _OpenShard:
         self.hasher = BlockHasher(block_bytes)
         self.n_tokens = 0
         self.starts: list[np.ndarray] = []
+        self.records: list[np.ndarray] = []
+        self.ids: list[bytes] = []
+        self.ids_bytes = 0
 
-    def write(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
+    def write(
+        self, tokens: np.ndarray, lengths: np.ndarray, records: np.ndarray | None, ids: bytes
+    ) -> None:
         starts = np.zeros(len(lengths), dtype=np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
         self.starts.append(starts + self.n_tokens)
+        if records is not None:
+            rows = np.empty(len(records), dtype=RECORD)
+            for name in ("input", "group", "record"):
+                rows[name] = records[name]
+            rows["id_end"] = np.cumsum(records["id_len"]) + self.ids_bytes
+            self.records.append(rows)
+            self.ids.append(ids)
+            self.ids_bytes += len(ids)
         data = tokens.data.cast("B")
         self.file.write(data)
         self.hasher.update(data)
         self.n_tokens += len(tokens)
+
+    def close_provenance(self) -> ShardProvenance:
+        """Write the shard's provenance files (before its ``.bin`` takes its name)."""
+        rec = np.concatenate(self.records) if self.records else np.zeros(0, dtype=RECORD)
+        rec_data = npy_bytes(rec)
+        ids_data = b"".join(self.ids)
+        write_atomic(self.final.with_name(self.name + REC_SUFFIX), rec_data)
+        write_atomic(self.final.with_name(self.name + IDS_SUFFIX), ids_data)
+        return ShardProvenance(
+            len(rec_data),
+            hashlib.sha256(rec_data).hexdigest(),
+            len(ids_data),
+            hashlib.sha256(ids_data).hexdigest(),
+        )
 
     def close(self, block_bytes: int) -> ShardInfo:
         self.file.flush()
@@ -126,16 +156,33 @@ class ShardWriter:
         self.shard_tokens = shard_tokens
         self.block_bytes = block_bytes
         self.shards: list[ShardInfo] = []
+        self.provenance: list[ShardProvenance] = []
+        """Each closed shard's provenance files (when ``add`` is given records)."""
         self._open: _OpenShard | None = None
 
-    def add(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
-        """Append documents: ``tokens`` is their concatenation, ``lengths`` their sizes."""
+    def add(
+        self,
+        tokens: np.ndarray,
+        lengths: np.ndarray,
+        records: np.ndarray | None = None,
+        ids: bytes = b"",
+    ) -> None:
+        """Append documents: ``tokens`` is their concatenation, ``lengths`` their sizes, and
+        (given on every call, or never) ``records`` where each came from (``ADDED``) and
+        ``ids`` their ids, one after another."""
         tokens = np.ascontiguousarray(tokens, dtype=self.dtype)
         lengths = np.asarray(lengths, dtype=np.int64)
         if int(lengths.sum()) != len(tokens):
             raise ArgumentError(
                 f"lengths add up to {int(lengths.sum())} tokens, tokens has {len(tokens)}"
             )
+        id_starts = np.zeros(len(lengths) + 1, dtype=np.int64)
+        if records is not None:
+            if records.dtype != ADDED or records.shape != lengths.shape:
+                raise ArgumentError("records must hold one ADDED record per document")
+            np.cumsum(records["id_len"], out=id_starts[1:])
+            if int(id_starts[-1]) != len(ids):
+                raise ArgumentError(f"the ids hold {len(ids)} bytes, records {id_starts[-1]}")
         ends = np.cumsum(lengths)
         doc, tok = 0, 0
         while doc < len(lengths):
@@ -150,7 +197,12 @@ class ShardWriter:
                     self._close()
                     continue
             end_tok = int(ends[stop - 1])
-            shard.write(tokens[tok:end_tok], lengths[doc:stop])
+            shard.write(
+                tokens[tok:end_tok],
+                lengths[doc:stop],
+                None if records is None else records[doc:stop],
+                ids[int(id_starts[doc]) : int(id_starts[stop])],
+            )
             doc, tok = stop, end_tok
             if shard.n_tokens >= self.shard_tokens:
                 self._close()
@@ -162,6 +214,8 @@ class ShardWriter:
 
     def _close(self) -> None:
         assert self._open is not None
+        if self._open.records:
+            self.provenance.append(self._open.close_provenance())
         self.shards.append(self._open.close(self.block_bytes))
         self._open = None
 

@@ -5,7 +5,9 @@
    tasks), each into its own unit file under ``OUT/.tokentape-work``. A unit's bytes depend
    only on its input.
 3. Assemble: concatenate the unit files in unit order into shards (hashing as they are written),
-   copy the tokenizer in, write ``manifest.json`` last, remove the work directory.
+   with where each document came from (``store.provenance``: its input, record there and id;
+   a jsonl line counted on from the lines of the file's earlier units), copy the tokenizer in,
+   write the inputs table and ``manifest.json`` last, remove the work directory.
 
 Killed at any moment, the same command resumes: finished units are kept, assembly is redone,
 and the result is byte-identical to an uninterrupted run. Bad input removes what this run wrote.
@@ -46,6 +48,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from tokentape._src.objects.client import is_url, object_store
 from tokentape._src.store.atomic import replace_directory, write_atomic
 from tokentape._src.store.format import (
@@ -58,6 +62,13 @@ from tokentape._src.store.format import (
 )
 from tokentape._src.store.lock import output_lock
 from tokentape._src.store.output import JOB_FILE, WORK_DIR, clear_out, discard_store
+from tokentape._src.store.provenance import (
+    ADDED,
+    INPUTS_NAME,
+    ShardProvenance,
+    inputs_json,
+    make_provenance,
+)
 from tokentape._src.store.safedir import made_directory
 from tokentape._src.store.tokenizers import (
     Tokenizer,
@@ -74,7 +85,14 @@ from tokentape._src.store.upload import (
 )
 from tokentape._src.store.writer import ShardWriter
 from tokentape._src.tokenize.filters import FilterSet, parse_filters
-from tokentape._src.tokenize.inputs import Unit, expand_inputs, plan_units
+from tokentape._src.tokenize.inputs import (
+    InputFile,
+    Unit,
+    UnitPart,
+    expand_inputs,
+    plan_units,
+    with_id_keys,
+)
 from tokentape._src.tokenize.job import (
     OutState,
     TokenizeConfig,
@@ -127,6 +145,8 @@ class TokenizeSummary:
         tokenizer: Which tokenizer made it: ``kind``, ``spec``, ``source`` (the kind and the
             file read), ``eod_id``, ``eod_token`` and ``eod_choice`` (the EOD and why it was
             chosen: ``--eod-token``, the ``eos_token`` of ``tokenizer_config.json``, ...).
+        id_keys: The fields the records' ids were read from, with how many inputs each
+            (``""``: inputs without one); empty for a store that records no provenance.
     """
 
     out: str
@@ -146,6 +166,7 @@ class TokenizeSummary:
     seconds: float
     content_hash: str
     tokenizer: dict[str, Any]
+    id_keys: dict[str, int]
 
     def to_json(self) -> dict[str, Any]:
         """The summary as JSON-friendly data.
@@ -161,21 +182,72 @@ ShardDone = Callable[[Path, ShardInfo], None]
 place: an upload starts it."""
 
 
+class _Origins:
+    """Where the documents of each unit came from, in the store's terms (``ADDED``): the
+    input's index among the job's files and the record in the whole file (a jsonl line counted
+    on from the lines of the file's earlier parts); and what each input gave."""
+
+    def __init__(self, files: list[InputFile]) -> None:
+        self.files = files
+        self.index = {f.path: i for i, f in enumerate(files)}
+        self.lines_before = [0] * len(files)
+        self.docs_in = [0] * len(files)
+        self.docs_kept = [0] * len(files)
+
+    def of_unit(self, unit: Unit, result: UnitResult, records: np.ndarray) -> np.ndarray:
+        """``records`` (the unit's ``UNIT_RECORD`` rows) as the store records them."""
+        inputs = np.array([self.index[p.file.path] for p in unit.parts], dtype=np.uint32)
+        pairs = zip(unit.parts, inputs.tolist(), strict=True)
+        before = [self.lines_before[i] if _counts_lines(p) else 0 for p, i in pairs]
+        offsets = np.array(before, dtype=np.uint64)
+        part = records["part"].astype(np.intp)
+        added = np.empty(len(records), dtype=ADDED)
+        added["input"] = inputs[part]
+        added["group"] = records["group"]
+        added["record"] = records["record"] + offsets[part]
+        added["id_len"] = records["id_len"]
+        kept = np.bincount(part, minlength=len(unit.parts)).tolist()
+        for k, i in enumerate(inputs.tolist()):
+            self.lines_before[i] += result.part_lines[k]
+            self.docs_in[i] += result.part_docs_in[k]
+            self.docs_kept[i] += kept[k]
+        return added
+
+    def table(self) -> list[dict[str, Any]]:
+        """The inputs table (``inputs.json``): each input and what it gave."""
+        rows = []
+        for f, docs_in, kept in zip(self.files, self.docs_in, self.docs_kept, strict=True):
+            row: dict[str, Any] = {"path": f.path, "kind": f.kind, "size": f.size}
+            if f.version:
+                row["version"] = f.version
+            row |= {"id_key": f.id_key or None, "docs_in": docs_in, "docs_kept": kept,
+                    "docs_dropped": docs_in - kept}  # fmt: skip
+            rows.append(row)
+        return rows
+
+
+def _counts_lines(part: UnitPart) -> bool:
+    """Whether a part's record numbers are lines within it (jsonl), counted on across parts."""
+    return part.file.kind not in ("parquet", "txt")
+
+
 def _assemble(
     out: Path,
     work_dir: Path,
+    units: list[Unit],
     results: list[UnitResult],
+    origins: _Origins,
     dtype: str,
     shard_tokens: int,
     on_shard: ShardDone | None = None,
-) -> tuple[list[ShardInfo], int]:
+) -> tuple[list[ShardInfo], list[ShardProvenance], int]:
     writer = ShardWriter(out, dtype, shard_tokens)
     told = 0
     try:
-        for result in results:
-            tokens, lengths = read_unit(work_dir, result, dtype)
+        for unit, result in zip(units, results, strict=True):
+            got = read_unit(work_dir, result, dtype)
             n_before = len(writer.shards)
-            writer.add(tokens, lengths)
+            writer.add(got.tokens, got.lengths, origins.of_unit(unit, result, got.records), got.ids)
             if len(writer.shards) > n_before:
                 crashpoint("mid-assembly")
             told = _tell(out, writer.shards, told, on_shard)
@@ -184,7 +256,7 @@ def _assemble(
     except BaseException:
         writer.abort()
         raise
-    return shards, sum(s.n_tokens for s in shards)
+    return shards, writer.provenance, sum(s.n_tokens for s in shards)
 
 
 def _tell(out: Path, shards: list[ShardInfo], told: int, on_shard: ShardDone | None) -> int:
@@ -222,7 +294,19 @@ def _summary(
         seconds=seconds,
         content_hash=manifest.content_hash,
         tokenizer=tokenizer_report(tokenizer),
+        id_keys=_id_keys(manifest),
     )
+
+
+def _id_keys(manifest: Manifest) -> dict[str, int]:
+    """How many inputs had their ids read from each field (``""``: none), as the job recorded
+    its inputs; nothing for a store without provenance."""
+    if manifest.provenance is None:
+        return {}
+    files = manifest.inputs.get("files")
+    rows = files if isinstance(files, list) else []
+    keys = Counter(str(f.get("id_key") or "") for f in rows if isinstance(f, dict))
+    return dict(sorted(keys.items()))
 
 
 def _filter_stats(results: list[UnitResult], filters: FilterSet) -> dict[str, Any]:
@@ -264,7 +348,9 @@ def _tokenize(
 ) -> TokenizeSummary:
     tokenizer = load_tokenizer(config.tokenizer, config.eod_token)
     filters = parse_filters(config.filters)
-    files = expand_inputs(config.inputs, config.storage_options)
+    files = with_id_keys(
+        expand_inputs(config.inputs, config.storage_options), config.id_key, config.text_key
+    )
     unit_bytes = config.unit_bytes(sum(f.size for f in files))
     units = plan_units(files, unit_bytes)
     dtype = choose_dtype(tokenizer.vocab_size) if config.dtype == "auto" else config.dtype
@@ -278,6 +364,7 @@ def _tokenize(
         config=config,
         tokenizer=tokenizer,
         filters=filters,
+        files=files,
         units=units,
         dtype=dtype,
         shard_tokens=shard_tokens,
@@ -358,6 +445,8 @@ class _Job:
     config: TokenizeConfig
     tokenizer: Tokenizer
     filters: FilterSet
+    files: list[InputFile]
+    """The inputs, in order, each with the field its ids are read from."""
     units: list[Unit]
     dtype: str
     shard_tokens: int
@@ -440,7 +529,10 @@ def _run(
         clear_out(build, keep=(WORK_DIR,))  # what an interrupted assembly left behind
         # A build that replaces ``out`` is moved at the end: its files are uploaded from there.
         told = None if plan.replace else on_shard
-        shards, n_tokens = _assemble(build, unit_dir, done, job.dtype, job.shard_tokens, told)
+        origins = _Origins(job.files)
+        shards, provenance, n_tokens = _assemble(
+            build, unit_dir, units, done, origins, job.dtype, job.shard_tokens, told
+        )
         if n_tokens == 0:
             raise InputError(
                 f"inputs {', '.join(config.inputs)}: no document left to store "
@@ -450,7 +542,10 @@ def _run(
         if stored is not None:
             name, data = stored
             write_atomic(build / name, data)
+        table = inputs_json(origins.table())
+        write_atomic(build / INPUTS_NAME, table)
         manifest = _manifest(job, done, shards, n_tokens)
+        manifest = replace(manifest, provenance=make_provenance(table, provenance))
         write_atomic(build / MANIFEST_NAME, manifest.to_json().encode())
         crashpoint("after-manifest")
         shutil.rmtree(work_dir, ignore_errors=True)

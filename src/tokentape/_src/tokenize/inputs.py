@@ -42,7 +42,8 @@ positions of line breaks or parquet row groups) and ``unit_bytes``:
 - Units are numbered from 0. Reading every unit in order yields exactly the documents of
   reading every file whole, in order.
 
-Documents (``read_documents``):
+Documents (``read_records``: each with its record number and the user's id, ``records``;
+``read_documents``: the texts alone):
 
 - jsonl (plain, gzip, zstandard): one JSON object per line, the document is the string in
   field ``text_key``. Blank lines are skipped; a UTF-8 byte order mark at the start of a file
@@ -75,6 +76,15 @@ import zstandard
 
 from tokentape._src.objects.client import is_url
 from tokentape._src.tokenize import remote_inputs, streams
+from tokentape._src.tokenize.records import (
+    ID_KEY_AUTO,
+    ID_KEY_NONE,
+    IdPath,
+    Record,
+    auto_id_key,
+    id_path,
+    id_text,
+)
 from tokentape._src.util.text import is_utf8
 from tokentape.errors import InputError
 
@@ -110,6 +120,12 @@ class InputFile:
     storage_options: Mapping[str, Any] = field(
         default_factory=dict, compare=False, repr=False
     )  # an object's fsspec options (what it was listed with), to read it while planning
+    id_key: str = ""  # the field each record's id is read from (dotted); "": no id
+
+    @property
+    def id_path(self) -> IdPath:
+        """``id_key`` split at its dots (empty: no id)."""
+        return id_path(self.id_key) if self.id_key else ()
 
     @property
     def remote(self) -> bool:
@@ -293,6 +309,59 @@ def expand_inputs(
     return files
 
 
+def with_id_keys(files: Sequence[InputFile], id_key: str, text_key: str) -> list[InputFile]:
+    """``files``, each with the field its records' ids are read from: ``id_key`` itself,
+    none (``none``), or (``auto``) the first of ``records.AUTO_ID_FIELDS`` that the file's
+    first record has (a ``.txt`` file has none)."""
+    if id_key == ID_KEY_NONE:
+        return list(files)
+    if id_key != ID_KEY_AUTO:
+        id_path(id_key)
+        return [f if f.kind == "txt" else replace(f, id_key=id_key) for f in files]
+    return [replace(f, id_key=_first_record_id_key(f, text_key) or "") for f in files]
+
+
+def _first_record_id_key(file: InputFile, text_key: str) -> str | None:
+    """The id field ``auto`` finds in the file's first record (its columns, in parquet)."""
+    if file.kind == "txt":
+        return None
+    if file.kind == "parquet":
+        with _open_parquet(file) as pf:
+            return auto_id_key(pf.schema_arrow.names)
+    line = _first_line(file)
+    try:
+        return auto_id_key(json.loads(line.removeprefix(_BOM))) if line else None
+    except (ValueError, RecursionError):
+        return None  # reading the file says what is wrong with the line
+
+
+def _first_line(file: InputFile) -> bytes:
+    """The first line of a jsonl file that is not blank (b"" when none), read a block at a
+    time up to it (the text of a compressed one)."""
+    blocks = _decompressed(file) if file.kind in COMPRESSED_JSONL else _blocks_from(file)
+    pending = b""
+    try:
+        for block in blocks:
+            pending += block
+            while b"\n" in pending:
+                line, pending = pending.split(b"\n", 1)
+                if line.strip():
+                    return line
+    finally:
+        close = getattr(blocks, "close", None)
+        if close is not None:  # a generator: its file is closed now, not when collected
+            close()
+    return pending if pending.strip() else b""
+
+
+def _blocks_from(file: InputFile) -> Iterator[bytes]:
+    """A plain file's bytes in ``READ_BLOCK`` steps from its start (an object: ranged GETs of
+    a block each)."""
+    with _open_input(file, 0, READ_BLOCK) as f:
+        while block := f.read(READ_BLOCK):
+            yield block
+
+
 # ---------------------------------------------------------------------------------------------
 # plan_units
 
@@ -443,6 +512,8 @@ class ReadPosition:
 
     done: int = 0
     extent: int = 0
+    lines: int = 0
+    """jsonl: the lines of the part read so far (blank ones too)."""
 
     def share(self, n_bytes: int) -> int:
         """The part's ``n_bytes`` in proportion to the position (all of it once done)."""
@@ -457,9 +528,20 @@ def read_documents(
     storage_options: Mapping[str, Any] | None = None,
     position: ReadPosition | None = None,
 ) -> Iterator[str]:
-    """The documents of ``part``, in file order; ``storage_options`` (the job's, for an object
-    URL) replace those the file was listed with; ``position`` follows the reading (progress
-    inside a unit)."""
+    """The texts of the documents of ``part`` (``read_records``)."""
+    return (record.text for record in read_records(part, text_key, storage_options, position))
+
+
+def read_records(
+    part: UnitPart,
+    text_key: str,
+    storage_options: Mapping[str, Any] | None = None,
+    position: ReadPosition | None = None,
+) -> Iterator[Record]:
+    """The documents of ``part``, in file order, each with its record number and id (from
+    the field ``part.file.id_key``); ``storage_options`` (the job's, for an object URL) replace
+    those the file was listed with; ``position`` follows the reading (progress inside a
+    unit)."""
     if storage_options is not None and part.file.remote:
         part = replace(part, file=replace(part.file, storage_options=dict(storage_options)))
     _check_unchanged(part.file)
@@ -472,7 +554,7 @@ def read_documents(
     return _then_unchanged(docs, part.file) if _several_reads(part) else docs
 
 
-def _read_kind(part: UnitPart, text_key: str, position: ReadPosition) -> Iterator[str]:
+def _read_kind(part: UnitPart, text_key: str, position: ReadPosition) -> Iterator[Record]:
     kind = part.file.kind
     if kind == "txt":
         return _counted_txt(part.file, position)
@@ -483,10 +565,10 @@ def _read_kind(part: UnitPart, text_key: str, position: ReadPosition) -> Iterato
     raise InputError(f"{part.file.path}: unknown input kind '{kind}'")
 
 
-def _counted_txt(file: InputFile, position: ReadPosition) -> Iterator[str]:
+def _counted_txt(file: InputFile, position: ReadPosition) -> Iterator[Record]:
     for text in _read_txt(file):
         position.done = 1
-        yield text
+        yield Record(text, 0, -1, "")
 
 
 def _several_reads(part: UnitPart) -> bool:
@@ -501,7 +583,7 @@ def _several_reads(part: UnitPart) -> bool:
     return size > REMOTE_BLOCK
 
 
-def _then_unchanged(docs: Iterator[str], file: InputFile) -> Iterator[str]:
+def _then_unchanged(docs: Iterator[Record], file: InputFile) -> Iterator[Record]:
     """``docs``, then the object checked once more: one replaced while its ranges were read
     (each a separate GET) may have given bytes of two versions, and is refused."""
     yield from docs
@@ -587,14 +669,14 @@ def _open_parquet(file: InputFile) -> Iterator[pq.ParquetFile]:
             yield pf
 
 
-def _read_parquet(part: UnitPart, text_key: str, position: ReadPosition) -> Iterator[str]:
+def _read_parquet(part: UnitPart, text_key: str, position: ReadPosition) -> Iterator[Record]:
     with _open_parquet(part.file) as pf:
-        yield from _parquet_texts(pf, part, text_key, position)
+        yield from _parquet_records(pf, part, text_key, position)
 
 
-def _parquet_texts(
+def _parquet_records(
     pf: pq.ParquetFile, part: UnitPart, text_key: str, position: ReadPosition
-) -> Iterator[str]:
+) -> Iterator[Record]:
     path = part.file.path
     schema = pf.schema_arrow
     if text_key not in schema.names:
@@ -605,26 +687,37 @@ def _parquet_texts(
     col_type = schema.field(text_key).type
     if not _is_string_type(col_type):
         raise InputError(f"{path}: column '{text_key}' is {col_type}, expected a string")
+    columns = [text_key]
+    id_at = part.file.id_path
+    if id_at and id_at[0] in schema.names:  # a file without the id column: no ids
+        columns.append(id_at[0])
     meta = pf.metadata
     first = 0  # the first row of row group i
     for i in range(meta.num_row_groups):
         rows = meta.row_group(i).num_rows
         a, b = max(part.start, first), min(part.stop, first + rows)
         if a < b:
-            arrays: Iterable[pa.Array]
+            batches: Iterable[pa.RecordBatch]
             if (a, b) == (first, first + rows):  # the whole row group
-                arrays = _whole_row_group(pf, part.file, i, text_key)
+                batches = _whole_row_group(pf, part.file, i, columns)
             else:  # a piece of it, read on from where this process stopped
-                arrays = _row_group_piece(pf, part.file, i, a - first, b - first, text_key)
+                batches = _row_group_piece(pf, part.file, i, a - first, b - first, columns)
             row = a
-            for array in arrays:
+            for batch in batches:
+                array = batch.column(0)
                 if array.null_count:
                     first_null = row + array.is_null().index(True).as_py()
                     raise InputError(f"{path}: row {first_null}: field '{text_key}' is null")
-                for text in array.to_pylist():
+                texts = array.to_pylist()
+                ids = (
+                    [id_text(v, id_at[1:]) for v in batch.column(1).to_pylist()]
+                    if len(columns) > 1
+                    else [""] * len(texts)
+                )
+                for k, (text, id_) in enumerate(zip(texts, ids, strict=True)):
                     position.done += 1  # counted as handed out: progress inside a row group
-                    yield text
-                row += len(array)
+                    yield Record(text, row + k, i, id_)
+                row += len(texts)
         first += rows
 
 
@@ -632,32 +725,33 @@ def _unreadable(path: str, i: int, err: BaseException) -> InputError:
     return InputError(f"{path}: row group {i} is not readable ({_one_line(err)})")
 
 
-def _whole_row_group(pf: pq.ParquetFile, file: InputFile, i: int, key: str) -> list[pa.Array]:
+def _whole_row_group(
+    pf: pq.ParquetFile, file: InputFile, i: int, columns: list[str]
+) -> list[pa.RecordBatch]:
     try:
-        chunks: list[pa.Array] = pf.read_row_group(i, columns=[key]).column(0).chunks
-        return chunks
+        batches: list[pa.RecordBatch] = pf.read_row_group(i, columns=columns).to_batches()
+        return batches
     except (OSError, pa.ArrowException) as err:
         raise _unreadable(file.path, i, err) from None
 
 
 def _row_group_piece(
-    pf: pq.ParquetFile, file: InputFile, i: int, start: int, stop: int, key: str
-) -> Iterator[pa.Array]:
+    pf: pq.ParquetFile, file: InputFile, i: int, start: int, stop: int, columns: list[str]
+) -> Iterator[pa.RecordBatch]:
     """Rows [start, stop) of row group ``i``, its batches read forward (``streams``)."""
 
-    def batches() -> Iterator[pa.Array]:
+    def batches() -> Iterator[pa.RecordBatch]:
         with _open_parquet(file) as own:  # the stream outlives this part's reader
             try:
-                for batch in own.iter_batches(batch_size=PARQUET_BATCH, row_groups=[i],
-                                              columns=[key]):  # fmt: skip
-                    yield batch.column(0)
+                yield from own.iter_batches(batch_size=PARQUET_BATCH, row_groups=[i],
+                                            columns=columns)  # fmt: skip
             except (OSError, pa.ArrowException) as err:
                 raise _unreadable(file.path, i, err) from None
 
     def short(pos: int) -> InputError:
         return InputError(f"{file.path}: row group {i} ended at row {pos}, expected {stop}")
 
-    key_ = (_stream_key(file), "row group", i, key)
+    key_ = (_stream_key(file), "row group", i, tuple(columns))
     return streams.read_range(key_, start, stop, batches, lambda a, lo, hi: a[lo:hi], short)
 
 
@@ -872,7 +966,7 @@ def _field_error(ctx: _JsonlContext, value: object, line_in_part: int) -> InputE
     return ctx.fail(line_in_part, f"field '{key}' is {_json_type(value)}, expected a string")
 
 
-def _read_jsonl(part: UnitPart, text_key: str, position: ReadPosition) -> Iterator[str]:
+def _read_jsonl(part: UnitPart, text_key: str, position: ReadPosition) -> Iterator[Record]:
     """Fast path: split byte blocks into lines, decode and parse each line, take the field.
 
     Anything unusual (blank line, bad UTF-8 or JSON, missing or non-string field) raises on
@@ -880,6 +974,7 @@ def _read_jsonl(part: UnitPart, text_key: str, position: ReadPosition) -> Iterat
     """
     ctx = _JsonlContext(part, text_key)
     loads = json.loads
+    id_at = part.file.id_path
     done = 0  # lines of the part already handled
     first = part.start == 0
     for chunk in _line_chunks(_blocks(part)):
@@ -906,7 +1001,8 @@ def _read_jsonl(part: UnitPart, text_key: str, position: ReadPosition) -> Iterat
             lines[k] = b""  # decoded: a huge line's bytes are not kept beside its text
             del line
             try:
-                value = loads(text)[text_key]
+                obj = loads(text)
+                value = obj[text_key]
             except (ValueError, KeyError, TypeError, IndexError, RecursionError):
                 err = _diagnose(ctx, text.encode("utf-8", "surrogateescape"), i)
                 if err is None:
@@ -915,8 +1011,10 @@ def _read_jsonl(part: UnitPart, text_key: str, position: ReadPosition) -> Iterat
             del text  # parsed: only the document's text is kept while it is tokenized
             if type(value) is not str or (check_surrogates and not is_utf8(value)):
                 raise _field_error(ctx, value, i)
-            yield value
+            yield Record(value, i, -1, id_text(obj, id_at) if id_at else "")
+            del obj
         done += len(lines)
+        position.lines = done
 
 
 __all__ = [
@@ -932,4 +1030,6 @@ __all__ = [
     "file_kind",
     "plan_units",
     "read_documents",
+    "read_records",
+    "with_id_keys",
 ]

@@ -22,7 +22,7 @@ from tokentape._src.store.format import (
     FORMAT_VERSION,
     MANIFEST_NAME,
     Manifest,
-    numpy_dtype,
+    manifest_files,
     parse_manifest,
 )
 from tokentape._src.store.output import (
@@ -34,6 +34,7 @@ from tokentape._src.store.output import (
     survey,
 )
 from tokentape._src.tokenize.inputs import InputFile
+from tokentape._src.tokenize.records import ID_KEY_AUTO, check_id_key
 from tokentape._src.util.checks import check_count, check_mb, check_path, check_text
 from tokentape._src.util.hashing import canonical_hash
 from tokentape.errors import ArgumentError, OutputError, StoreError, TokentapeError
@@ -66,6 +67,9 @@ class TokenizeConfig:
     """End-of-document token (default: the tokenizer's own)."""
     text_key: str = "text"
     """JSON field / parquet column holding the text."""
+    id_key: str = ID_KEY_AUTO
+    """The field (dotted for a nested one) holding each record's own id, recorded with the
+    document; 'auto': the first of id, doc_id, url in each input's first record; 'none'."""
     filters: tuple[str, ...] = ()
     """Filter specs, e.g. 'unique-lines', 'min-tokens:16'."""
     workers: int = 1
@@ -103,6 +107,8 @@ class TokenizeConfig:
         if self.eod_token is not None:
             check_text("--eod-token", self.eod_token)
         check_text("--text-key", self.text_key)
+        check_text("--id-key", self.id_key)
+        check_id_key(self.id_key)
         if not isinstance(self.filters, tuple | list) or isinstance(self.filters, str):
             raise ArgumentError(f"filters: expected a tuple of specs, got {self.filters!r}")
         for spec in self.filters:
@@ -147,11 +153,15 @@ def job_identity(
         "format_version": FORMAT_VERSION,
         "tokenizer": tokenizer_fingerprint,
         "text_key": config.text_key,
+        "id_key": config.id_key,
         "filters": filters_json,
         "dtype": dtype,
         "shard_tokens": shard_tokens,
         "unit_bytes": unit_bytes,
-        "inputs": [{"path": f.path, "kind": f.kind, "size": f.size} for f in files],
+        "inputs": [
+            {"path": f.path, "kind": f.kind, "size": f.size, "id_key": f.id_key or None}
+            for f in files
+        ],
     }
 
 
@@ -191,20 +201,18 @@ def store_damage(
     problem = summary_problem(manifest)
     if problem is not None:
         return problem
-    itemsize = numpy_dtype(manifest.dtype).itemsize
-    for shard in manifest.shards:
-        for name, size in (
-            (shard.bin_file, shard.n_tokens * itemsize),
-            (shard.idx_file, shard.idx_bytes),
-        ):
-            try:
-                st = os.lstat(directory / name)
-            except FileNotFoundError:
-                return f"{name} is missing"
-            if not stat.S_ISREG(st.st_mode):
-                return f"{name} is not a regular file"
-            if st.st_size != size:
-                return f"{name} holds {st.st_size} bytes, the manifest says {size}"
+    for file in manifest_files(manifest):
+        if file.size is None:  # the tokenizer copy: compared whole below
+            continue
+        name, size = file.name, file.size
+        try:
+            st = os.lstat(directory / name)
+        except FileNotFoundError:
+            return f"{name} is missing"
+        if not stat.S_ISREG(st.st_mode):
+            return f"{name} is not a regular file"
+        if st.st_size != size:
+            return f"{name} holds {st.st_size} bytes, the manifest says {size}"
     if stored is not None:
         name, data = stored
         try:

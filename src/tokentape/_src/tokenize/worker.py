@@ -1,8 +1,10 @@
-"""Tokenize one unit of input into a unit file in the work directory.
+"""Tokenize one unit of input into unit files in the work directory.
 
 A unit's output is a pure function of its input bytes and the job settings, so it does not
 matter which process makes it, or how often: ``unit-NNNNNN.json`` (written last, atomically) marks
-it finished, and a rerun skips it.
+it finished, and a rerun skips it. Beside the tokens (``.bin``) and the documents' lengths
+(``.len.npy``), a unit records where each document it kept came from (``.rec.npy``: the part of
+the unit, the record in it, the row group; ``.ids``: the user's ids, one after another).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Any, BinaryIO, TypeVar
+from typing import Any, BinaryIO, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -22,13 +24,18 @@ from tokentape._src.store.format import numpy_dtype
 from tokentape._src.store.tokenizers import Tokenizer
 from tokentape._src.store.writer import npy_bytes
 from tokentape._src.tokenize.filters import FilterSet
-from tokentape._src.tokenize.inputs import ReadPosition, Unit, UnitPart, read_documents
+from tokentape._src.tokenize.inputs import ReadPosition, Unit, read_records
 from tokentape._src.tokenize.pieces import encode_documents
+from tokentape._src.tokenize.records import Record
 from tokentape._src.util.progress import Counters
 from tokentape.errors import InputError, StoreError
 
 BATCH_DOCS = 256
 EMPTY = "empty"
+UNIT_RECORD = np.dtype([("part", "<u4"), ("group", "<i4"), ("record", "<u8"), ("id_len", "<u8")])
+"""Where a kept document came from, as a unit records it: the part of the unit (its index in
+``Unit.parts``), the row group (parquet; else -1), the record in the part (a jsonl line within
+the part, from 1; a parquet row in the file; 0 for a ``.txt``) and its id's length in bytes."""
 
 
 @dataclass(frozen=True)
@@ -54,6 +61,10 @@ class UnitResult:
     text_bytes: int
     dropped_docs: dict[str, int]
     dropped_tokens: dict[str, int]
+    part_lines: list[int] = field(default_factory=list)
+    """Per part of the unit: the lines read (jsonl, blank ones too; else 0)."""
+    part_docs_in: list[int] = field(default_factory=list)
+    """Per part of the unit: the documents read (kept or dropped)."""
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, sort_keys=True)
@@ -63,6 +74,12 @@ def unit_paths(work_dir: str | Path, index: int) -> tuple[Path, Path, Path]:
     """(tokens .bin, document lengths .len.npy, finished marker .json) of unit ``index``."""
     base = Path(work_dir) / f"unit-{index:06d}"
     return base.with_suffix(".bin"), base.with_suffix(".len.npy"), base.with_suffix(".json")
+
+
+def record_paths(work_dir: str | Path, index: int) -> tuple[Path, Path]:
+    """(where each kept document came from .rec.npy, their ids .ids) of unit ``index``."""
+    base = Path(work_dir) / f"unit-{index:06d}"
+    return base.with_suffix(".rec.npy"), base.with_suffix(".ids")
 
 
 def load_result(marker: Path) -> UnitResult | None:
@@ -84,7 +101,15 @@ def _well_formed(r: UnitResult) -> bool:
         return isinstance(d, dict) and all(isinstance(k, str) and count(v) for k, v in d.items())
 
     numbers = (r.index, r.docs_in, r.n_docs, r.n_tokens, r.text_bytes)
-    return all(map(count, numbers)) and counts(r.dropped_docs) and counts(r.dropped_tokens)
+    per_part = (r.part_lines, r.part_docs_in)
+    return (
+        all(map(count, numbers))
+        and counts(r.dropped_docs)
+        and counts(r.dropped_tokens)
+        and all(isinstance(v, list) and all(map(count, v)) for v in per_part)
+        and len(r.part_lines) == len(r.part_docs_in)
+        and sum(r.part_docs_in) == r.docs_in
+    )
 
 
 _T = TypeVar("_T")
@@ -99,13 +124,14 @@ def _batches(items: Iterable[_T], size: int) -> Iterator[list[_T]]:
 
 def _documents(
     unit: Unit, settings: WorkerSettings, positions: list[ReadPosition]
-) -> Iterator[tuple[UnitPart, str]]:
-    """The unit's documents; ``positions`` gets each part's reading position, in order."""
-    for part in unit.parts:
+) -> Iterator[tuple[int, Record]]:
+    """The unit's documents, each with the index of its part; ``positions`` gets each part's
+    reading position, in order."""
+    for k, part in enumerate(unit.parts):
         position = ReadPosition()
         positions.append(position)
-        for text in read_documents(part, settings.text_key, settings.storage_options, position):
-            yield part, text
+        for record in read_records(part, settings.text_key, settings.storage_options, position):
+            yield k, record
 
 
 def with_eod(flat: np.ndarray, counts: np.ndarray, eod: int) -> np.ndarray:
@@ -120,7 +146,8 @@ def with_eod(flat: np.ndarray, counts: np.ndarray, eod: int) -> np.ndarray:
 
 
 def _overflow(
-    batch: list[tuple[UnitPart, str]],
+    unit: Unit,
+    batch: list[tuple[int, Record]],
     keep: np.ndarray,
     counts: np.ndarray,
     tokens: np.ndarray,
@@ -129,7 +156,7 @@ def _overflow(
 ) -> InputError:
     """The error for the first id at or above the limit, naming the file it came from."""
     first = int(np.argmax(tokens >= settings.id_limit))
-    kept_parts = [part for (part, _), k in zip(batch, keep, strict=True) if k]
+    kept_parts = [unit.parts[part] for (part, _), k in zip(batch, keep, strict=True) if k]
     doc = int(np.searchsorted(np.cumsum(counts[keep] + 1), first, side="right"))
     return InputError(
         f"{kept_parts[doc].file.path}: token id {int(tokens[first])} does not fit: ids must be "
@@ -199,17 +226,20 @@ def tokenize_unit(
 ) -> UnitResult:
     """Tokenize ``unit``, append the EOD id to each kept document, and write its unit files."""
     bin_path, len_path, marker = unit_paths(settings.work_dir, unit.index)
+    rec_path, ids_path = record_paths(settings.work_dir, unit.index)
     dtype = numpy_dtype(settings.dtype)
     lengths: list[int] = []
+    records: list[np.ndarray] = []  # where each kept document came from, batch by batch
+    part_docs_in = [0] * len(unit.parts)
     dropped_docs: Counter[str] = Counter()
     dropped_tokens: Counter[str] = Counter()
     docs_in = text_bytes = n_tokens = 0
     eod = tokenizer.eod_id
     positions: list[ReadPosition] = []  # how far each part of the unit was read
     told = 0  # input bytes of the unit reported so far
-    with atomic_writer(bin_path) as out:
+    with atomic_writer(bin_path) as out, atomic_writer(ids_path) as ids_out:
         for batch in _batches(_documents(unit, settings, positions), BATCH_DOCS):
-            texts = [text for _, text in batch]
+            texts = [record.text for _, record in batch]
             heartbeat = None
             if counters is not None:  # a long document's pieces move the bar as they go
                 parts = zip(positions, unit.parts, strict=False)  # the parts begun so far
@@ -229,11 +259,14 @@ def tokenize_unit(
             del flat
             if len(kept) and max(int(kept.max()), eod) >= settings.id_limit:
                 tokens = with_eod(kept, counts[keep], eod)
-                raise _overflow(batch, keep, counts, tokens, settings, tokenizer)
+                raise _overflow(unit, batch, keep, counts, tokens, settings, tokenizer)
             _write_tokens(out, kept, counts[keep], eod, dtype)
             n_kept = len(kept) + int(keep.sum())  # each kept document ends with the EOD id
             del kept
             lengths.extend((counts[keep] + 1).tolist())
+            records.append(_kept_records(batch, keep, ids_out))
+            for part, _ in batch:
+                part_docs_in[part] += 1
             batch_bytes = sum(map(_utf8_length, texts))
             docs_in += len(batch)
             text_bytes += batch_bytes
@@ -242,6 +275,8 @@ def tokenize_unit(
                 heartbeat.counters.add(docs=len(batch), tokens=n_kept, text_bytes=batch_bytes,
                                        input_bytes=heartbeat.read - heartbeat.told)  # fmt: skip
                 told = heartbeat.read
+    kept_records = np.concatenate(records) if records else np.zeros(0, dtype=UNIT_RECORD)
+    write_atomic(rec_path, npy_bytes(kept_records))
     write_atomic(len_path, npy_bytes(np.asarray(lengths, dtype="<i8")))
     result = UnitResult(
         index=unit.index,
@@ -251,6 +286,8 @@ def tokenize_unit(
         text_bytes=text_bytes,
         dropped_docs=dict(sorted(dropped_docs.items())),
         dropped_tokens=dict(sorted(dropped_tokens.items())),
+        part_lines=[p.lines for p in positions] + [0] * (len(unit.parts) - len(positions)),
+        part_docs_in=part_docs_in,
     )
     write_atomic(marker, result.to_json().encode())
     if counters is not None:
@@ -258,9 +295,22 @@ def tokenize_unit(
     return result
 
 
+def _kept_records(
+    batch: list[tuple[int, Record]], keep: np.ndarray, ids_out: BinaryIO
+) -> np.ndarray:
+    """Where the kept documents of ``batch`` came from (``UNIT_RECORD``); their ids are
+    written to ``ids_out``, one after another."""
+    kept = [item for item, k in zip(batch, keep.tolist(), strict=True) if k]
+    ids = [record.id.encode("utf-8") for _, record in kept]
+    ids_out.write(b"".join(ids))
+    rows = [(part, r.group, r.number, len(i)) for (part, r), i in zip(kept, ids, strict=True)]
+    return np.array(rows, dtype=UNIT_RECORD)
+
+
 def unit_intact(work_dir: str | Path, result: UnitResult, dtype: str) -> bool:
-    """Whether a finished unit's files are what its marker records (sizes, document lengths);
-    a unit whose files were damaged after it finished is made again."""
+    """Whether a finished unit's files are what its marker records (sizes, document lengths,
+    where each document came from); a unit whose files were damaged after it finished is made
+    again."""
     bin_path, len_path, _ = unit_paths(work_dir, result.index)
     try:
         if bin_path.stat().st_size != result.n_tokens * numpy_dtype(dtype).itemsize:
@@ -272,39 +322,71 @@ def unit_intact(work_dir: str | Path, result: UnitResult, dtype: str) -> bool:
         lengths.shape == (result.n_docs,)
         and lengths.dtype == np.int64
         and int(lengths.sum()) == result.n_tokens
+        and _unit_records(work_dir, result) is not None
     )
 
 
-def read_unit(
-    work_dir: str | Path, result: UnitResult, dtype: str
-) -> tuple[np.ndarray, np.ndarray]:
-    """The tokens and document lengths a finished unit wrote, checked against its marker."""
+def _unit_records(work_dir: str | Path, result: UnitResult) -> tuple[np.ndarray, bytes] | None:
+    """The unit's records and ids, or None when they are not what its marker implies (one
+    record per document kept, each naming a part of the unit; ids that fill the file)."""
+    rec_path, ids_path = record_paths(work_dir, result.index)
+    try:
+        records = np.load(rec_path, allow_pickle=False)
+        ids = ids_path.read_bytes()
+    except (OSError, ValueError, EOFError, SyntaxError):  # numpy header errors among them
+        return None
+    good = (
+        records.dtype == UNIT_RECORD
+        and records.shape == (result.n_docs,)
+        and (not len(records) or int(records["part"].max()) < len(result.part_lines))
+        and int(records["id_len"].sum()) == len(ids)
+    )
+    return (records, ids) if good else None
+
+
+class UnitOutput(NamedTuple):
+    """What a finished unit wrote: its documents' tokens and lengths, where each came from
+    (``UNIT_RECORD``) and their ids one after another."""
+
+    tokens: np.ndarray
+    lengths: np.ndarray
+    records: np.ndarray
+    ids: bytes
+
+
+def read_unit(work_dir: str | Path, result: UnitResult, dtype: str) -> UnitOutput:
+    """What a finished unit wrote, checked against its marker."""
     bin_path, len_path, marker = unit_paths(work_dir, result.index)
+    found = None
     try:
         tokens = np.fromfile(bin_path, dtype=numpy_dtype(dtype))
         lengths = np.load(len_path, allow_pickle=False)
-        good = (
+        if (
             len(tokens) == result.n_tokens
             and lengths.shape == (result.n_docs,)
             and lengths.dtype == np.int64
             and int(lengths.sum()) == len(tokens)
-        )
+        ):
+            found = _unit_records(work_dir, result)
     except (OSError, ValueError, EOFError, SyntaxError):  # numpy header errors among them
-        good = False
-    if not good:
+        found = None
+    if found is None:
         marker.unlink(missing_ok=True)  # the rerun makes this unit again
         raise StoreError(
             f"{bin_path}: unit {result.index}'s output does not match its marker (damaged); "
             "run the same command again to make it anew"
         )
-    return tokens, lengths
+    return UnitOutput(tokens, lengths, *found)
 
 
 __all__ = [
+    "UNIT_RECORD",
+    "UnitOutput",
     "UnitResult",
     "WorkerSettings",
     "load_result",
     "read_unit",
+    "record_paths",
     "tokenize_unit",
     "unit_intact",
     "unit_paths",

@@ -45,7 +45,9 @@ from tokentape._src.store.format import (
     NPY_ERRORS,
     Manifest,
     ShardInfo,
+    StoreFile,
     content_hash,
+    manifest_files,
     numpy_dtype,
     parse_manifest,
     read_manifest_text,
@@ -53,13 +55,15 @@ from tokentape._src.store.format import (
     sha256_stream,
     shard_name,
 )
+from tokentape._src.store.origins import records_offset
+from tokentape._src.store.provenance import provenance_hash
 from tokentape._src.store.remote import remote_manifest_text
 from tokentape._src.store.tokenizers import STORED_NAMES
 from tokentape._src.util.checks import as_parameter, is_int
 from tokentape._src.util.progress import ProgressCallback, check_callback, tally
 from tokentape._src.verify.megatron import check_megatron, planned_bytes
 from tokentape._src.verify.megatron_remote import check_remote_megatron, planned_remote_bytes
-from tokentape.errors import ArgumentError, InputError, TokentapeError
+from tokentape.errors import ArgumentError, InputError, StoreError, TokentapeError
 
 DEFAULT_QUICK_BLOCKS = 4
 """Blocks hashed per shard by ``--quick``: the first, the last and two picked by a seeded hash."""
@@ -408,6 +412,7 @@ def _report(
     problems += _plan_problems(manifest, plans)
     work = _Work()
     problems += _tokenizer_copy_problems(ctx)
+    problems += _provenance_problems(ctx, quick)
     for i, shard in enumerate(manifest.shards):
         outside = _confinement_problems(ctx, i, shard)
         if outside:  # never read a file that is not the store's own
@@ -626,6 +631,61 @@ def _tokenizer_copy_problems(ctx: _Store) -> list[Problem]:
         return [Problem(where, "tokenizer.file", " or ".join(STORED_NAMES), repr(name))]
     problem = _outside(ctx, name)
     return [] if problem is None else [problem]
+
+
+_PROVENANCE_FILES = ("provenance records", "document ids", "inputs table")
+
+
+def _provenance_problems(ctx: _Store, quick: bool) -> list[Problem]:
+    """The provenance the manifest records, when it does: its hash follows from the files it
+    names, and each file is the store's own, of the recorded size and (not ``quick``) sha256;
+    the records' header is the expected array."""
+    block = ctx.manifest.provenance
+    if block is None:
+        return []
+    problems = []
+    recomputed = provenance_hash(block.inputs_sha256, block.shards)
+    if recomputed != block.provenance_hash:
+        where = ctx.file(MANIFEST_NAME)
+        problems.append(Problem(where, "provenance_hash mismatch", block.provenance_hash,
+                                recomputed))  # fmt: skip
+    n_docs = {s.rec_file: s.n_docs for s in ctx.manifest.shards}
+    for file in manifest_files(ctx.manifest):
+        if file.what not in _PROVENANCE_FILES:
+            continue
+        outside = _outside(ctx, file.name)
+        if outside is not None:
+            problems.append(outside)
+            continue
+        problems += _whole_file_problems(ctx, file, quick, n_docs.get(file.name))
+    return problems
+
+
+def _whole_file_problems(
+    ctx: _Store, file: StoreFile, quick: bool, n_docs: int | None
+) -> list[Problem]:
+    """A file checked whole: present, of its size, of its sha256 (not ``quick``) and, for a
+    shard's records (``n_docs`` of them), with the expected header."""
+    where = ctx.file(file.name)
+    try:
+        size = ctx.size(file.name)
+    except FileNotFoundError:
+        return [Problem(where, "missing", f"{file.size} bytes", "no file")]
+    problems = []
+    if size != file.size:
+        problems.append(Problem(where, "size", f"{file.size} bytes", f"{size} bytes"))
+    with ctx.open(file.name) as f:
+        if not quick and file.sha256 is not None:
+            digest = sha256_stream(f, CHUNK_BYTES)
+            if digest != file.sha256:
+                problems.append(Problem(where, "sha256 mismatch", file.sha256, digest))
+            f.seek(0)
+        if n_docs is not None:
+            try:
+                records_offset(f, n_docs, where)
+            except StoreError as exc:
+                problems.append(Problem(where, "unreadable", f"{n_docs} records", str(exc)))
+    return problems
 
 
 def _block_record_problems(ctx: _Store, shard: ShardInfo, where: str) -> list[Problem]:

@@ -1,0 +1,220 @@
+"""Provenance recorded at tokenize: every document kept names its input, its record there
+and the user's id, for every input format; the files are byte-identical whatever the worker
+count or unit size, checked by ``verify``, and a store made before them still reads.
+
+The expected origins are derived from the input files directly (lines enumerated, parquet rows
+counted, ids read with ``json``/``pyarrow``) and the bytes tokenizer's rule (one token per
+UTF-8 byte), never from the reader under test."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import zstandard
+from helpers import tree_bytes
+
+import tokentape
+from tokentape._src.program import main
+from tokentape._src.store.provenance import INPUTS_NAME
+from tokentape._src.verify.stores import check_store
+
+MIN_TOKENS = 12  # the filter: bytes tokenizer, so a document's tokens are its UTF-8 bytes
+
+
+def _text(i: int) -> str:
+    """Document text: some short enough to be dropped by the filter, one empty (dropped)."""
+    if i % 11 == 5:
+        return ""
+    return f"doc {i} " + "é" * (i % 9) + "w" * (i % 13)
+
+
+def _corpus(root: Path) -> list[tuple[str, str, int, int | None, str | None]]:
+    """Inputs of every kind under ``root`` and, in reading order, the (input, kind, record,
+    row group, id) of every document the filter keeps."""
+    root.mkdir()
+    kept: list[tuple[str, str, int, int | None, str | None]] = []
+
+    def keep(path: Path, kind: str, record: int, group: int | None, id_: str | None, t: str):
+        if t and len(t.encode()) >= MIN_TOKENS:
+            kept.append((str(path), kind, record, group, id_))
+
+    # a.jsonl: ids of several types, blank lines, a record without an id; big enough to be cut
+    lines = []
+    for i in range(300):
+        record: dict[str, object] = {"text": _text(i)}
+        if i % 4 == 0:
+            record["id"] = f"a-{i}"
+        elif i % 4 == 1:
+            record["id"] = 1000 + i
+        elif i % 4 == 2:
+            record["id"] = {"n": i}
+        lines.append(json.dumps(record))
+        if i % 17 == 3:
+            lines.append("")
+    a = root / "a.jsonl"
+    a.write_text("\n".join(lines) + "\n")
+    for number, line in enumerate(lines, start=1):
+        if line:
+            record = json.loads(line)
+            value = record.get("id")
+            id_ = None if value is None else value if isinstance(value, str) else json.dumps(
+                value, separators=(",", ":"))  # fmt: skip
+            keep(a, "jsonl", number, None, id_, record["text"])
+    # b.jsonl.zst and c.jsonl.gz: nested ids (meta.url), found by "auto"? no: url is nested,
+    # so auto finds "doc_id" in c and nothing in b
+    b_lines = [json.dumps({"text": _text(i), "meta": {"url": f"u{i}"}}) for i in range(120)]
+    b = root / "b.jsonl.zst"
+    b.write_bytes(zstandard.ZstdCompressor().compress(("\n".join(b_lines) + "\n").encode()))
+    for number, line in enumerate(b_lines, start=1):
+        keep(b, "jsonl.zst", number, None, None, json.loads(line)["text"])
+    c_lines = [json.dumps({"doc_id": f"c{i}", "text": _text(i)}) for i in range(90)]
+    c = root / "c.jsonl.gz"
+    with gzip.open(c, "wt") as f:
+        f.write("\n".join(c_lines) + "\n")
+    for number, line in enumerate(c_lines, start=1):
+        keep(c, "jsonl.gz", number, None, f"c{number - 1}", json.loads(line)["text"])
+    # d.parquet: several row groups, an id column with nulls
+    texts = [_text(i) for i in range(200)]
+    ids = [None if i % 9 == 0 else f"row{i}" for i in range(200)]
+    d = root / "d.parquet"
+    pq.write_table(pa.table({"url": ids, "text": texts}), d, row_group_size=37)
+    meta = pq.ParquetFile(d).metadata
+    group_of = [g for g in range(meta.num_row_groups) for _ in range(meta.row_group(g).num_rows)]
+    for row in range(200):
+        keep(d, "parquet", row, group_of[row], ids[row], texts[row])
+    # e.txt: one record, no id
+    e = root / "e.txt"
+    e.write_text("a whole file is one document")
+    keep(e, "txt", 0, None, None, e.read_text())
+    return kept
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    root = tmp_path_factory.mktemp("prov")
+    expected = _corpus(root / "in")
+    summary = tokentape.tokenize(
+        root / "in", root / "store", filters=[f"min-tokens:{MIN_TOKENS}"], unit_mb=0.002,
+        shard_mb=0.002,
+    )  # fmt: skip
+    return root, expected, summary
+
+
+def test_every_document_names_its_input_record_and_id(made):
+    root, expected, summary = made
+    assert summary.units > 5 and summary.n_shards > 2  # files cut, documents over shards
+    src = tokentape.open_source(root / "store")
+    assert src.n_docs == len(expected)
+    got = []
+    for doc in range(src.n_docs):
+        o = src.provenance(doc)
+        got.append((o.input, o.kind, o.record, o.row_group, o.id))
+        assert o.doc == doc
+    assert got == expected
+
+
+def test_the_inputs_table_counts_what_each_input_gave(made):
+    root, expected, summary = made
+    table = tokentape.open_source(root / "store").inputs()
+    names = [Path(row["path"]).name for row in table]
+    assert names == ["a.jsonl", "b.jsonl.zst", "c.jsonl.gz", "d.parquet", "e.txt"]
+    assert [row["id_key"] for row in table] == ["id", None, "doc_id", "url", None]
+    kept = [sum(1 for e in expected if e[0] == row["path"]) for row in table]
+    assert [row["docs_kept"] for row in table] == kept
+    assert [row["docs_in"] for row in table] == [300, 120, 90, 200, 1]
+    assert all(row["docs_dropped"] == row["docs_in"] - row["docs_kept"] for row in table)
+    assert sum(row["docs_in"] - row["docs_kept"] for row in table) == sum(
+        summary.dropped_docs.values()
+    )
+    assert summary.id_keys == {"": 2, "doc_id": 1, "id": 1, "url": 1}
+
+
+def test_provenance_files_are_the_same_for_any_worker_count_and_unit_size(made, tmp_path):
+    root, _, _ = made
+    reference = tree_bytes(root / "store")
+    assert {INPUTS_NAME, "part-00000.rec.npy", "part-00000.ids"} <= set(reference)
+    for workers, unit_mb in ((2, 0.002), (1, 0.05)):
+        out = tmp_path / f"s{workers}-{unit_mb}"
+        tokentape.tokenize(
+            root / "in", out, filters=[f"min-tokens:{MIN_TOKENS}"], unit_mb=unit_mb,
+            shard_mb=0.002, workers=workers,
+        )  # fmt: skip
+        got = tree_bytes(out)
+        for name in reference:
+            if name != "manifest.json":  # records the unit size in its job
+                assert got[name] == reference[name], (workers, unit_mb, name)
+
+
+def test_ids_none_records_inputs_and_records_without_ids(made, tmp_path):
+    root, expected, _ = made
+    tokentape.tokenize(
+        root / "in", tmp_path / "s", filters=[f"min-tokens:{MIN_TOKENS}"], id_key="none"
+    )
+    src = tokentape.open_source(tmp_path / "s")
+    got = [src.provenance(d) for d in range(src.n_docs)]
+    assert [(o.input, o.record, o.id) for o in got] == [(e[0], e[2], None) for e in expected]
+
+
+def test_verify_finds_a_tampered_provenance_file(made, tmp_path):
+    root, _, _ = made
+    store = tmp_path / "s"
+    store.mkdir()
+    for name, data in tree_bytes(root / "store").items():
+        (store / name).write_bytes(data)
+    assert check_store(store).problems == ()
+    ids = store / "part-00001.ids"
+    data = bytearray(ids.read_bytes())
+    data[0] ^= 1
+    ids.write_bytes(bytes(data))
+    problems = check_store(store).problems
+    assert [(Path(p.file).name, p.what) for p in problems] == [
+        ("part-00001.ids", "sha256 mismatch")
+    ]
+    (store / INPUTS_NAME).write_text("{}")
+    names = {Path(p.file).name for p in check_store(store).problems}
+    assert names == {"part-00001.ids", INPUTS_NAME}
+
+
+def test_a_store_without_provenance_still_reads_plans_and_trains(made, tmp_path):
+    """A store made before provenance: its manifest has no block and the files are absent."""
+    root, _, _ = made
+    store = tmp_path / "old"
+    store.mkdir()
+    for name, data in tree_bytes(root / "store").items():
+        if not name.endswith((".rec.npy", ".ids")) and name != INPUTS_NAME:
+            (store / name).write_bytes(data)
+    manifest = json.loads((store / "manifest.json").read_text())
+    del manifest["provenance"]
+    (store / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    src = tokentape.open_source(store)
+    assert src.provenance(0) is None and src.inputs() is None
+    assert check_store(store).problems == ()
+    plan = tokentape.Plan.build({"old": {"path": str(store), "weight": 1}}, seq_len=8, seed=1,
+                                total_samples=64)  # fmt: skip
+    loader = tokentape.Loader(plan, 0, tokentape.BatchConfig(1, 4), prefetch=0)
+    step = loader.step()
+    (batch,) = step.micro_batches
+    want = [src.window(int(k), 8).tolist() for k in batch.sample]
+    assert batch.tokens.tolist() == want
+    loader.close()
+
+
+def test_info_shows_the_inputs_table_or_says_there_is_none(made, tmp_path, capsys):
+    root, _, _ = made
+    assert main(["info", str(root / "store")]) == 0
+    shown = capsys.readouterr().out
+    for row in tokentape.open_source(root / "store").inputs():
+        line = next(x for x in shown.splitlines() if x.strip().startswith(row["path"]))
+        numbers = [int(w.replace(",", "")) for w in line.split()[-3:]]
+        assert numbers == [row["docs_in"], row["docs_kept"], row["docs_dropped"]]
+    tokentape.tokenize(root / "in" / "e.txt", tmp_path / "s")
+    manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    del manifest["provenance"]
+    (tmp_path / "s" / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["info", str(tmp_path / "s")]) == 0
+    assert "provenance: not recorded" in capsys.readouterr().out

@@ -31,6 +31,7 @@ from objstore import SECRET_KEY
 
 from tokentape import BatchConfig, DataState, FetchConfig, Loader, Plan
 from tokentape._src.stage.stage import cache_key, stage_plan
+from tokentape._src.store.provenance import INPUTS_NAME
 from tokentape._src.store.reader import Source, source_at_url
 from tokentape._src.tokenize.driver import tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
@@ -469,8 +470,12 @@ def test_tokenize_from_and_to_the_bucket_under_503s_and_drops(
     want = tree_bytes(tmp_path / "local")
     assert sorted(got) == sorted(want)
     for name in want:
-        if name != "manifest.json":
+        if name not in ("manifest.json", INPUTS_NAME):  # those name the inputs (here URLs)
             assert got[name] == want[name], name
+    inputs = [row["path"] for row in json.loads(got[INPUTS_NAME])["inputs"]]
+    local = [row["path"] for row in json.loads(want[INPUTS_NAME])["inputs"]]
+    assert [p.removeprefix(prefix) for p in inputs] == [p.removeprefix(str(corpus)) for p in local]
     mine, theirs = json.loads(got["manifest.json"]), json.loads(want["manifest.json"])
     assert mine["content_hash"] == theirs["content_hash"]
     assert mine["shards"] == theirs["shards"] and len(mine["shards"]) > 1
+    assert mine["provenance"]["shards"] == theirs["provenance"]["shards"]

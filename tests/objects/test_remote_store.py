@@ -289,3 +289,25 @@ def test_open_source_opens_a_bucket_store_in_a_fresh_process(tmp_path, s3, s3_se
     assert (kind, where, fetches_ahead) == ("Source", url, True)  # read in place, in ranges
     assert n_docs == local.n_docs == 30
     assert window == local.window(3, 64).tolist() and doc == local.doc(7).tolist()
+
+
+def test_a_bucket_store_names_where_each_document_came_from(tmp_path, s3):
+    """Provenance read in place from the bucket: the same origins and inputs table as the
+    local copy, the provenance files fetched and checked against the manifest."""
+    lines = [json.dumps({"text": f"document {i} " + "x" * i, "id": f"r{i}"}) for i in range(60)]
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
+    tokentape.tokenize(tmp_path / "in.jsonl", tmp_path / "s", shard_mb=0.001, unit_mb=0.001)
+    local = tokentape.open_source(tmp_path / "s")
+    url = s3.upload_tree(tmp_path / "s", f"{s3.url}/prov")
+    remote = tokentape.open_source(url)
+    assert len(local.manifest.shards) > 1
+    assert [remote.provenance(d) for d in range(remote.n_docs)] == [
+        local.provenance(d) for d in range(local.n_docs)
+    ]
+    assert remote.provenance(7).where.endswith("in.jsonl:8") and remote.provenance(7).id == "r7"
+    assert remote.inputs() == local.inputs()
+    s3.client.put_object(Bucket=s3.name, Key="prov/part-00001.ids", Body=b"tampered")
+    fresh = tokentape.open_source(url)
+    first = local.manifest.shards[0].n_docs
+    with pytest.raises(tokentape.ObjectStorageError, match=r"part-00001\.ids"):
+        fresh.provenance(first)

@@ -464,23 +464,25 @@ def test_tokenize_config_refuses_bad_values_naming_them(field, value, expected, 
 @pytest.mark.subprocess
 def test_damaged_unit_files_of_an_interrupted_run_are_made_again(corpus, reference_store, tmp_path):
     """A rerun trusts a finished unit only if its files match its marker: a truncated token
-    file, a garbled marker or a garbled lengths file makes that unit again."""
+    file, a garbled marker, a garbled documents file or ids that do not fill their file makes
+    that unit again."""
     root, _ = corpus
     args = [*tokenize_args(root, tmp_path / "s"), "--json"]
     killed = run_cli(*args, env={"TOKENTAPE_CRASH_AT": "mid-assembly"})
     assert killed.returncode == -signal.SIGKILL
     (work,) = (tmp_path / "s" / ".tokentape-work").glob("units-*")  # this job's unit files
-    assert len(list(work.glob("unit-*.json"))) >= 4
+    assert len(list(work.glob("unit-*.json"))) >= 5
     with open(work / "unit-000000.bin", "r+b") as f:
         f.truncate(3)
     (work / "unit-000001.json").write_bytes(b"\xff\xfe garbage")
-    (work / "unit-000002.len.npy").write_bytes(b"\x93NUMPY garbage")
+    (work / "unit-000002.docs.npy").write_bytes(b"\x93NUMPY garbage")
     (work / "unit-000003.json").write_text('{"index": 3, "docs_in": "many"}')
+    (work / "unit-000004.ids").write_bytes(b"not the ids the documents name")
     rerun = run_cli(*args)
     assert rerun.returncode == 0, rerun.stderr
     summary = json.loads(rerun.stdout)
     assert summary["status"] == "resumed"
-    assert summary["units_reused"] == summary["units"] - 4
+    assert summary["units_reused"] == summary["units"] - 5
     assert tree_bytes(tmp_path / "s") == reference_store
 
 

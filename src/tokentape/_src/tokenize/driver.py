@@ -195,7 +195,7 @@ class _Origins:
         self.docs_kept = [0] * len(files)
 
     def of_unit(self, unit: Unit, result: UnitResult, records: np.ndarray) -> np.ndarray:
-        """``records`` (the unit's ``UNIT_RECORD`` rows) as the store records them."""
+        """``records`` (the unit's ``UNIT_DOC`` rows) as the store records them."""
         inputs = np.array([self.index[p.file.path] for p in unit.parts], dtype=np.uint32)
         pairs = zip(unit.parts, inputs.tolist(), strict=True)
         before = [self.lines_before[i] if _counts_lines(p) else 0 for p, i in pairs]
@@ -247,7 +247,8 @@ def _assemble(
         for unit, result in zip(units, results, strict=True):
             got = read_unit(work_dir, result, dtype)
             n_before = len(writer.shards)
-            writer.add(got.tokens, got.lengths, origins.of_unit(unit, result, got.records), got.ids)
+            lengths = np.ascontiguousarray(got.docs["length"])
+            writer.add(got.tokens, lengths, origins.of_unit(unit, result, got.docs), got.ids)
             if len(writer.shards) > n_before:
                 crashpoint("mid-assembly")
             told = _tell(out, writer.shards, told, on_shard)

@@ -81,6 +81,8 @@ def id_text(value: object, path: IdPath) -> str:
 def cut(text: str) -> str:
     """``text`` as valid UTF-8 (a lone surrogate becomes ``?``), cut to at most
     ``MAX_ID_BYTES`` bytes at a character boundary."""
+    if text.isascii() and len(text) <= MAX_ID_BYTES:  # the common case: nothing to do
+        return text
     data = text.encode("utf-8", "replace")
     if len(data) <= MAX_ID_BYTES:
         return text if text.isascii() else data.decode("utf-8")

@@ -2,9 +2,9 @@
 
 A unit's output is a pure function of its input bytes and the job settings, so it does not
 matter which process makes it, or how often: ``unit-NNNNNN.json`` (written last, atomically) marks
-it finished, and a rerun skips it. Beside the tokens (``.bin``) and the documents' lengths
-(``.len.npy``), a unit records where each document it kept came from (``.rec.npy``: the part of
-the unit, the record in it, the row group; ``.ids``: the user's ids, one after another).
+it finished, and a rerun skips it. Beside the tokens (``.bin``), a unit records each document
+it kept (``.docs.npy``: its length and where it came from: the part of the unit, the record in
+it, the row group) and the user's ids, one after another (``.ids``).
 """
 
 from __future__ import annotations
@@ -32,10 +32,13 @@ from tokentape.errors import InputError, StoreError
 
 BATCH_DOCS = 256
 EMPTY = "empty"
-UNIT_RECORD = np.dtype([("part", "<u4"), ("group", "<i4"), ("record", "<u8"), ("id_len", "<u8")])
-"""Where a kept document came from, as a unit records it: the part of the unit (its index in
-``Unit.parts``), the row group (parquet; else -1), the record in the part (a jsonl line within
-the part, from 1; a parquet row in the file; 0 for a ``.txt``) and its id's length in bytes."""
+UNIT_DOC = np.dtype(
+    [("length", "<i8"), ("part", "<u4"), ("group", "<i4"), ("record", "<u8"), ("id_len", "<u8")]
+)
+"""A kept document, as a unit records it: its length in tokens (its EOD included) and where it
+came from: the part of the unit (its index in ``Unit.parts``), the row group (parquet; else
+-1), the record in the part (a jsonl line within the part, from 1; a parquet row in the file; 0
+for a ``.txt``) and its id's length in bytes."""
 
 
 @dataclass(frozen=True)
@@ -71,15 +74,14 @@ class UnitResult:
 
 
 def unit_paths(work_dir: str | Path, index: int) -> tuple[Path, Path, Path]:
-    """(tokens .bin, document lengths .len.npy, finished marker .json) of unit ``index``."""
+    """(tokens .bin, kept documents .docs.npy, finished marker .json) of unit ``index``."""
     base = Path(work_dir) / f"unit-{index:06d}"
-    return base.with_suffix(".bin"), base.with_suffix(".len.npy"), base.with_suffix(".json")
+    return base.with_suffix(".bin"), base.with_suffix(".docs.npy"), base.with_suffix(".json")
 
 
-def record_paths(work_dir: str | Path, index: int) -> tuple[Path, Path]:
-    """(where each kept document came from .rec.npy, their ids .ids) of unit ``index``."""
-    base = Path(work_dir) / f"unit-{index:06d}"
-    return base.with_suffix(".rec.npy"), base.with_suffix(".ids")
+def ids_path(work_dir: str | Path, index: int) -> Path:
+    """The ids of the documents unit ``index`` kept (``.ids``), one after another."""
+    return Path(work_dir) / f"unit-{index:06d}.ids"
 
 
 def load_result(marker: Path) -> UnitResult | None:
@@ -225,8 +227,7 @@ def tokenize_unit(
     counters: Counters | None = None,
 ) -> UnitResult:
     """Tokenize ``unit``, append the EOD id to each kept document, and write its unit files."""
-    bin_path, len_path, marker = unit_paths(settings.work_dir, unit.index)
-    rec_path, ids_path = record_paths(settings.work_dir, unit.index)
+    bin_path, docs_path, marker = unit_paths(settings.work_dir, unit.index)
     dtype = numpy_dtype(settings.dtype)
     lengths: list[int] = []
     records: list[np.ndarray] = []  # where each kept document came from, batch by batch
@@ -237,7 +238,8 @@ def tokenize_unit(
     eod = tokenizer.eod_id
     positions: list[ReadPosition] = []  # how far each part of the unit was read
     told = 0  # input bytes of the unit reported so far
-    with atomic_writer(bin_path) as out, atomic_writer(ids_path) as ids_out:
+    ids_file = ids_path(settings.work_dir, unit.index)
+    with atomic_writer(bin_path) as out, atomic_writer(ids_file) as ids_out:
         for batch in _batches(_documents(unit, settings, positions), BATCH_DOCS):
             texts = [record.text for _, record in batch]
             heartbeat = None
@@ -275,9 +277,9 @@ def tokenize_unit(
                 heartbeat.counters.add(docs=len(batch), tokens=n_kept, text_bytes=batch_bytes,
                                        input_bytes=heartbeat.read - heartbeat.told)  # fmt: skip
                 told = heartbeat.read
-    kept_records = np.concatenate(records) if records else np.zeros(0, dtype=UNIT_RECORD)
-    write_atomic(rec_path, npy_bytes(kept_records))
-    write_atomic(len_path, npy_bytes(np.asarray(lengths, dtype="<i8")))
+    docs = np.concatenate(records) if records else np.zeros(0, dtype=UNIT_DOC)
+    docs["length"] = lengths
+    write_atomic(docs_path, npy_bytes(docs))
     result = UnitResult(
         index=unit.index,
         docs_in=docs_in,
@@ -298,77 +300,65 @@ def tokenize_unit(
 def _kept_records(
     batch: list[tuple[int, Record]], keep: np.ndarray, ids_out: BinaryIO
 ) -> np.ndarray:
-    """Where the kept documents of ``batch`` came from (``UNIT_RECORD``); their ids are
-    written to ``ids_out``, one after another."""
+    """Where the kept documents of ``batch`` came from (``UNIT_DOC``, but for their lengths);
+    their ids are written to ``ids_out``, one after another."""
     kept = [item for item, k in zip(batch, keep.tolist(), strict=True) if k]
     ids = [record.id.encode("utf-8") for _, record in kept]
     ids_out.write(b"".join(ids))
-    rows = [(part, r.group, r.number, len(i)) for (part, r), i in zip(kept, ids, strict=True)]
-    return np.array(rows, dtype=UNIT_RECORD)
+    rows = [(0, part, r.group, r.number, len(i)) for (part, r), i in zip(kept, ids, strict=True)]
+    return np.array(rows, dtype=UNIT_DOC)
 
 
 def unit_intact(work_dir: str | Path, result: UnitResult, dtype: str) -> bool:
-    """Whether a finished unit's files are what its marker records (sizes, document lengths,
-    where each document came from); a unit whose files were damaged after it finished is made
-    again."""
-    bin_path, len_path, _ = unit_paths(work_dir, result.index)
+    """Whether a finished unit's files are what its marker records (sizes, documents, where
+    each came from); a unit whose files were damaged after it finished is made again."""
+    bin_path = unit_paths(work_dir, result.index)[0]
     try:
         if bin_path.stat().st_size != result.n_tokens * numpy_dtype(dtype).itemsize:
             return False
-        lengths = np.load(len_path, allow_pickle=False)
-    except (OSError, ValueError, EOFError, SyntaxError):  # numpy header errors among them
+    except OSError:
         return False
-    return (
-        lengths.shape == (result.n_docs,)
-        and lengths.dtype == np.int64
-        and int(lengths.sum()) == result.n_tokens
-        and _unit_records(work_dir, result) is not None
-    )
+    return _unit_docs(work_dir, result) is not None
 
 
-def _unit_records(work_dir: str | Path, result: UnitResult) -> tuple[np.ndarray, bytes] | None:
-    """The unit's records and ids, or None when they are not what its marker implies (one
-    record per document kept, each naming a part of the unit; ids that fill the file)."""
-    rec_path, ids_path = record_paths(work_dir, result.index)
+def _unit_docs(work_dir: str | Path, result: UnitResult) -> tuple[np.ndarray, bytes] | None:
+    """The unit's documents (``UNIT_DOC``) and ids, or None when they are not what its marker
+    records (its documents and tokens; each naming a part of the unit; ids that fill the
+    file)."""
+    docs_path = unit_paths(work_dir, result.index)[1]
     try:
-        records = np.load(rec_path, allow_pickle=False)
-        ids = ids_path.read_bytes()
+        docs = np.load(docs_path, allow_pickle=False)
+        ids = ids_path(work_dir, result.index).read_bytes()
     except (OSError, ValueError, EOFError, SyntaxError):  # numpy header errors among them
         return None
     good = (
-        records.dtype == UNIT_RECORD
-        and records.shape == (result.n_docs,)
-        and (not len(records) or int(records["part"].max()) < len(result.part_lines))
-        and int(records["id_len"].sum()) == len(ids)
+        docs.dtype == UNIT_DOC
+        and docs.shape == (result.n_docs,)
+        and int(docs["length"].sum()) == result.n_tokens
+        and (not len(docs) or int(docs["part"].max()) < len(result.part_lines))
+        and int(docs["id_len"].sum()) == len(ids)
     )
-    return (records, ids) if good else None
+    return (docs, ids) if good else None
 
 
 class UnitOutput(NamedTuple):
-    """What a finished unit wrote: its documents' tokens and lengths, where each came from
-    (``UNIT_RECORD``) and their ids one after another."""
+    """What a finished unit wrote: its documents' tokens, their lengths and origins
+    (``UNIT_DOC``) and their ids one after another."""
 
     tokens: np.ndarray
-    lengths: np.ndarray
-    records: np.ndarray
+    docs: np.ndarray
     ids: bytes
 
 
 def read_unit(work_dir: str | Path, result: UnitResult, dtype: str) -> UnitOutput:
     """What a finished unit wrote, checked against its marker."""
-    bin_path, len_path, marker = unit_paths(work_dir, result.index)
+    bin_path, _, marker = unit_paths(work_dir, result.index)
     found = None
     try:
         tokens = np.fromfile(bin_path, dtype=numpy_dtype(dtype))
-        lengths = np.load(len_path, allow_pickle=False)
-        if (
-            len(tokens) == result.n_tokens
-            and lengths.shape == (result.n_docs,)
-            and lengths.dtype == np.int64
-            and int(lengths.sum()) == len(tokens)
-        ):
-            found = _unit_records(work_dir, result)
-    except (OSError, ValueError, EOFError, SyntaxError):  # numpy header errors among them
+        if len(tokens) == result.n_tokens:
+            found = _unit_docs(work_dir, result)
+    except (OSError, ValueError):
         found = None
     if found is None:
         marker.unlink(missing_ok=True)  # the rerun makes this unit again
@@ -376,17 +366,17 @@ def read_unit(work_dir: str | Path, result: UnitResult, dtype: str) -> UnitOutpu
             f"{bin_path}: unit {result.index}'s output does not match its marker (damaged); "
             "run the same command again to make it anew"
         )
-    return UnitOutput(tokens, lengths, *found)
+    return UnitOutput(tokens, *found)
 
 
 __all__ = [
-    "UNIT_RECORD",
+    "UNIT_DOC",
     "UnitOutput",
     "UnitResult",
     "WorkerSettings",
+    "ids_path",
     "load_result",
     "read_unit",
-    "record_paths",
     "tokenize_unit",
     "unit_intact",
     "unit_paths",

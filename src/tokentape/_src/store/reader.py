@@ -620,7 +620,7 @@ def _map_tokenizer_copy(
 
 def _map_origins(directory: Path, manifest: Manifest, dir_fd: int) -> Origins | None:
     """The store's provenance files, mapped at open (their sizes and the records' header
-    checked; ``inputs.json`` read, and checked against its sha256 when first used)."""
+    checked; ``inputs.json`` read and checked against its sha256 when first used)."""
     block = manifest.provenance
     if block is None:
         return None
@@ -637,9 +637,11 @@ def _map_origins(directory: Path, manifest: Manifest, dir_fd: int) -> Origins | 
         shards.append((rows, memoryview(ids)))
     with open(open_inside(directory, INPUTS_NAME, "inputs table", dir_fd), "rb") as f:
         _check_size(directory / INPUTS_NAME, f.fileno(), block.inputs_bytes)
-        table = f.read()
+        mapped = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ) if block.inputs_bytes else b""
 
     def inputs() -> bytes:
+        """The table as mapped at open (read now: a training rank never asks for it)."""
+        table = bytes(mapped)
         if hashlib.sha256(table).hexdigest() != block.inputs_sha256:
             raise damaged(directory / INPUTS_NAME, "does not match the manifest's sha256")
         return table

@@ -218,3 +218,23 @@ def test_info_shows_the_inputs_table_or_says_there_is_none(made, tmp_path, capsy
     (tmp_path / "s" / "manifest.json").write_text(json.dumps(manifest))
     assert main(["info", str(tmp_path / "s")]) == 0
     assert "provenance: not recorded" in capsys.readouterr().out
+
+
+def test_replay_names_each_documents_origin_and_id(made, tmp_path, capsys):
+    root, _, _ = made
+    plan = tokentape.Plan.build({"web": {"path": str(root / "store"), "weight": 1}}, seq_len=64,
+                                seed=3, total_samples=128)  # fmt: skip
+    plan.save(tmp_path / "PLAN.json")
+    args = ["replay", str(tmp_path / "PLAN.json"), "--step", "2", "--global-batch", "8"]
+    assert main([*args, "--json", "--top", "100"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    src = tokentape.open_source(root / "store")
+    assert shown["top"]
+    for hit in shown["top"]:
+        assert hit["origin"] == src.provenance(hit["doc"]).to_json()
+    assert main([*args, "--top", "100"]) == 0
+    text = capsys.readouterr().out
+    for hit in shown["top"]:
+        origin = src.provenance(hit["doc"])
+        row = next(line for line in text.splitlines() if f" {origin.where} " in line)
+        assert (origin.id or "-") in row.split()

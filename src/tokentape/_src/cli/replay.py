@@ -232,14 +232,25 @@ def _hit_dict(
     h: DocHits, names: list[str], batcher: Batcher, r: Replayed, args: argparse.Namespace
 ) -> dict[str, Any]:
     n = _rows(r, args).size
+    origin = batcher.sources[h.source].provenance(h.doc)
     return {
         "source": names[h.source],
         "doc": h.doc,
         "windows": h.windows,
         "share": h.windows / n if n else 0.0,
         "tokens": h.tokens,
+        "origin": None if origin is None else origin.to_json(),
         "preview": preview(batcher, h.source, h.doc, args.preview_chars),
     }
+
+
+def _origin_words(batcher: Batcher, source: int, doc: int) -> tuple[str, str]:
+    """Where a document came from (``a.jsonl:17``) and its id, as the table shows them; ``-``
+    where the store records none."""
+    origin = batcher.sources[source].provenance(doc)
+    if origin is None:
+        return "-", "-"
+    return _printable(origin.where), _printable(origin.id or "-")
 
 
 def _text(v: _View) -> str:
@@ -294,11 +305,12 @@ def _text(v: _View) -> str:
             h.windows,
             f"{h.windows / n:.1%}",
             h.tokens,
+            *_origin_words(batcher, h.source, h.doc),
             _printable(preview(batcher, h.source, h.doc, args.preview_chars)),
         ]
         for h in hits[: args.top]
     ]
-    header = ["source", "doc", "windows", "share", "doc tokens", "preview"]
+    header = ["source", "doc", "windows", "share", "doc tokens", "origin", "id", "preview"]
     lines = [key_values(head), "", table(header, body)]
     if len(hits) > args.top:
         lines.append(f"  ... {fmt_int(len(hits) - args.top)} more documents (raise --top)")

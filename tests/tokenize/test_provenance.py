@@ -238,3 +238,20 @@ def test_replay_names_each_documents_origin_and_id(made, tmp_path, capsys):
         origin = src.provenance(hit["doc"])
         row = next(line for line in text.splitlines() if f" {origin.where} " in line)
         assert (origin.id or "-") in row.split()
+
+
+def test_locate_names_the_documents_origin_and_id(made, tmp_path, capsys):
+    root, _, _ = made
+    plan = tokentape.Plan.build({"web": {"path": str(root / "store"), "weight": 1}}, seq_len=64,
+                                seed=3, total_samples=128)  # fmt: skip
+    plan.save(tmp_path / "PLAN.json")
+    src = tokentape.open_source(root / "store")
+    doc = next(d for d in range(src.n_docs) if src.provenance(d).id is not None)
+    origin = src.provenance(doc)
+    args = ["locate", str(tmp_path / "PLAN.json"), "web", str(doc)]
+    assert main([*args, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["origin"] == origin.to_json()
+    assert main(args) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("from"))
+    assert line.split(None, 1)[1] == f"{origin.where}, id {origin.id}"
+    assert tokentape.locate(plan, "web", doc).origin == origin

@@ -24,6 +24,7 @@ from tokentape._src.audit.runs import (
     tape_of,
 )
 from tokentape._src.plan.plan import Plan
+from tokentape._src.store.origins import Origin
 from tokentape._src.store.reader import TokenStream
 from tokentape._src.tape.blend import MAX_POSITION
 from tokentape._src.tape.permutation import Permutation
@@ -60,6 +61,9 @@ class Located:
     placement: Placement | None
     """Step, DP rank, micro-step and row of each position (None without a schedule); step −1
     marks a position beyond the step log's last step: not yet trained."""
+    origin: Origin | None = None
+    """Where the document came from (its input, record and id); None where the store records
+    none."""
 
     @property
     def n_tokens(self) -> int:
@@ -169,8 +173,9 @@ def locate(
     position, epoch, sample = positions_of_samples(tape_of(plan), d, samples, limit)
     placement = schedule.place(position) if schedule is not None else None
     return Located(
-        source, d, doc_id, span, samples, limit, until_step, position, epoch, sample, placement
-    )
+        source, d, doc_id, span, samples, limit, until_step, position, epoch, sample, placement,
+        store.provenance(doc_id),
+    )  # fmt: skip
 
 
 __all__ = [

@@ -23,23 +23,27 @@ def damaged(path: Path | str, what: str) -> StoreError:
     return StoreError(f"{path}: {what}; the store is damaged (run `tokentape verify`)")
 
 
+def array_offset(f: BinaryIO, dtype: np.dtype, n: int, what: str, path: Path | str) -> int:
+    """Where the entries of the ``.npy`` file open as ``f`` start, after checking its header: a
+    1-D array of ``n`` entries of ``dtype`` (``what`` they are, in errors); never unpickled.
+    ``path`` names the file in errors."""
+    try:
+        shape, _, found = read_npy_header(f)
+    except NPY_ERRORS as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise damaged(path, f"not a readable .npy array ({reason})") from None
+    if found != dtype or shape != (n,):
+        raise damaged(path, f"expected {n} {what}, found shape {shape} dtype {found}")
+    return f.tell()
+
+
 def index_offset(f: BinaryIO, shard: ShardInfo, path: Path | str) -> int:
     """Where the entries of the ``.idx.npy`` open as ``f`` start, after checking its header: a
     1-D int64 array of the shard's ``n_docs`` entries filling its ``idx_bytes``; never
     unpickled. ``path`` names the file in errors."""
-    try:
-        shape, _, dtype = read_npy_header(f)
-    except NPY_ERRORS as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise damaged(path, f"not a readable .npy array ({reason})") from None
-    if dtype != INDEX_DTYPE or shape != (shard.n_docs,):
-        raise damaged(
-            path,
-            f"expected {shard.n_docs} int64 document starts, found shape {shape} dtype {dtype}",
-        )
-    offset = f.tell()
+    offset = array_offset(f, INDEX_DTYPE, shard.n_docs, "int64 document starts", path)
     if offset + INDEX_DTYPE.itemsize * shard.n_docs != shard.idx_bytes:
-        raise damaged(path, f"{shard.idx_bytes} bytes do not hold its {shape} array")
+        raise damaged(path, f"{shard.idx_bytes} bytes do not hold its ({shard.n_docs},) array")
     return offset
 
 
@@ -80,4 +84,11 @@ def joined_starts(shards: Sequence[ShardInfo], local: Sequence[np.ndarray]) -> n
     return np.concatenate(starts or [np.zeros(0, dtype=np.int64)]).astype(np.int64)
 
 
-__all__ = ["INDEX_DTYPE", "check_starts", "damaged", "index_offset", "joined_starts"]
+__all__ = [
+    "INDEX_DTYPE",
+    "array_offset",
+    "check_starts",
+    "damaged",
+    "index_offset",
+    "joined_starts",
+]

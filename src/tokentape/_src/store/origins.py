@@ -18,7 +18,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from tokentape._src.store.format import NPY_ERRORS, Manifest, read_npy_header
+from tokentape._src.store.format import Manifest
+from tokentape._src.store.index import array_offset
 from tokentape._src.store.provenance import INPUTS_FORMAT, INPUTS_NAME, RECORD
 from tokentape.errors import StoreError
 
@@ -72,16 +73,7 @@ class Origin:
 def records_offset(f: BinaryIO, n_docs: int, path: str) -> int:
     """Where the rows of the ``.rec.npy`` open as ``f`` start, after checking its header: a
     1-D array of ``n_docs`` ``RECORD`` rows; never unpickled."""
-    try:
-        shape, fortran, dtype = read_npy_header(f)
-    except NPY_ERRORS as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise StoreError(f"{path}: not a readable .npy array ({reason})") from None
-    if dtype != RECORD or shape != (n_docs,) or fortran:
-        raise StoreError(
-            f"{path}: expected {n_docs} provenance records, found shape {shape} dtype {dtype}"
-        )
-    return f.tell()
+    return array_offset(f, RECORD, n_docs, "provenance records", path)
 
 
 def parse_inputs(data: bytes, where: str) -> list[dict[str, Any]]:

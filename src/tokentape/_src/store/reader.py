@@ -307,13 +307,13 @@ class TokenStream(ABC):
     def prefetch(self, samples: np.ndarray, seq_len: int) -> None:
         """Start reading the windows of ``samples`` in the background (object storage); on
         disk the page cache does it, and only the arguments are checked."""
-        ranges = self._window_ranges(samples, seq_len)
-        if self.fetches_ahead:
-            self.files.prefetch(ranges)
-
-    def _window_ranges(self, samples: np.ndarray, seq_len: int) -> dict[int, list[tuple[int, int]]]:
-        """The byte ranges of the windows of ``samples`` (at ``seq_len``), by token file."""
         k = self._check_samples(samples, seq_len)
+        if self.fetches_ahead:
+            self.files.prefetch(self._window_ranges(k, seq_len))
+
+    def _window_ranges(self, k: np.ndarray, seq_len: int) -> dict[int, list[tuple[int, int]]]:
+        """The byte ranges of the windows of samples ``k`` (checked) at ``seq_len``, by token
+        file."""
         item = self.dtype.itemsize
         offsets = self._shard_offsets
         ranges: dict[int, list[tuple[int, int]]] = {}

@@ -49,6 +49,7 @@ from tokentape._src.store.format import (
     store_files,
 )
 from tokentape._src.store.output import is_store_file
+from tokentape._src.store.provenance import ShardProvenance
 from tokentape._src.store.safedir import check_directory
 from tokentape._src.util.faults import crashpoint
 from tokentape._src.util.progress import ProgressCallback, tally
@@ -341,13 +342,12 @@ def _sync_all(
     return uploaded
 
 
-def _shard_files(directory: Path, shard: ShardInfo) -> list[tuple[str, str]]:
-    """(name, sha256) of a shard's files in ``directory``: its two, and its provenance files
-    when it has them (hashed here: they are small, and the manifest is not written yet)."""
+def _shard_files(shard: ShardInfo, provenance: ShardProvenance | None) -> list[tuple[str, str]]:
+    """(name, sha256) of a shard's files: its two, and its provenance files when it has them
+    (as the writer recorded them: the manifest is not written yet)."""
     files = [(shard.bin_file, shard.bin_sha256), (shard.idx_file, shard.idx_sha256)]
-    for name in (shard.rec_file, shard.ids_file):
-        if (directory / name).is_file():
-            files.append((name, _file_sha256(directory / name)))
+    if provenance is not None:
+        files += [(shard.rec_file, provenance.rec_sha256), (shard.ids_file, provenance.ids_sha256)]
     return files
 
 
@@ -377,8 +377,11 @@ class ShardUploader:
         self._pool = ThreadPoolExecutor(max(1, threads), thread_name_prefix="upload")
         self._futures: dict[Future[bool], str] = {}
 
-    def shard_done(self, directory: Path, shard: ShardInfo) -> None:
-        """Start uploading ``shard``'s files (in place under their names in ``directory``)."""
+    def shard_done(
+        self, directory: Path, shard: ShardInfo, provenance: ShardProvenance | None = None
+    ) -> None:
+        """Start uploading ``shard``'s files (in place under their names in ``directory``; its
+        provenance files too, when ``provenance`` records them)."""
         if self._found is None and not self._off:
             try:
                 self._start()
@@ -386,7 +389,7 @@ class ShardUploader:
                 self._refused, self._off = exc, True
         if self._off or self._found is None:  # refused, or this job's store is there already
             return
-        for name, sha in _shard_files(directory, shard):
+        for name, sha in _shard_files(shard, provenance):
             path = directory / name
             file = _File(name, path, path.stat().st_size, sha)
             found = self._found.get(name)

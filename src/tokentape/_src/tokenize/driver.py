@@ -177,9 +177,9 @@ class TokenizeSummary:
         return dict(self.__dict__)
 
 
-ShardDone = Callable[[Path, ShardInfo], None]
-"""Told of every shard (and the directory it was built in) as soon as both its files are in
-place: an upload starts it."""
+ShardDone = Callable[[Path, ShardInfo, ShardProvenance | None], None]
+"""Told of every shard (the directory it was built in, and its provenance files' record, if
+any) as soon as its files are in place: an upload starts it."""
 
 
 class _Origins:
@@ -251,20 +251,27 @@ def _assemble(
             writer.add(got.tokens, lengths, origins.of_unit(unit, result, got.docs), got.ids)
             if len(writer.shards) > n_before:
                 crashpoint("mid-assembly")
-            told = _tell(out, writer.shards, told, on_shard)
+            told = _tell(out, writer.shards, writer.provenance, told, on_shard)
         shards = writer.finish()
-        _tell(out, shards, told, on_shard)
+        _tell(out, shards, writer.provenance, told, on_shard)
     except BaseException:
         writer.abort()
         raise
     return shards, writer.provenance, sum(s.n_tokens for s in shards)
 
 
-def _tell(out: Path, shards: list[ShardInfo], told: int, on_shard: ShardDone | None) -> int:
-    """``on_shard`` of every shard from ``told`` on; the count told."""
+def _tell(
+    out: Path,
+    shards: list[ShardInfo],
+    provenance: list[ShardProvenance],
+    told: int,
+    on_shard: ShardDone | None,
+) -> int:
+    """``on_shard`` of every shard from ``told`` on (with its provenance files' record, when
+    the writer wrote them); the count told."""
     if on_shard is not None:
-        for shard in shards[told:]:
-            on_shard(out, shard)
+        for i in range(told, len(shards)):
+            on_shard(out, shards[i], provenance[i] if provenance else None)
     return len(shards)
 
 

@@ -85,7 +85,7 @@ def cut(text: str) -> str:
         return text
     data = text.encode("utf-8", "replace")
     if len(data) <= MAX_ID_BYTES:
-        return text if text.isascii() else data.decode("utf-8")
+        return data.decode("utf-8")
     return data[:MAX_ID_BYTES].decode("utf-8", "ignore")
 
 

@@ -82,7 +82,8 @@ def baseline_src(work: Path) -> Path:
 
 
 def provenance_bytes(store: Path) -> int:
-    return sum(p.stat().st_size for p in store.iterdir() if p.name.endswith((".rec.npy", ".ids")))
+    suffixes = (".rec.npy", ".ids", ".idkeys.npy")
+    return sum(p.stat().st_size for p in store.iterdir() if p.name.endswith(suffixes))
 
 
 def main() -> None:

@@ -29,7 +29,8 @@ from tokentape.errors import (
 )
 
 if TYPE_CHECKING:
-    from tokentape._src.api import locate, replay, tokenize, verify
+    from tokentape._src.api import find_documents, locate, replay, tokenize, verify
+    from tokentape._src.audit.find import Found
     from tokentape._src.megatron.source import MegatronSource
     from tokentape._src.objects.ranged import FetchConfig
     from tokentape._src.plan.load import load_plan
@@ -60,6 +61,8 @@ _LAZY = {
     "tokenize": "tokentape._src.api",
     "replay": "tokentape._src.api",
     "locate": "tokentape._src.api",
+    "find_documents": "tokentape._src.api",
+    "Found": "tokentape._src.audit.find",
     "verify": "tokentape._src.api",
     "TokenizeSummary": "tokentape._src.tokenize.driver",
     "__version__": "tokentape._src.util.version",
@@ -90,6 +93,7 @@ __all__ = [
     "CacheLocked",
     "DataState",
     "FetchConfig",
+    "Found",
     "IndexOutOfRange",
     "InputError",
     "Loader",
@@ -110,6 +114,7 @@ __all__ = [
     "TokentapeError",
     "WriteFailed",
     "__version__",
+    "find_documents",
     "load_plan",
     "locate",
     "open_source",

@@ -306,6 +306,12 @@ def test_a_bucket_store_names_where_each_document_came_from(tmp_path, s3):
     ]
     assert remote.provenance(7).where.endswith("in.jsonl:8") and remote.provenance(7).id == "r7"
     assert remote.inputs() == local.inputs()
+    for i in (0, 7, 59):  # found by id and by record, as on disk
+        assert remote.find_id(f"r{i}") == local.find_id(f"r{i}") == [i]
+        assert remote.find_record("in.jsonl", i + 1) == [i]
+    s3.client.put_object(Bucket=s3.name, Key="prov/part-00002.idkeys.npy", Body=b"tampered")
+    with pytest.raises(tokentape.ObjectStorageError, match=r"part-00002\.idkeys\.npy"):
+        tokentape.open_source(url).find_id("r1")
     s3.client.put_object(Bucket=s3.name, Key="prov/part-00001.ids", Body=b"tampered")
     fresh = tokentape.open_source(url)
     first = local.manifest.shards[0].n_docs

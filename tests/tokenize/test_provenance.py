@@ -9,9 +9,12 @@ UTF-8 byte), never from the reader under test."""
 from __future__ import annotations
 
 import gzip
+import hashlib
+import io
 import json
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -20,7 +23,7 @@ from helpers import tree_bytes
 
 import tokentape
 from tokentape._src.program import main
-from tokentape._src.store.provenance import INPUTS_NAME
+from tokentape._src.store.provenance import INPUTS_NAME, ShardProvenance, provenance_hash
 from tokentape._src.verify.stores import check_store
 
 MIN_TOKENS = 12  # the filter: bytes tokenizer, so a document's tokens are its UTF-8 bytes
@@ -137,7 +140,9 @@ def test_the_inputs_table_counts_what_each_input_gave(made):
 def test_provenance_files_are_the_same_for_any_worker_count_and_unit_size(made, tmp_path):
     root, _, _ = made
     reference = tree_bytes(root / "store")
-    assert {INPUTS_NAME, "part-00000.rec.npy", "part-00000.ids"} <= set(reference)
+    assert {INPUTS_NAME, "part-00000.rec.npy", "part-00000.ids", "part-00000.idkeys.npy"} <= set(
+        reference
+    )
     for workers, unit_mb in ((2, 0.002), (1, 0.05)):
         out = tmp_path / f"s{workers}-{unit_mb}"
         tokentape.tokenize(
@@ -255,3 +260,152 @@ def test_locate_names_the_documents_origin_and_id(made, tmp_path, capsys):
     line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("from"))
     assert line.split(None, 1)[1] == f"{origin.where}, id {origin.id}"
     assert tokentape.locate(plan, "web", doc).origin == origin
+
+
+# --- finding a document by the user's handle --------------------------------------------------
+
+
+def test_every_kept_record_is_found_by_its_input_and_record(made):
+    root, expected, _ = made
+    src = tokentape.open_source(root / "store")
+    for doc, (path, _, record, _, _) in enumerate(expected):
+        assert src.find_record(path, record) == [doc]
+    # the records no document came from: dropped by the filter, blank lines, past the end
+    kept = {(e[0], e[2]) for e in expected}
+    a = str(root / "in" / "a.jsonl")
+    for record in range(0, 320):
+        if (a, record) not in kept:
+            assert src.find_record(a, record) == []
+    # an input named by its index, by the end of its path, or by another spelling of it
+    assert src.find_record(0, expected[0][2]) == [0]
+    d_docs = [i for i, e in enumerate(expected) if e[1] == "parquet"]
+    assert src.find_record("d.parquet", expected[d_docs[3]][2]) == [d_docs[3]]
+    assert src.find_record(str(root / "in" / "." / "e.txt"), 0) == [len(expected) - 1]
+
+
+def test_every_id_is_found_with_every_document_that_has_it(made):
+    root, expected, _ = made
+    src = tokentape.open_source(root / "store")
+    by_id: dict[str, list[int]] = {}
+    for doc, e in enumerate(expected):
+        if e[4] is not None:
+            by_id.setdefault(e[4], []).append(doc)
+    assert len(by_id) > 100
+    for value, docs in by_id.items():
+        assert src.find_id(value) == docs
+    assert src.find_id("no such id") == [] and src.find_id("") == []
+
+
+def test_a_repeated_id_is_listed_and_an_absent_one_said(tmp_path, capsys):
+    """Two inputs giving the same id: locate --id lists both and exits 2; --input --record
+    finds each; an id no document has is one line."""
+    root = tmp_path / "in"
+    root.mkdir()
+    for name in ("x.jsonl", "y.jsonl"):
+        rows = [{"id": f"k{i}", "text": f"{name} document number {i} " * 3} for i in range(40)]
+        (root / name).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tokentape.tokenize(root, tmp_path / "s")
+    plan = tokentape.Plan.build({"web": {"path": str(tmp_path / "s"), "weight": 1}}, seq_len=16,
+                                seed=1, total_samples=200)  # fmt: skip
+    plan.save(tmp_path / "PLAN.json")
+    found = tokentape.find_documents(plan, id="k7")
+    assert [(f.source, f.doc, Path(f.origin.input).name, f.origin.record) for f in found] == [
+        ("web", 7, "x.jsonl", 8), ("web", 47, "y.jsonl", 8)
+    ]  # fmt: skip
+    assert main(["locate", str(tmp_path / "PLAN.json"), "--id", "k7"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "names 2 documents" in err[0]
+    assert "web doc 7 (" in err[0] and "web doc 47 (" in err[0]
+    assert main(["locate", str(tmp_path / "PLAN.json"), "--id", "k99"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "has id 'k99'" in err[0]
+    args = ["locate", str(tmp_path / "PLAN.json"), "--input", "y.jsonl", "--record", "8"]
+    assert main([*args, "--json", "--global-batch", "4"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["doc"], shown["origin"]["id"]) == (47, "k7")
+    assert shown["rows"] == [
+        {k: r[k] for k in ("position", "epoch", "sample", "step")}
+        for r in summary_rows(plan, 47, 4)
+    ]
+
+
+def summary_rows(plan, doc, global_batch):
+    """locate's rows of ``doc`` by SOURCE DOC, for comparing a lookup with."""
+    found = tokentape.locate(plan, "web", doc, global_batch=global_batch)
+    return [
+        {"position": int(p), "epoch": int(e), "sample": int(k), "step": int(s)}
+        for p, e, k, s in zip(
+            found.position, found.epoch, found.sample, found.placement.step, strict=True
+        )
+    ]
+
+
+def test_a_lookup_in_a_store_without_provenance_or_id_keys_says_so(made, tmp_path):
+    root, _, _ = made
+    old = tmp_path / "old"
+    old.mkdir()
+    for name, data in tree_bytes(root / "store").items():
+        if not name.endswith(".idkeys.npy"):
+            (old / name).write_bytes(data)
+    manifest = json.loads((old / "manifest.json").read_text())
+    block = manifest["provenance"]
+    block["version"] = 1
+    shards = []
+    for s in block["shards"]:
+        del s["keys_bytes"], s["keys_sha256"]
+        shards.append(ShardProvenance(s["rec_bytes"], s["rec_sha256"], s["ids_bytes"],
+                                      s["ids_sha256"]))  # fmt: skip
+    block["provenance_hash"] = provenance_hash(block["inputs"]["sha256"], tuple(shards), 1)
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    src = tokentape.open_source(old)
+    assert src.find_record(0, src.provenance(0).record) == [0]
+    assert check_store(old).problems == ()
+    with pytest.raises(tokentape.StoreError, match="no id keys"):
+        src.find_id("a-0")
+    del manifest["provenance"]
+    (old / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(tokentape.StoreError, match="records no provenance"):
+        tokentape.open_source(old).find_id("a-0")
+
+
+def _rewrite(store: Path, name: str, data: bytes) -> None:
+    """Replace the provenance file ``name`` and make the manifest agree with it (a crafted
+    store: its hashes all match)."""
+    (store / name).write_bytes(data)
+    manifest = json.loads((store / "manifest.json").read_text())
+    block = manifest["provenance"]
+    shard = int(name.split("-")[1].split(".")[0])
+    kind = {"rec.npy": "rec", "ids": "ids", "idkeys.npy": "keys"}[name.split(".", 1)[1]]
+    entry = block["shards"][shard]
+    entry[f"{kind}_bytes"], entry[f"{kind}_sha256"] = len(data), hashlib.sha256(data).hexdigest()
+    shards = tuple(ShardProvenance(**s) for s in block["shards"])
+    block["provenance_hash"] = provenance_hash(block["inputs"]["sha256"], shards)
+    (store / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_verify_finds_crafted_id_keys_and_records_out_of_order(made, tmp_path):
+    root, _, _ = made
+    for case in ("keys", "order"):
+        store = tmp_path / case
+        store.mkdir()
+        for name, data in tree_bytes(root / "store").items():
+            (store / name).write_bytes(data)
+        if case == "keys":  # a document's key pointed at another document
+            keys = np.load(store / "part-00001.idkeys.npy")
+            keys[1, 0] = (keys[1, 0] + 1) % max(2, keys.shape[1])
+            _rewrite(store, "part-00001.idkeys.npy", npy(keys))
+            expected = ("part-00001.idkeys.npy", "id keys")
+        else:  # two documents' records swapped
+            rec = np.load(store / "part-00001.rec.npy")
+            rec["record"][[0, 1]] = rec["record"][[1, 0]]
+            _rewrite(store, "part-00001.rec.npy", npy(rec))
+            expected = ("part-00001.rec.npy", "records")
+        problems = check_store(store).problems
+        assert [(Path(p.file).name, p.what) for p in problems] == [expected]
+        assert check_store(store, quick=True).problems == ()  # hashes agree: only a full check
+
+
+def npy(array: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, array, allow_pickle=False)
+    return buf.getvalue()

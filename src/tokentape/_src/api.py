@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tokentape._src.audit.find import Found, Handle, one_document
+from tokentape._src.audit.find import find_documents as _find_documents
 from tokentape._src.audit.locate import Located
 from tokentape._src.audit.locate import locate as _locate
 from tokentape._src.audit.replay import Replayed
@@ -485,9 +487,12 @@ def replay(
 
 def locate(
     plan: Plan | PathArg,
-    source: str,
-    doc: int,
+    source: str | None = None,
+    doc: int | None = None,
     *,
+    id: str | None = None,
+    input: str | None = None,
+    record: int | None = None,
     global_batch: int | None = None,
     dp: int | None = None,
     micro: int | None = None,
@@ -497,12 +502,19 @@ def locate(
 ) -> Located:
     """Every position (and step, rank) at which a document is trained on (``tokentape locate``).
 
-    Closed form, no scan. Without a batch shape only positions are found.
+    Closed form, no scan. Without a batch shape only positions are found. Name the document
+    by ``source`` and ``doc``, or by the user's handle: ``id``, or ``input`` and ``record``
+    (searched in ``source``, or in every source of the plan; see ``find_documents``).
 
     Args:
         plan: The plan (a ``Plan`` or the path of its ``PLAN.json``).
         source: The source's name in the plan.
         doc: The document's id in that source.
+        id: The id of the document's record (the field tokenize's ``id_key`` read).
+        input: The input the document was read from (with ``record``): its path as
+            tokenize named it, the same local file, or the end of its path.
+        record: The record in ``input``: a jsonl line (from 1), a parquet row (from 0), 0
+            for a ``.txt`` file.
         global_batch: Samples per optimizer step (ranks then unknown).
         dp: Data-parallel ranks.
         micro: Samples per micro-batch per rank.
@@ -516,7 +528,8 @@ def locate(
 
     Raises:
         ArgumentError: Conflicting batch shapes, or ``until_step`` without one.
-        InputError: An unknown source.
+        InputError: An unknown source; a handle that names no document, or several (the
+            message lists them).
         OutOfRangeError: A document out of range.
         PlanError: The plan, or a step log written for another plan or damaged.
         StoreError: A store is damaged or no longer the plan's (``StoreChanged``).
@@ -533,7 +546,92 @@ def locate(
         until_step=until_step,
         wording=PYTHON,
     )
+    source, doc = named_document(resolved, source, doc, id, input, record, PYTHON)
     return _locate(resolved, source, doc, shape.schedule, until_step)
+
+
+def named_document(
+    plan: Plan,
+    source: str | None,
+    doc: int | None,
+    id: str | None,
+    input: str | None,
+    record: int | None,
+    wording: Wording,
+) -> tuple[str, int]:
+    """The document that ``locate``'s arguments name.
+
+    ``locate`` and ``tokentape locate`` both read their document here: ``source`` and ``doc``,
+    or a handle (``id``, or ``input`` and ``record``) searched in ``source`` or in every source
+    of the plan; ``wording`` names the arguments refused.
+
+    Returns:
+        The document's source (its name in the plan) and id there.
+
+    Raises:
+        ArgumentError: No document named, or two ways of naming it at once.
+        InputError: A handle naming no document, or several (listed).
+        StoreError: No source searched records provenance.
+    """
+    n = wording.named
+    if id is not None and not isinstance(id, str):
+        raise ArgumentError(f"{n('id')} must be a string, got {shown(id)}")
+    if input is not None and not isinstance(input, str):
+        raise ArgumentError(f"{n('input')} must be a path (text), got {shown(input)}")
+    if record is not None:
+        as_index(n("record"), record)
+    if id is None and input is None and record is None:
+        if source is not None and doc is None:
+            raise ArgumentError(
+                f"{n('doc')} must be an integer (a document id of {shown(source)}), or name the "
+                f"document by {n('id')}, or {n('input')} and {n('record')}"
+            )
+        if source is None or doc is None:
+            raise ArgumentError(
+                f"name a document: {n('source')} and {n('doc')}, {n('id')}, or {n('input')} "
+                f"and {n('record')}"
+            )
+        return source, doc
+    if doc is not None:
+        raise ArgumentError(f"give {n('doc')} or a handle ({n('id')}, {n('input')}), not both")
+    if id is not None and (input is not None or record is not None):
+        raise ArgumentError(f"give {n('id')} or {n('input')} and {n('record')}, not both")
+    if id is None and (input is None or record is None):
+        raise ArgumentError(f"{n('input')} and {n('record')} go together")
+    found = one_document(plan, Handle(id, input, record), source)
+    return found.source, found.doc
+
+
+def find_documents(
+    plan: Plan | PathArg,
+    *,
+    id: str | None = None,
+    input: str | None = None,
+    record: int | None = None,
+    source: str | None = None,
+) -> list[Found]:
+    """The documents a user's handle names (``tokentape locate --id`` / ``--input --record``).
+
+    Searched through the provenance each store recorded at tokenize (a binary search per
+    shard, whatever the store's size); sources that record none are passed over.
+
+    Args:
+        plan: The plan (a ``Plan`` or the path of its ``PLAN.json``).
+        id: The id of the record (the field tokenize's ``id_key`` read).
+        input: The input the document was read from (with ``record``).
+        record: The record in ``input``: a jsonl line (from 1), a parquet row (from 0), 0 for
+            a ``.txt`` file.
+        source: Search this source only (default: every source of the plan).
+
+    Returns:
+        Each document found: ``source``, ``doc`` and its ``origin``; [] when none.
+
+    Raises:
+        ArgumentError: Neither or both of ``id`` and ``input``/``record``.
+        InputError: An input no searched source read, or one matching several inputs.
+        StoreError: No searched source records provenance.
+    """
+    return _find_documents(_plan(plan), Handle(id, input, record), source)
 
 
 def verify(

@@ -28,8 +28,16 @@ EPILOG = (
   horizon or the log's end, whichever is later, and positions past its last step are
   reported as not yet trained)
 
+Name the document by SOURCE DOC, or as you know it (the store must record provenance,
+as `tokentape tokenize` does): --id VALUE (the id field of its record), or --input PATH
+--record N (a jsonl line from 1, a parquet row from 0, 0 for a .txt file). Every source of
+the plan is searched, or SOURCE alone when given. No match, or several, is one line that
+says so (listing the matches).
+
 examples:
   tokentape locate mix.json web 1234
+  tokentape locate mix.json --id doc-8812 --log run/steps.jsonl
+  tokentape locate mix.json web --input corpora/web/part-003.jsonl --record 5121
   tokentape locate mix.json web 1234 --dp 8 --micro 4 --accum 2 --limit 20
   tokentape locate mix.json math 7 --log run/steps.jsonl --until-step 5000
   tokentape locate mix.json code 42 --global-batch 512 --json
@@ -49,8 +57,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("plan", metavar="PLAN.json", help="a resolved plan (tokentape plan --out)")
-    p.add_argument("source", metavar="SOURCE", help="source name in the plan")
-    p.add_argument("doc", type=int, metavar="DOC", help="document id within the source")
+    p.add_argument("source", metavar="SOURCE", nargs="?", help="source name in the plan")
+    p.add_argument("doc", type=int, metavar="DOC", nargs="?", help="document id within the source")
+    handle = p.add_argument_group("name the document as you know it (instead of DOC)")
+    handle.add_argument("--id", metavar="VALUE", help="the id of its record (tokenize --id-key)")
+    handle.add_argument("--input", metavar="PATH", help="the input file or URL it was read from")
+    handle.add_argument(
+        "--record", type=int, metavar="N", help="its record in --input (line from 1, row from 0)"
+    )
     add_schedule_args(p)
     p.add_argument("--until-step", type=int, metavar="N", help="search through step N only")
     p.add_argument(
@@ -195,7 +209,10 @@ def cmd(args: argparse.Namespace) -> int:
         raise InputError(f"--limit must be >= 0, got {args.limit}")
     shape = api.locate_shape(plan, **shape_args(args), until_step=args.until_step, wording=FLAGS)
     schedule = shape.schedule
-    found = locate(plan, args.source, args.doc, schedule, args.until_step)
+    source, doc = api.named_document(
+        plan, args.source, args.doc, args.id, args.input, args.record, FLAGS
+    )
+    found = locate(plan, source, doc, schedule, args.until_step)
     s = summary(found, plan, shape.ranks)
     if args.json:
         print(json.dumps(s, indent=2))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from tokentape._src.api import Wording
 from tokentape._src.util.checks import as_flag
 
-_ARGUMENTS = {"inputs": "input", "filters": "--filter"}
+_ARGUMENTS = {"inputs": "input", "filters": "--filter", "source": "SOURCE", "doc": "DOC"}
 """The arguments the command line spells otherwise than as ``--`` and the parameter's name."""
 
 

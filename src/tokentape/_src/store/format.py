@@ -30,6 +30,7 @@ from tokentape._src.store.confine import (
 from tokentape._src.store.provenance import (
     IDS_SUFFIX,
     INPUTS_NAME,
+    KEYS_SUFFIX,
     REC_SUFFIX,
     Provenance,
     parse_provenance,
@@ -98,6 +99,11 @@ class ShardInfo:
     def ids_file(self) -> str:
         """The documents' ids (``store.provenance``), if the store records them."""
         return self.name + IDS_SUFFIX
+
+    @property
+    def keys_file(self) -> str:
+        """The documents' ids, findable (``store.provenance``), if the store records them."""
+        return self.name + KEYS_SUFFIX
 
 
 @dataclass(frozen=True)
@@ -335,8 +341,8 @@ class StoreFile:
 
 def manifest_files(manifest: Manifest) -> list[StoreFile]:
     """Every file the manifest names in its store, with its recorded size and hash: each
-    shard's two files (four, with provenance), the tokenizer copy (when its kind has one) and
-    the inputs table (with provenance)."""
+    shard's two files (five with provenance; four before the id keys), the tokenizer copy
+    (when its kind has one) and the inputs table (with provenance)."""
     itemsize = numpy_dtype(manifest.dtype).itemsize
     block = manifest.provenance
     files = []
@@ -356,6 +362,10 @@ def manifest_files(manifest: Manifest) -> list[StoreFile]:
                 ),
                 StoreFile(shard.ids_file, "document ids", got.ids_bytes, got.ids_sha256, name),
             ]
+            if got.keys_sha256 is not None:
+                files.append(
+                    StoreFile(shard.keys_file, "id keys", got.keys_bytes, got.keys_sha256, name)
+                )
     copy = manifest.tokenizer.get("file")
     if isinstance(copy, str):
         files.append(StoreFile(copy, "tokenizer copy", None, None))

@@ -11,6 +11,7 @@ against the manifest before it is believed (``store.provenance`` describes the f
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,13 +19,23 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from tokentape._src.store.format import Manifest
-from tokentape._src.store.index import array_offset
-from tokentape._src.store.provenance import INPUTS_FORMAT, INPUTS_NAME, RECORD
-from tokentape.errors import StoreError
+from tokentape._src.store.format import NPY_ERRORS, Manifest, read_npy_header
+from tokentape._src.store.index import array_offset, damaged
+from tokentape._src.store.provenance import (
+    INPUTS_FORMAT,
+    INPUTS_NAME,
+    KEY_DTYPE,
+    RECORD,
+    cut,
+    id_key_of,
+)
+from tokentape._src.util.checks import shown
+from tokentape.errors import InputError, StoreError
 
 ShardRecords = tuple[np.ndarray, bytes | memoryview]
 """A shard's provenance: its ``RECORD`` rows and its ids' bytes."""
+ShardKeys = Callable[[int], np.ndarray]
+"""Shard ``i``'s id keys: its ``(2, m)`` ``.idkeys.npy`` array, header and size checked."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +87,76 @@ def records_offset(f: BinaryIO, n_docs: int, path: str) -> int:
     return array_offset(f, RECORD, n_docs, "provenance records", path)
 
 
+def keys_offset(f: BinaryIO, n_docs: int, size: int, path: str) -> int:
+    """Where the keys of the ``.idkeys.npy`` open as ``f`` (``size`` bytes) start, after
+    checking its header: a ``(2, m)`` little-endian uint32 array, ``m`` at most ``n_docs``,
+    filling the file; never unpickled."""
+    try:
+        shape, fortran, found = read_npy_header(f)
+    except NPY_ERRORS as exc:
+        raise damaged(path, f"not a readable .npy array ({exc})") from None
+    m = shape[1] if len(shape) == 2 and shape[0] == 2 else -1
+    at = f.tell()
+    if found != KEY_DTYPE or fortran or not 0 <= m <= n_docs or at + 8 * m != size:
+        raise damaged(path, f"expected a (2, m <= {n_docs}) uint32 array of id keys, found "
+                            f"shape {shape} dtype {found}")  # fmt: skip
+    return at
+
+
+def record_order_problem(
+    rows: np.ndarray, last: np.ndarray | None, n_inputs: int, ids_bytes: int
+) -> tuple[str, str] | None:
+    """What is wrong with a shard's ``RECORD`` rows (expected, found), if anything: each names
+    an input of the table's ``n_inputs``, they ascend by (input, record) after ``last`` (the
+    previous shard's last row, if any), and their ids end in order within the shard's
+    ``ids_bytes``."""
+    bad = np.flatnonzero(rows["input"] >= n_inputs)
+    if bad.size:
+        i = int(bad[0])
+        return f"inputs below {n_inputs}", f"document {i} names input {int(rows[i]['input'])}"
+    seq = rows if last is None else np.concatenate([last.reshape(1), rows])
+    inputs, records = seq["input"], seq["record"]
+    same = inputs[1:] == inputs[:-1]
+    bad = np.flatnonzero((inputs[1:] < inputs[:-1]) | (same & (records[1:] <= records[:-1])))
+    if bad.size:
+        i = int(bad[0]) + (last is None)
+        return "records ascending by (input, record)", f"document {i} goes back"
+    ends = rows["id_end"]
+    bad = np.flatnonzero(ends[1:] < ends[:-1])
+    if bad.size or (len(rows) and int(ends[-1]) != ids_bytes):
+        i = int(bad[0]) + 1 if bad.size else len(rows) - 1
+        return f"ids ending in order at byte {ids_bytes}", f"document {i}'s id ends elsewhere"
+    return None
+
+
+def match_input(inputs: list[str], path: str, where: str) -> int | None:
+    """The index among ``inputs`` (an inputs table's paths) of the one ``path`` names: as the
+    table writes it, or (a local path) the same file, or the one input whose path ends with
+    ``path`` at a ``/``; None when it names none, an ``InputError`` listing them when it
+    names several."""
+    if path in inputs:
+        return inputs.index(path)
+    if "://" not in path:
+        real = os.path.realpath(path)
+        same = [i for i, p in enumerate(inputs) if "://" not in p and os.path.realpath(p) == real]
+        if len(same) == 1:
+            return same[0]
+    tail = "/" + path.lstrip("/")
+    ends = [i for i, p in enumerate(inputs) if p.endswith(tail)]
+    if len(ends) > 1:
+        names = ", ".join(shown(inputs[i]) for i in ends[:5])
+        more = f" and {len(ends) - 5} more" if len(ends) > 5 else ""
+        raise InputError(f"{where}: input {shown(path)} matches {len(ends)} inputs: "
+                         f"{names}{more}; give more of its path")  # fmt: skip
+    return ends[0] if ends else None
+
+
+def no_such_input(inputs: list[str], path: str, where: str) -> InputError:
+    """The error of an input ``path`` that names none of ``inputs``."""
+    listed = ", ".join(shown(p) for p in inputs[:5]) + (" ..." if len(inputs) > 5 else "")
+    return InputError(f"{where}: no input {shown(path)}; its inputs are {listed}")
+
+
 def parse_inputs(data: bytes, where: str) -> list[dict[str, Any]]:
     """The inputs of ``inputs.json`` (its bytes already checked against the manifest), each
     with a text ``path`` and ``kind``."""
@@ -107,6 +188,7 @@ class Origins:
         manifest: The store's manifest (with a ``provenance`` block).
         shard: Shard ``i``'s provenance (``ShardRecords``), its sizes already checked.
         inputs: The bytes of ``inputs.json``, checked against the manifest.
+        keys: Shard ``i``'s id keys (``ShardKeys``); None for a store without them.
     """
 
     def __init__(
@@ -115,11 +197,12 @@ class Origins:
         manifest: Manifest,
         shard: Callable[[int], ShardRecords],
         inputs: Callable[[], bytes],
+        keys: ShardKeys | None = None,
     ) -> None:
         self.where, self.manifest = where.rstrip("/"), manifest
         counts = [s.n_docs for s in manifest.shards]
         self._first_doc = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
-        self._shard, self._inputs_bytes = shard, inputs
+        self._shard, self._inputs_bytes, self._keys = shard, inputs, keys
         self._inputs: list[dict[str, Any]] | None = None
         self._lock = threading.Lock()
 
@@ -129,6 +212,60 @@ class Origins:
             if self._inputs is None:
                 self._inputs = parse_inputs(self._inputs_bytes(), f"{self.where}/{INPUTS_NAME}")
             return self._inputs
+
+    def find_id(self, value: str) -> list[int]:
+        """The documents whose id is ``value`` (as the store keeps ids: cut to
+        ``MAX_ID_BYTES``), ascending; a binary search of each shard's id keys."""
+        if self._keys is None:
+            raise StoreError(
+                f"{self.where}: its provenance has no id keys (made by an earlier tokentape); "
+                "tokenize it again to find documents by id"
+            )
+        wanted = cut(value).encode("utf-8")
+        if not wanted:
+            return []
+        key = KEY_DTYPE.type(id_key_of(wanted))  # of the keys' dtype: searched, not copied
+        found = []
+        for i, shard in enumerate(self.manifest.shards):
+            keys = self._keys(i)
+            lo = int(np.searchsorted(keys[0], key, side="left"))
+            hi = int(np.searchsorted(keys[0], key, side="right"))
+            if lo == hi:
+                continue
+            rows, ids = self._shard(i)
+            for local in keys[1, lo:hi].tolist():
+                if local >= shard.n_docs:
+                    raise damaged(f"{self.where}/{shard.keys_file}", f"document {local} is "
+                                  f"outside the shard's {shard.n_docs}")  # fmt: skip
+                start = int(rows[local - 1]["id_end"]) if local else 0
+                if bytes(ids[start : int(rows[local]["id_end"])]) == wanted:
+                    found.append(int(self._first_doc[i]) + local)
+        return sorted(found)
+
+    def find_record(self, input_index: int, record: int) -> list[int]:
+        """The document read from record ``record`` of input ``input_index`` ([] when none
+        was kept): a binary search, the records ascending by (input, record) through the
+        store."""
+        wanted = (input_index, record)
+        lo, hi = 0, int(self._first_doc[-1])
+        while lo < hi:  # the first document at or after ``wanted``
+            mid = (lo + hi) // 2
+            if self._record_of(mid) < wanted:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < int(self._first_doc[-1]) and self._record_of(lo) == wanted:
+            return [lo]
+        return []
+
+    def _record_of(self, doc: int) -> tuple[int, int]:
+        shard = int(np.searchsorted(self._first_doc, doc, side="right")) - 1
+        row = self._shard(shard)[0][doc - int(self._first_doc[shard])]
+        return int(row["input"]), int(row["record"])
+
+    def input_index(self, path: str) -> int | None:
+        """The input ``path`` names (``match_input``), None when none."""
+        return match_input([row["path"] for row in self.inputs()], path, self.where)
 
     def of(self, doc: int) -> Origin:
         """Where document ``doc`` (in range: the caller checked) came from."""
@@ -169,4 +306,15 @@ class Origins:
         )
 
 
-__all__ = ["Origin", "Origins", "ShardRecords", "parse_inputs", "records_offset"]
+__all__ = [
+    "Origin",
+    "Origins",
+    "ShardKeys",
+    "ShardRecords",
+    "keys_offset",
+    "match_input",
+    "no_such_input",
+    "parse_inputs",
+    "record_order_problem",
+    "records_offset",
+]

@@ -8,8 +8,9 @@ may leave a ``part-00000.bin`` too. ``survey`` sorts what a directory holds by w
   store); the hidden temporary name of a store file (``.NAME.tmp-...``, which only tokentape's
   atomic writes make).
 - A shard file (``part-NNNNN.bin``, ``part-NNNNN.idx.npy``, and the provenance files
-  ``part-NNNNN.rec.npy``, ``part-NNNNN.ids``), a tokenizer copy (``tokenizer.json``,
-  ``tokenizer.tiktoken``) or the inputs table (``inputs.json``) is tokentape's only when
+  ``part-NNNNN.rec.npy``, ``part-NNNNN.ids``, ``part-NNNNN.idkeys.npy``), a tokenizer copy
+  (``tokenizer.json``, ``tokenizer.tiktoken``) or the inputs table (``inputs.json``) is
+  tokentape's only when
   (a) the ``manifest.json`` there parses as a tokentape manifest and names it, or
   (b) the directory holds an unfinished run: ``.tokentape-work/job.json``, a regular file in a
   real directory (not a link), or
@@ -49,7 +50,7 @@ from tokentape._src.store.format import (
     read_npy_header,
     store_files,
 )
-from tokentape._src.store.provenance import IDS_SUFFIX, INPUTS_NAME, REC_SUFFIX
+from tokentape._src.store.provenance import INPUTS_NAME, SHARD_SUFFIXES
 from tokentape._src.store.tokenizers import STORED_NAMES
 from tokentape.errors import OutputError, TokentapeError
 
@@ -58,7 +59,7 @@ JOB_FILE = "job.json"
 """The record of an unfinished run, in ``WORK_DIR``: what marks a directory a run builds in."""
 
 
-_SHARD_FILES = "|".join(map(re.escape, (BIN_SUFFIX, IDX_SUFFIX, REC_SUFFIX, IDS_SUFFIX)))
+_SHARD_FILES = "|".join(map(re.escape, (BIN_SUFFIX, IDX_SUFFIX, *SHARD_SUFFIXES)))
 _BESIDE = (*STORED_NAMES, INPUTS_NAME)
 """A store's files that belong to no shard."""
 _OTHER_FILES = "|".join(map(re.escape, (MANIFEST_NAME, *_BESIDE)))
@@ -151,7 +152,7 @@ def _claimed(directory: Path, stored: list[str]) -> set[str]:
 
 def _shard_of(name: str) -> str | None:
     """The shard a provenance file belongs to (``part-NNNNN``), or None."""
-    for suffix in (REC_SUFFIX, IDS_SUFFIX):
+    for suffix in SHARD_SUFFIXES:
         if name.endswith(suffix):
             return name.removesuffix(suffix)
     return None

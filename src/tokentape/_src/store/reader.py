@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import os
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
@@ -44,8 +45,15 @@ from tokentape._src.store.index import (
     index_offset,
     joined_starts,
 )
-from tokentape._src.store.origins import Origin, Origins, ShardRecords, records_offset
-from tokentape._src.store.provenance import INPUTS_NAME, RECORD
+from tokentape._src.store.origins import (
+    Origin,
+    Origins,
+    ShardRecords,
+    keys_offset,
+    no_such_input,
+    records_offset,
+)
+from tokentape._src.store.provenance import INPUTS_NAME, KEY_DTYPE, RECORD
 from tokentape._src.store.remote import StoreObjects
 from tokentape._src.store.tokenizers import STORED_NAMES, Tokenizer, tokenizer_from_manifest
 from tokentape._src.util.checks import as_index, shown
@@ -433,6 +441,68 @@ class TokenStream(ABC):
         origins = self._origins()
         return None if origins is None else origins.of(doc)
 
+    def inputs(self) -> list[dict[str, Any]] | None:
+        """The inputs the store was made from, in order, and what each gave (path, kind, size,
+        the id field read, documents read, kept and dropped); None when the source records no
+        provenance."""
+        origins = self._origins()
+        return None if origins is None else origins.inputs()
+
+    @property
+    def has_provenance(self) -> bool:
+        """Whether the source records where its documents came from (``provenance``)."""
+        return self._origins() is not None
+
+    def find_id(self, value: str) -> list[int]:
+        """The documents whose id (the ``--id-key`` field of their record) is ``value``,
+        ascending: [] when none has it, several when it is not unique. A binary search of the
+        id keys the store keeps per shard.
+
+        Raises:
+            StoreError: The source records no provenance, or no id keys (an earlier store).
+        """
+        if not isinstance(value, str):
+            raise ArgumentError(f"value must be a string (an id), got {shown(value)}")
+        return self._recorded("find documents by id").find_id(value)
+
+    def find_record(self, input: str | int, record: int) -> list[int]:
+        """The document read from record ``record`` of an input (a jsonl line from 1, a parquet
+        row from 0, 0 for a ``.txt`` file): [doc], or [] when that record gave no document
+        (dropped by a filter, unreadable, beyond the input). ``input`` is the input's path as
+        the inputs table writes it (or the same local file, or the one input whose path ends
+        with it) or its index in the table.
+
+        Raises:
+            InputError: No such input, or a path matching several.
+            StoreError: The source records no provenance.
+        """
+        record = as_index("record", record)
+        if not isinstance(input, str):
+            as_index("input", input)
+        origins = self._recorded("find documents by input and record")
+        if isinstance(input, str):
+            found = origins.input_index(input)
+            if found is None:
+                paths = [row["path"] for row in origins.inputs()]
+                raise no_such_input(paths, input, str(self.directory))
+            index = found
+        else:
+            index = as_index("input", input)
+            if index >= len(origins.inputs()):
+                raise OutOfRangeError(
+                    f"input {index}: the store has inputs 0..{len(origins.inputs()) - 1}"
+                )
+        return origins.find_record(index, record)
+
+    def _recorded(self, what: str) -> Origins:
+        origins = self._origins()
+        if origins is None:
+            raise StoreError(
+                f"{self.directory}: records no provenance (a store made before tokentape "
+                f"recorded it, or a Megatron prefix): cannot {what}"
+            )
+        return origins
+
     def _origins(self) -> Origins | None:
         """What answers ``provenance``, if the source records it."""
         return None
@@ -541,12 +611,6 @@ class Source(TokenStream):
     def _origins(self) -> Origins | None:
         return self._origins_of
 
-    def inputs(self) -> list[dict[str, Any]] | None:
-        """The inputs the store was made from, in order, and what each gave (path, kind, size,
-        the id field read, documents read, kept and dropped); None when the store records no
-        provenance."""
-        return None if self._origins_of is None else self._origins_of.inputs()
-
     @cached_property
     def tokenizer(self) -> Tokenizer:
         """The tokenizer recorded in the manifest (loaded from the copy inside the store: as
@@ -584,7 +648,13 @@ def source_at_url(
     self._origins_of = (
         None
         if objects.manifest.provenance is None
-        else Origins(objects.url, objects.manifest, objects.shard_records, objects.inputs_bytes)
+        else Origins(
+            objects.url,
+            objects.manifest,
+            objects.shard_records,
+            objects.inputs_bytes,
+            objects.shard_keys if objects.manifest.provenance.has_id_keys else None,
+        )
     )
     self._tokenizer_bytes = objects.tokenizer_bytes
     dtype = numpy_dtype(self._manifest.dtype)
@@ -646,7 +716,38 @@ def _map_origins(directory: Path, manifest: Manifest, dir_fd: int) -> Origins | 
             raise damaged(directory / INPUTS_NAME, "does not match the manifest's sha256")
         return table
 
-    return Origins(str(directory), manifest, shards.__getitem__, inputs)
+    keys: dict[int, np.ndarray] = {}
+    lock = threading.Lock()
+
+    def shard_keys(index: int) -> np.ndarray:
+        """Shard ``index``'s id keys, mapped on first use (a lookup by id; the store's
+        directory opened again, as at open: its files are looked up inside it)."""
+        with lock:
+            if index not in keys:
+                keys[index] = _map_keys(directory, manifest, index)
+            return keys[index]
+
+    found = shard_keys if block.has_id_keys else None
+    return Origins(str(directory), manifest, shards.__getitem__, inputs, found)
+
+
+def _map_keys(directory: Path, manifest: Manifest, index: int) -> np.ndarray:
+    """Shard ``index``'s ``.idkeys.npy``, its size and header checked, memory-mapped."""
+    shard = manifest.shards[index]
+    assert manifest.provenance is not None
+    size = manifest.provenance.shards[index].keys_bytes or 0
+    path = directory / shard.keys_file
+    dir_fd = open_directory(directory)
+    try:
+        with open(open_inside(directory, shard.keys_file, "id keys", dir_fd), "rb") as f:
+            _check_size(path, f.fileno(), size)
+            at = keys_offset(f, shard.n_docs, size, str(path))
+            m = (size - at) // (2 * KEY_DTYPE.itemsize)
+            if not m:
+                return np.zeros((2, 0), dtype=KEY_DTYPE)
+            return np.memmap(f, dtype=KEY_DTYPE, mode="r", offset=at, shape=(2, m))
+    finally:
+        os.close(dir_fd)
 
 
 def total_stats(sources: Sequence[TokenStream]) -> FetchStats:

@@ -47,8 +47,8 @@ from tokentape._src.store.format import (
 )
 from tokentape._src.store.format import parse_manifest as parse_manifest_text
 from tokentape._src.store.index import INDEX_DTYPE, check_starts, index_offset, joined_starts
-from tokentape._src.store.origins import ShardRecords, records_offset
-from tokentape._src.store.provenance import INPUTS_NAME, RECORD
+from tokentape._src.store.origins import ShardRecords, keys_offset, records_offset
+from tokentape._src.store.provenance import INPUTS_NAME, KEY_DTYPE, RECORD
 from tokentape._src.store.tokenizers import STORED_NAMES
 from tokentape.errors import StoreChanged, StoreError
 
@@ -73,6 +73,7 @@ class StoreObjects:
         self.manifest = read_remote_manifest(objects, self.url)
         self.itemsize = numpy_dtype(self.manifest.dtype).itemsize
         self._records: dict[int, ShardRecords] = {}
+        self._keys: dict[int, np.ndarray] = {}
         self._records_lock = threading.Lock()
         self._files = []
         for shard in self.manifest.shards:
@@ -159,6 +160,26 @@ class StoreObjects:
         at = records_offset(io.BytesIO(fetched[0]), shard.n_docs, rec_url)
         rows = np.frombuffer(fetched[0], dtype=RECORD, count=shard.n_docs, offset=at)
         return rows, fetched[1]
+
+    def shard_keys(self, index: int) -> np.ndarray:
+        """Shard ``index``'s id keys, fetched (once) and checked against the manifest's sha256
+        and the shard's document count."""
+        with self._records_lock:
+            if index not in self._keys:
+                shard = self.manifest.shards[index]
+                block = self.manifest.provenance
+                assert block is not None and block.has_id_keys
+                files = block.shards[index]
+                assert files.keys_bytes is not None and files.keys_sha256 is not None
+                url = join(self.url, shard.keys_file)
+                check = sha256_check(files.keys_sha256, "the manifest's sha256")
+                etag = self.versions.get(shard.keys_file, "")
+                data = self.objects.read_checked(url, 0, files.keys_bytes, check, etag)
+                at = keys_offset(io.BytesIO(data), shard.n_docs, len(data), url)
+                m = (len(data) - at) // (2 * KEY_DTYPE.itemsize)
+                keys = np.frombuffer(data, dtype=KEY_DTYPE, count=2 * m, offset=at)
+                self._keys[index] = keys.reshape(2, m)
+            return self._keys[index]
 
     def inputs_bytes(self) -> bytes:
         """``inputs.json``, fetched and checked against the manifest's sha256."""

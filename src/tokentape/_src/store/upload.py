@@ -348,6 +348,8 @@ def _shard_files(shard: ShardInfo, provenance: ShardProvenance | None) -> list[t
     files = [(shard.bin_file, shard.bin_sha256), (shard.idx_file, shard.idx_sha256)]
     if provenance is not None:
         files += [(shard.rec_file, provenance.rec_sha256), (shard.ids_file, provenance.ids_sha256)]
+        if provenance.keys_sha256 is not None:
+            files.append((shard.keys_file, provenance.keys_sha256))
     return files
 
 

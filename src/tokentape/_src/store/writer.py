@@ -4,7 +4,7 @@ Documents are appended in order; a shard is closed before a document that would 
 ``shard_tokens`` (a document larger than that gets a shard of its own). The cut depends only on
 the document stream, so the shards are the same whatever produced the stream. Given where each
 document came from (``store.provenance.ADDED``) and its id, the writer also writes each shard's
-provenance files (``part-NNNNN.rec.npy``, ``part-NNNNN.ids``).
+provenance files (``part-NNNNN.rec.npy``, ``part-NNNNN.ids``, ``part-NNNNN.idkeys.npy``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,15 @@ from tokentape._src.store.format import (
     numpy_dtype,
     shard_name,
 )
-from tokentape._src.store.provenance import ADDED, IDS_SUFFIX, REC_SUFFIX, RECORD, ShardProvenance
+from tokentape._src.store.provenance import (
+    ADDED,
+    IDS_SUFFIX,
+    KEYS_SUFFIX,
+    REC_SUFFIX,
+    RECORD,
+    ShardProvenance,
+    id_keys,
+)
 from tokentape.errors import ArgumentError
 
 
@@ -105,14 +113,15 @@ class _OpenShard:
         rec = np.concatenate(self.records) if self.records else np.zeros(0, dtype=RECORD)
         rec_data = npy_bytes(rec)
         ids_data = b"".join(self.ids)
-        write_atomic(self.final.with_name(self.name + REC_SUFFIX), rec_data)
-        write_atomic(self.final.with_name(self.name + IDS_SUFFIX), ids_data)
+        keys_data = npy_bytes(id_keys(ids_data, rec["id_end"]))
+        files = {REC_SUFFIX: rec_data, IDS_SUFFIX: ids_data, KEYS_SUFFIX: keys_data}
+        for suffix, data in files.items():
+            write_atomic(self.final.with_name(self.name + suffix), data)
+        sha = {suffix: hashlib.sha256(data).hexdigest() for suffix, data in files.items()}
         return ShardProvenance(
-            len(rec_data),
-            hashlib.sha256(rec_data).hexdigest(),
-            len(ids_data),
-            hashlib.sha256(ids_data).hexdigest(),
-        )
+            len(rec_data), sha[REC_SUFFIX], len(ids_data), sha[IDS_SUFFIX],
+            len(keys_data), sha[KEYS_SUFFIX],
+        )  # fmt: skip
 
     def close(self, block_bytes: int) -> ShardInfo:
         self.file.flush()

@@ -18,14 +18,13 @@ from __future__ import annotations
 import json
 from typing import NamedTuple
 
+from tokentape._src.store.provenance import MAX_ID_BYTES, cut
 from tokentape.errors import ArgumentError
 
 ID_KEY_AUTO = "auto"
 ID_KEY_NONE = "none"
 AUTO_ID_FIELDS = ("id", "doc_id", "url")
 """The fields an input's id is taken from by default, the first its first record has."""
-MAX_ID_BYTES = 4096
-"""The longest id kept, in UTF-8 bytes (a longer one is cut there, at a character)."""
 
 IdPath = tuple[str, ...]
 """An id key split at its dots: the fields walked from the record down to the id."""
@@ -76,17 +75,6 @@ def id_text(value: object, path: IdPath) -> str:
     else:
         text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return cut(text)
-
-
-def cut(text: str) -> str:
-    """``text`` as valid UTF-8 (a lone surrogate becomes ``?``), cut to at most
-    ``MAX_ID_BYTES`` bytes at a character boundary."""
-    if text.isascii() and len(text) <= MAX_ID_BYTES:  # the common case: nothing to do
-        return text
-    data = text.encode("utf-8", "replace")
-    if len(data) <= MAX_ID_BYTES:
-        return data.decode("utf-8")
-    return data[:MAX_ID_BYTES].decode("utf-8", "ignore")
 
 
 def auto_id_key(fields: object) -> str | None:

@@ -55,10 +55,11 @@ from tokentape._src.store.format import (
     sha256_stream,
     shard_name,
 )
-from tokentape._src.store.origins import records_offset
-from tokentape._src.store.provenance import provenance_hash
+from tokentape._src.store.origins import parse_inputs, record_order_problem, records_offset
+from tokentape._src.store.provenance import INPUTS_NAME, RECORD, id_keys, provenance_hash
 from tokentape._src.store.remote import remote_manifest_text
 from tokentape._src.store.tokenizers import STORED_NAMES
+from tokentape._src.store.writer import npy_bytes
 from tokentape._src.util.checks import as_parameter, is_int
 from tokentape._src.util.progress import ProgressCallback, check_callback, tally
 from tokentape._src.verify.megatron import check_megatron, planned_bytes
@@ -633,7 +634,7 @@ def _tokenizer_copy_problems(ctx: _Store) -> list[Problem]:
     return [] if problem is None else [problem]
 
 
-_PROVENANCE_FILES = ("provenance records", "document ids", "inputs table")
+_PROVENANCE_FILES = ("provenance records", "document ids", "id keys", "inputs table")
 
 
 def _provenance_problems(ctx: _Store, quick: bool) -> list[Problem]:
@@ -644,7 +645,7 @@ def _provenance_problems(ctx: _Store, quick: bool) -> list[Problem]:
     if block is None:
         return []
     problems = []
-    recomputed = provenance_hash(block.inputs_sha256, block.shards)
+    recomputed = provenance_hash(block.inputs_sha256, block.shards, block.version)
     if recomputed != block.provenance_hash:
         where = ctx.file(MANIFEST_NAME)
         problems.append(Problem(where, "provenance_hash mismatch", block.provenance_hash,
@@ -658,7 +659,43 @@ def _provenance_problems(ctx: _Store, quick: bool) -> list[Problem]:
             problems.append(outside)
             continue
         problems += _whole_file_problems(ctx, file, quick, n_docs.get(file.name))
+    if not quick and not problems:
+        problems += _records_problems(ctx)
     return problems
+
+
+def _records_problems(ctx: _Store) -> list[Problem]:
+    """What the provenance files say, checked where hashes cannot tell (a store whose
+    manifest was rewritten to match crafted files): records ascend by (input, record) through
+    the store and name an input of the table, ids end in order inside their file, and each
+    shard's id keys are the ones its ids give."""
+    block = ctx.manifest.provenance
+    assert block is not None
+    with ctx.open(INPUTS_NAME) as f:
+        try:
+            n_inputs = len(parse_inputs(f.read(), ctx.file(INPUTS_NAME)))
+        except StoreError as exc:
+            return [Problem(ctx.file(INPUTS_NAME), "unreadable", "an inputs table", str(exc))]
+    last = None
+    for shard, files in zip(ctx.manifest.shards, block.shards, strict=True):
+        with ctx.open(shard.rec_file) as f:
+            at = records_offset(f, shard.n_docs, ctx.file(shard.rec_file))
+            f.seek(at)
+            rows = np.frombuffer(f.read(), dtype=RECORD, count=shard.n_docs)
+        with ctx.open(shard.ids_file) as f:
+            ids = f.read()
+        found = record_order_problem(rows, last, n_inputs, len(ids))
+        if found is not None:
+            return [Problem(ctx.file(shard.rec_file), "records", *found)]
+        if len(rows):
+            last = rows[-1]
+        if files.keys_sha256 is None:
+            continue
+        expected = npy_bytes(id_keys(ids, rows["id_end"]))
+        if hashlib.sha256(expected).hexdigest() != files.keys_sha256:
+            where = ctx.file(shard.keys_file)
+            return [Problem(where, "id keys", "the keys of the shard's ids", "other keys")]
+    return []
 
 
 def _whole_file_problems(

@@ -57,6 +57,7 @@ EXEMPT = {
     "tokentape.Batch": "a result: what the loader hands out",
     "tokentape.Step": "a result: what Loader.step() returns",
     "tokentape.Origin": "a result: what Source.provenance() returns",
+    "tokentape.Found": "a result: what find_documents() returns",
     "tokentape.TokenizeSummary": "a result: what tokenize() returns",
     "tokentape.megatron.ConvertSummary": "a result: what a conversion returns",
     "tokentape.torch.TapeSamples": "a result: what TapeDataset.__getitems__ returns",
@@ -165,12 +166,20 @@ VALID: dict[str, Args] = {
     "tokentape.MegatronSource.doc_span": lambda c: {"i": 1},
     "tokentape.MegatronSource.doc": lambda c: {"i": 1},
     "tokentape.MegatronSource.provenance": lambda c: {"doc": 1},
+    "tokentape.MegatronSource.find_id": lambda c: {"value": "doc-1"},
+    "tokentape.MegatronSource.find_record": lambda c: {"input": 0, "record": 1},
     "tokentape.MegatronSource.decode": lambda c: {"tokens": [104, 105]},
     "tokentape.Plan": lambda c: {
         "algorithm_version": c.plan.algorithm_version, "seq_len": c.plan.seq_len,
         "seed": c.plan.seed, "denominator": c.plan.denominator,
         "horizon_samples": c.plan.horizon_samples, "sources": c.plan.sources,
-        "storage_options": {}, "phases": (),
+        "storage_options": {}, "phases": (), "excisions": (),
+    },
+    "tokentape.Plan.excise": lambda c: {
+        "from_consumed": 3, "docs": (), "positions": [5, 9], "steps": None,
+    },
+    "tokentape.find_documents": lambda c: {
+        "plan": c.plan, "id": None, "input": "web.jsonl", "record": 2, "source": "web",
     },
     "tokentape.Plan.build": lambda c: {
         "sources": {"web": {"path": "stores/web", "weight": 1}}, "seq_len": 64, "seed": 1,
@@ -181,8 +190,9 @@ VALID: dict[str, Args] = {
     "tokentape.Source": lambda c: {"directory": c.stores / "stores" / "web"},
     "tokentape.load_plan": lambda c: {"path": c.plan_path},
     "tokentape.locate": lambda c: {
-        "plan": c.plan, "source": "math", "doc": 1, "global_batch": 4, "dp": None,
-        "micro": None, "accum": None, "step_log": None, "until_step": 3,
+        "plan": c.plan, "source": "math", "doc": 1, "id": None, "input": None, "record": None,
+        "global_batch": 4, "dp": None, "micro": None, "accum": None, "step_log": None,
+        "until_step": 3,
     },
     "tokentape.open_source": lambda c: {
         "path": c.stores / "stores" / "web", "format": "tokentape", "vocab_size": 257,
@@ -265,6 +275,9 @@ INSTANCES: dict[str, Callable[[Context], Any]] = {
 """An instance of each class whose methods take parameters."""
 
 NO_VALID_CALL = {
+    "tokentape.MegatronSource.find_id": "a Megatron prefix records no provenance: refused "
+    "(tests/tokenize/test_provenance.py finds documents by id in stores)",
+    "tokentape.MegatronSource.find_record": "as find_id",
     "tokentape.torch.check_step": "a collective: needs a process group (tests/torch/test_smoke.py)",
 }
 """Callables whose valid call cannot run here; their wrong calls still must be refused."""

@@ -17,13 +17,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokentape._src.audit.locate import Located, locate, samples_overlapping
+from tokentape._src.audit.locate import Located, locate
 from tokentape._src.audit.runs import log_schedule
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan, resolve_plan
 from tokentape._src.plan.spec import parse_plan
 from tokentape._src.program import main
 from tokentape._src.store.reader import Source
+from tokentape._src.tape.excise import samples_overlapping
 from tokentape._src.tokenize.driver import tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
 from tokentape._src.train.loader import Loader

@@ -27,7 +27,8 @@ from tokentape._src.plan.plan import Plan
 from tokentape._src.store.origins import Origin
 from tokentape._src.store.reader import TokenStream
 from tokentape._src.tape.blend import MAX_POSITION
-from tokentape._src.tape.permutation import Permutation
+from tokentape._src.tape.excise import draws_of_samples, samples_overlapping
+from tokentape._src.tape.excise import positions_of_samples as base_positions
 from tokentape._src.tape.resolve import Tape
 from tokentape._src.train.batch import check_planned, open_planned
 from tokentape._src.train.schedule import Placement, Schedule
@@ -85,38 +86,21 @@ class Located:
 # --- the closed form ------------------------------------------------------------------------
 
 
-def samples_overlapping(span: tuple[int, int], seq_len: int, n_samples: int) -> range:
-    """Samples k in [0, n_samples) whose window [kL, kL + L] meets tokens [start, end)."""
-    start, end = span
-    first = max(0, -(-start // seq_len) - 1)  # smallest k with start <= kL + L
-    stop = min(n_samples, (end - 1) // seq_len + 1)  # largest k with kL < end, plus one
-    return range(first, max(first, stop))
-
-
 def positions_of_samples(
     tape: Tape, source: int, samples: range, limit: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(position, epoch, sample) of every draw of ``samples`` of ``source`` below ``limit``,
-    sorted by position."""
-    n = tape.n_samples[source]
-    draws = int(tape.blend.count(source, limit))  # draws of the source at positions < limit
-    full, partial = divmod(draws, n)
-    rows = (full + (partial > 0)) * len(samples)
+    sorted by position; of a plan with excisions, the draws it left out are not listed (they
+    are never trained)."""
+    excision = tape.excision
+    base_limit = limit if excision is None else excision.base_limit(limit)
+    rows = draws_of_samples(tape, source, samples, base_limit)
     check_fits(rows * _BYTES_PER_ROW, f"the {fmt_int(rows)} positions of {len(samples)} samples")
-    ks = np.arange(samples.start, samples.stop, dtype=np.int64)
-    epochs = np.repeat(np.arange(full, dtype=np.int64), ks.size)
-    picked = np.tile(ks, full)
-    if partial and ks.size:  # the last, unfinished pass: only samples drawn before the limit
-        perm = Permutation.for_epoch(n, tape.seed, tape.names[source], full)
-        drawn = ks[np.asarray(perm.inverse(ks)) < partial]
-        picked = np.concatenate([picked, drawn])
-        epochs = np.concatenate([epochs, np.full(drawn.size, full, dtype=np.int64)])
-    if not picked.size:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty
-    position = tape.position_of(source, picked, epochs)
-    order = np.argsort(position, kind="stable")
-    return position[order], epochs[order], picked[order]
+    position, epoch, sample = base_positions(tape, source, samples, base_limit)
+    if excision is None:
+        return position, epoch, sample
+    position, kept = excision.to_new(position)
+    return position[kept], epoch[kept], sample[kept]
 
 
 def search_limit(plan: Plan, schedule: Schedule | None, until_step: int | None) -> int:
@@ -183,6 +167,5 @@ __all__ = [
     "Located",
     "locate",
     "positions_of_samples",
-    "samples_overlapping",
     "search_limit",
 ]

@@ -9,6 +9,7 @@ import os
 from typing import Any
 
 from tokentape._src.megatron.identity import MegatronRecord
+from tokentape._src.plan.excision import PlanExcision, parse_excision
 from tokentape._src.plan.open import FORMATS, TOKENTAPE
 from tokentape._src.plan.plan import (
     ALGORITHM_VERSION,
@@ -163,7 +164,7 @@ def _plan_fields(
 ) -> tuple[Plan, str]:
     """The plan the fields give (its derived fields computed from the others) and the index
     hash the file records."""
-    _exact_keys(data, _PLAN_KEYS, {"storage_options", "phases"}, where)
+    _exact_keys(data, _PLAN_KEYS, {"storage_options", "phases", "excisions"}, where)
     options = plan_storage_options(data.get("storage_options", {}), where)
     seq_len = _field_value(data, "seq_len", _INT, where, 1)
     seed = _field_value(data, "seed", _INT, where)
@@ -197,11 +198,23 @@ def _plan_fields(
                 f"{where}: source '{s.name}' has weight 0 in every phase (edited by hand?); "
                 "re-run `tokentape plan`"
             )
+    excisions = _plan_excisions(data.get("excisions"), names, where)
     try:
-        plan = Plan(version, seq_len, seed, denominator, horizon, sources, options, phases)
+        plan = Plan(
+            version, seq_len, seed, denominator, horizon, sources, options, phases, excisions
+        )
     except (ArgumentError, PlanError) as exc:  # what the checks above do not cover
         raise PlanError(f"{where}: {exc} (edited by hand?); re-run `tokentape plan`") from None
     return plan, index
+
+
+def _plan_excisions(raw: Any, names: list[str], where: str) -> tuple[PlanExcision, ...]:
+    """The ``excisions`` list (absent: none), each checked against its positions' hash."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not raw:
+        raise PlanError(f"{where}: field 'excisions' must be a non-empty list (or absent)")
+    return tuple(parse_excision(e, names, f"{where}: excisions[{i}]") for i, e in enumerate(raw))
 
 
 _PHASE_FIELDS = {"start", "weights", "weight_units", "denominator"}

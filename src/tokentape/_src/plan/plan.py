@@ -23,11 +23,14 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from tokentape._src.megatron.format import DTYPE_NAMES, INTEGER_CODES
 from tokentape._src.megatron.identity import MegatronRecord
 from tokentape._src.megatron.source import MegatronSource, megatron_at_url
 from tokentape._src.objects.client import is_url, object_store
 from tokentape._src.objects.ranged import FetchConfig
+from tokentape._src.plan.excision import PlanExcision, new_excision
 from tokentape._src.plan.open import (
     FORMATS,
     MEGATRON,
@@ -53,8 +56,16 @@ from tokentape._src.tape.blend import (
     exact_weights,
     rational_weights,
 )
-from tokentape._src.tape.resolve import Tape
+from tokentape._src.tape.excise import (
+    MAX_EXCISED,
+    Excision,
+    draws_of_samples,
+    positions_of_samples,
+    samples_overlapping,
+)
+from tokentape._src.tape.resolve import Tape, as_positions
 from tokentape._src.util.checks import (
+    as_index,
     check_int,
     check_number,
     check_path,
@@ -63,7 +74,15 @@ from tokentape._src.util.checks import (
 )
 from tokentape._src.util.progress import ProgressCallback
 from tokentape._src.util.text import escaped
-from tokentape.errors import ArgumentError, PlanError, TokentapeError, _reworded
+from tokentape.errors import (
+    ArgumentError,
+    InputError,
+    OutOfRangeError,
+    PlanError,
+    StoreChanged,
+    TokentapeError,
+    _reworded,
+)
 
 ALGORITHM_VERSION = 2
 """The version plans are resolved with. 2: a plan file without ``weight_denominator`` takes
@@ -156,6 +175,8 @@ class Plan:
         storage_options: fsspec options for the sources at object URLs (no credentials).
         phases: The phases after the first (``[[phase]]`` tables), in order of their starts,
             inside the horizon; the first phase is the sources' own weights, from position 0.
+        excisions: What ``excise`` left out, in the order done (``PlanExcision``); the tape
+            is the blend's with their positions removed.
 
     Raises:
         ArgumentError: A field of the wrong type or out of its range (the message names it).
@@ -176,6 +197,7 @@ class Plan:
     """fsspec options for sources at object URLs (the plan file's ``storage_options``; never
     credentials). Not part of the index hash: a store's identity is its content."""
     phases: tuple[PlanPhase, ...] = ()
+    excisions: tuple[PlanExcision, ...] = ()
 
     def __post_init__(self) -> None:
         """Check every field, then compute the derived ones from the others (see the class)."""
@@ -200,9 +222,18 @@ class Plan:
             self.seed,
             ((0, tuple(units)), *((p.start, p.weight_units) for p in phases)),
         )
+        excisions = _items("excisions", self.excisions, PlanExcision, "PlanExcision")
+        excision = joined_excision(excisions)
+        set_field("excisions", excisions)
+        limit = self.horizon_samples
+        removed = np.zeros(len(sources), dtype=np.int64)
+        if excision is not None:  # the draws of the horizon in base positions, less the excised
+            limit = excision.base_limit(self.horizon_samples)
+            below = excision.positions[excision.positions < limit]
+            removed = np.bincount(tape.blend.source_and_draw(below)[0], minlength=len(sources))
         derived = []
         for d, s in enumerate(sources):
-            draws = tape.blend.count(d, self.horizon_samples)
+            draws = int(tape.blend.count(d, limit)) - int(removed[d])
             derived.append(
                 replace(s, n_samples=n_samples[d], draws=draws, passes=draws / n_samples[d])
             )
@@ -329,12 +360,77 @@ class Plan:
             The plan's ``Tape`` (``resolve(positions)``, ``position_of(...)``); immutable, and
             the same object for plans of the same tape (built once, see ``_tape``).
         """
-        return _tape(
+        base = _tape(
             tuple(s.name for s in self.sources),
             tuple(s.n_samples for s in self.sources),
             self.seed,
             tuple(zip(self.phase_starts, self.phase_units, strict=True)),
         )
+        return base if not self.excisions else base.with_excision(self._excision)
+
+    def excise(
+        self,
+        from_consumed: int,
+        *,
+        docs: Sequence[tuple[str, int]] = (),
+        positions: Sequence[int] | np.ndarray = (),
+        steps: tuple[int, int] | None = None,
+    ) -> Plan:
+        """This plan with documents, or samples, left out of the run from ``from_consumed`` on.
+
+        The new plan gives the same sample at every position below ``from_consumed``; from
+        it on, its sequence is this plan's without every sample that holds a token of one of
+        ``docs`` (below the horizon) and without the samples at ``positions``, the others in
+        the same order. A run resumes on it from a checkpoint at ``consumed`` up to the first
+        position it changes (``excisions[-1].first``). Computed in closed form from the
+        documents' draws (as ``locate`` finds them), never by walking the horizon.
+
+        Args:
+            from_consumed: The ``consumed`` of the checkpoint the run goes on from.
+            docs: Documents to leave out, as (source name, document id).
+            positions: Positions of this plan to leave out (each at or after
+                ``from_consumed``), e.g. those of logged steps.
+            steps: The logged steps ``positions`` came from (first, last), for the record.
+
+        Returns:
+            The new plan (its ``excisions`` record this one: what it left out per source).
+
+        Raises:
+            ArgumentError: A document or position of the wrong type.
+            InputError: An unknown source.
+            OutOfRangeError: A document out of range, a position below ``from_consumed``.
+            PlanError: Nothing to leave out, or more than ``MAX_EXCISED`` samples in all.
+            StoreError: A store that changed since the plan was made.
+        """
+        c = check_int("from_consumed", from_consumed, 0, MAX_POSITION - 1)
+        if isinstance(docs, str | bytes) or not isinstance(docs, Sequence):
+            raise ArgumentError(f"docs must be a list of (source, doc) pairs, got {shown(docs)}")
+        wanted = as_positions(positions)
+        if wanted.ndim != 1:
+            raise ArgumentError(f"positions must be one-dimensional, got shape {wanted.shape}")
+        if steps is not None and not (
+            isinstance(steps, tuple) and len(steps) == 2 and all(is_int(x) for x in steps)
+            and 0 <= steps[0] <= steps[1]
+        ):  # fmt: skip
+            raise ArgumentError(f"steps must be None or (first, last) steps, got {shown(steps)}")
+        found = excised_positions(self, c, docs, wanted)
+        if not found.size:
+            raise PlanError(
+                f"excise from consumed {c:,}: nothing to leave out (no sample at or after it, "
+                "below the horizon, holds a token of these documents)"
+            )
+        x = self._excision
+        first = int(found[0]) if x is None else int(x.to_new(found[:1])[0][0])
+        names = [s.name for s in self.sources]
+        sources = self.tape().blend.source_and_draw(found)[0]
+        named = tuple((str(n), int(d)) for n, d in docs)
+        record = new_excision(c, first, found, sources, names, named, steps)
+        return replace(self, excisions=(*self.excisions, record))
+
+    @functools.cached_property
+    def _excision(self) -> Excision | None:
+        """Every excision's positions, joined (None without one)."""
+        return joined_excision(self.excisions)
 
     @property
     def phase_starts(self) -> tuple[int, ...]:
@@ -381,6 +477,10 @@ class Plan:
             del data["storage_options"]
         if not data["phases"]:  # PLAN.json of a plan in one phase: as before
             del data["phases"]
+        if self.excisions:
+            data["excisions"] = [e.to_json() for e in self.excisions]
+        else:  # PLAN.json of a plan without excisions: as before
+            del data["excisions"]
         for source in data["sources"]:
             if source["megatron"] is None:
                 del source["megatron"]
@@ -585,6 +685,93 @@ def _checked_options(value: object) -> dict[str, Any]:
     return plan_storage_options(value, "Plan")
 
 
+def excised_positions(
+    plan: Plan, c: int, docs: Sequence[tuple[str, int]], positions: Sequence[int] | np.ndarray
+) -> np.ndarray:
+    """The base positions an excision from ``c`` adds to ``plan``'s: ``positions`` (of the
+    plan) and every draw, from ``c`` on, of a sample holding a token of ``docs``, up to the
+    horizon of the excised plan (found again until it no longer grows: each position left out
+    brings one more within the horizon)."""
+    x = plan._excision
+    tape = plan.tape().base
+    wanted = np.unique(np.asarray(positions, dtype=np.int64).reshape(-1))
+    if wanted.size and int(wanted[0]) < c:
+        raise OutOfRangeError(f"excise: position {int(wanted[0]):,} is below from_consumed {c:,}")
+    explicit = wanted if x is None else x.to_base(wanted)
+    low = c if x is None else x.base_limit(c)
+    samples = _doc_samples(plan, docs)
+    added = explicit
+    while True:
+        joined = Excision(added) if x is None else x.joined(added)
+        limit = joined.base_limit(plan.horizon_samples)
+        rows = sum(draws_of_samples(tape, d, k, limit) for d, k in samples) + explicit.size
+        if rows > MAX_EXCISED:
+            raise PlanError(
+                f"excise: {rows:,} samples to leave out (the documents' draws within the "
+                f"horizon); at most {MAX_EXCISED:,}"
+            )
+        drawn = [positions_of_samples(tape, d, k, limit)[0] for d, k in samples]
+        found = np.concatenate([explicit, *drawn])
+        found = np.unique(found[found >= low])
+        if x is not None:
+            found = found[x.to_new(found)[1]]  # not those left out already
+        if found.size == added.size:
+            return found
+        added = found
+
+
+def _doc_samples(plan: Plan, docs: Sequence[tuple[str, int]]) -> list[tuple[int, range]]:
+    """(source index, samples overlapping the document) of each of ``docs``."""
+    names = [s.name for s in plan.sources]
+    opened: dict[int, TokenStream] = {}
+    out = []
+    for item in docs:
+        if not (isinstance(item, tuple | list) and len(item) == 2):
+            raise ArgumentError(f"excise: docs must be (source, doc) pairs, got {shown(item)}")
+        name, doc = item
+        if name not in names:
+            raise InputError(f"excise: unknown source {shown(name)}; the plan has: "
+                             f"{', '.join(names)}")  # fmt: skip
+        d = names.index(name)
+        if d not in opened:
+            opened[d] = _planned_store(plan, d)
+        store = opened[d]
+        doc = as_index(f"excise: document of '{name}'", doc)
+        if doc >= store.n_docs:
+            raise OutOfRangeError(f"excise: source '{name}' has documents 0..{store.n_docs - 1}, "
+                                  f"not {doc}")  # fmt: skip
+        spec = plan.sources[d]
+        out.append((d, samples_overlapping(store.doc_span(doc), plan.seq_len, spec.n_samples)))
+    return out
+
+
+def _planned_store(plan: Plan, d: int) -> TokenStream:
+    """Source ``d``'s store, refused when it is not the one planned."""
+    spec = plan.sources[d]
+    store = open_plan_store(spec, plan.storage_options)
+    if store.manifest.content_hash != spec.content_hash:
+        raise StoreChanged(
+            f"store '{spec.path}' (source '{spec.name}') changed since the plan was made; "
+            "re-run `tokentape plan`",
+            path=spec.path, planned=spec.content_hash, found=store.manifest.content_hash,
+        )  # fmt: skip
+    return store
+
+
+def joined_excision(excisions: Sequence[PlanExcision]) -> Excision | None:
+    """The positions of every excision as one ``Excision`` (None without one); excisions that
+    overlap, or more positions than ``MAX_EXCISED``, are refused."""
+    if not excisions:
+        return None
+    total = sum(e.count for e in excisions)
+    if total > MAX_EXCISED:
+        raise PlanError(f"Plan: {total:,} excised samples; at most {MAX_EXCISED:,} are kept")
+    joined = np.sort(np.concatenate([e.positions for e in excisions]))
+    if joined.size > 1 and not bool(np.all(np.diff(joined) > 0)):
+        raise PlanError("Plan: two excisions leave out the same position (edited by hand?)")
+    return Excision(joined)
+
+
 def build_tape(
     names: Sequence[str],
     n_samples: Sequence[int],
@@ -609,13 +796,15 @@ def index_hash(
     sources: list[tuple[str, int, int, str, str]],
     version: int = ALGORITHM_VERSION,
     phases: Sequence[tuple[int, Sequence[int]]] = (),
+    excisions: Sequence[Mapping[str, Any]] = (),
 ) -> str:
     """Hash of the canonical inputs that change the tape (never the horizon or budgets).
 
     ``sources``: per source, in plan order, (name, weight units W_d, n_tokens, dtype,
     content hash of its store); ``version``: the algorithm version the plan was resolved with;
     ``phases``: each later phase's (start, weight units), hashed only when there are some (a
-    plan in one phase hashes as before phases existed).
+    plan in one phase hashes as before phases existed); ``excisions``: each excision's
+    identity (``PlanExcision.identity``), hashed only when there are some.
     """
     inputs: dict[str, Any] = {
         "algorithm_version": version,
@@ -637,6 +826,8 @@ def index_hash(
             {"start": start, "weights": [f"{u}/{sum(units)}" for u in units]}
             for start, units in phases
         ]
+    if excisions:
+        inputs["excisions"] = [dict(e) for e in excisions]
     text = json.dumps(inputs, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
@@ -648,10 +839,12 @@ def plan_index_hash(
     den: int,
     version: int = ALGORITHM_VERSION,
     phases: Sequence[PlanPhase] = (),
+    excisions: Sequence[PlanExcision] = (),
 ) -> str:
     rows = [(s.name, s.weight_units, s.n_tokens, s.dtype, s.content_hash) for s in plan_sources]
     later = [(p.start, p.weight_units) for p in phases]
-    return index_hash(seq_len, seed, den, rows, version, later)
+    cut = [e.identity() for e in excisions]
+    return index_hash(seq_len, seed, den, rows, version, later, cut)
 
 
 def expected_index_hash(plan: Plan) -> str:
@@ -659,7 +852,7 @@ def expected_index_hash(plan: Plan) -> str:
     construction (a hash recorded in a file must match it)."""
     return plan_index_hash(
         plan.sources, plan.seq_len, plan.seed, plan.denominator, plan.algorithm_version,
-        plan.phases,
+        plan.phases, plan.excisions,
     )  # fmt: skip
 
 

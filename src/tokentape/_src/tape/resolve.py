@@ -10,8 +10,9 @@ exactly one position, and ``position_of`` finds it without scanning.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,6 +27,9 @@ from tokentape._src.tape.permutation import (
 )
 from tokentape._src.tape.phases import PhasedBlend
 from tokentape.errors import ArgumentError, OutOfRangeError
+
+if TYPE_CHECKING:
+    from tokentape._src.tape.excise import Excision
 
 DENSE_DOMAINS = 256
 """With the compiled kernel, a scattered batch whose (source, pass) pairs number at most this
@@ -55,12 +59,24 @@ class Resolved:
 @dataclass(frozen=True)
 class Tape:
     """The pure map of a plan: names, sample counts, seed and the blend (one, or blends in
-    phases whose draws continue: ``tape.phases``)."""
+    phases whose draws continue: ``tape.phases``), and the positions a plan excised from it
+    (``tape.excise``): positions are then those of the excised tape, and ``base``
+    positions those of the blend."""
 
     names: tuple[str, ...]
     n_samples: tuple[int, ...]
     seed: int
     blend: Blend | PhasedBlend
+    excision: Excision | None = None
+
+    def with_excision(self, excision: Excision | None) -> Tape:
+        """This tape with the base positions of ``excision`` left out (none: the base)."""
+        return replace(self, excision=excision if excision is not None and len(excision) else None)
+
+    @property
+    def base(self) -> Tape:
+        """The tape without its excision."""
+        return self if self.excision is None else replace(self, excision=None)
 
     @classmethod
     def build(
@@ -94,9 +110,28 @@ class Tape:
         p = as_positions(positions)
         if p.ndim != 1:
             raise ArgumentError(f"tape: positions must be one-dimensional, got shape {p.shape}")
+        if self.excision is not None:
+            if p.size and int(p.min()) < 0:
+                raise OutOfRangeError(f"position {p.min()}: expected positions in [0, 2**62)")
+            return self._resolve_runs(self.excision.to_base(p))
+        return self._resolve_base(p)
+
+    def _resolve_runs(self, base: np.ndarray) -> Resolved:
+        """``resolve`` of base positions, each run of consecutive ones in one tiling."""
+        if base.size <= 1 or not bool(np.all(np.diff(base) > 0)):
+            return self._resolve_base(base)
+        cuts = np.flatnonzero(np.diff(base) != 1) + 1
+        if cuts.size > 64:  # many gaps: one scattered resolve
+            return self._resolve_base(base)
+        parts = [self._resolve_base_range(int(run[0]), run.size) for run in np.split(base, cuts)]
+        return Resolved(*(np.concatenate([getattr(r, f) for r in parts])
+                          for f in ("source", "epoch", "sample")))  # fmt: skip
+
+    def _resolve_base(self, p: np.ndarray) -> Resolved:
+        """``resolve`` of base positions."""
         consecutive = p.size > 1 and int(p[-1]) - int(p[0]) == p.size - 1
         if consecutive and np.all(np.diff(p) == 1):  # a run of positions: the fast path
-            return self.resolve_range(int(p[0]), p.size)
+            return self._resolve_base_range(int(p[0]), p.size)
         kernel = permutation._kernel
         if kernel is not None and p.size and isinstance(self.blend, Blend):
             resolved = self._resolve_compiled(kernel, self.blend, p)
@@ -152,7 +187,17 @@ class Tape:
         return Resolved(source.astype(np.int64), epoch, sample)
 
     def resolve_range(self, start: int, count: int) -> Resolved:
-        """``resolve(range(start, start + count))`` without sorting or searching.
+        """``resolve(range(start, start + count))`` without sorting or searching (of an
+        excised tape: each run of base positions between excised ones so)."""
+        if self.excision is None or count <= 0:
+            return self._resolve_base_range(start, count)
+        if start < 0:
+            raise OutOfRangeError(f"tape: position {start}: expected positions in [0, 2**62)")
+        base = self.excision.to_base(np.arange(start, start + count, dtype=np.int64))
+        return self._resolve_runs(base)
+
+    def _resolve_base_range(self, start: int, count: int) -> Resolved:
+        """``resolve_range`` of base positions.
 
         Within a run of consecutive positions, source d sits where the period's table has d
         (a tiling of its occurrences), and its draws there are consecutive integers from
@@ -224,7 +269,19 @@ class Tape:
     def position_of(
         self, source: int, sample: np.ndarray | int, epoch: np.ndarray | int
     ) -> np.ndarray:
-        """The inverse: the position at which ``sample`` of ``source`` is drawn in ``epoch``."""
+        """The inverse: the position at which ``sample`` of ``source`` is drawn in ``epoch``;
+        -1 where an excision left that draw out."""
+        base = self.base_position_of(source, sample, epoch)
+        if self.excision is None:
+            return base
+        position, kept = self.excision.to_new(base)
+        position[~kept] = -1
+        return position
+
+    def base_position_of(
+        self, source: int, sample: np.ndarray | int, epoch: np.ndarray | int
+    ) -> np.ndarray:
+        """The base position at which ``sample`` of ``source`` is drawn in ``epoch``."""
         if not 0 <= source < len(self.names):
             raise OutOfRangeError(
                 f"tape: source index {source}: expected 0 <= index < {len(self.names)}"

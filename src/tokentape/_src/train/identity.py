@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from tokentape._src.plan.plan import READABLE_VERSIONS, Plan, build_tape, index_hash
 from tokentape._src.tape.blend import MAX_DENOMINATOR, MAX_POSITION
 from tokentape._src.tape.compat import first_difference, first_draw
+from tokentape._src.tape.excise import Excision
 from tokentape._src.tape.resolve import Tape
 from tokentape._src.util.text import fmt_int
 
@@ -37,6 +40,8 @@ def plan_identity(plan: Plan) -> dict[str, Any]:
         identity["phases"] = [
             {"start": p.start, "weight_units": list(p.weight_units)} for p in plan.phases
         ]
+    if plan.excisions:  # likewise
+        identity["excisions"] = [e.identity() for e in plan.excisions]
     return identity
 
 
@@ -67,6 +72,8 @@ def identity_differences(old: dict[str, Any], new: dict[str, Any]) -> list[tuple
         diffs.append(("source order", old_order, new_order))
     if old.get("phases") != new.get("phases"):
         diffs.append(("phases", _starts(old), _starts(new)))
+    if old.get("excisions", []) != new.get("excisions", []):
+        diffs.append(("excisions", _cut_at(old), _cut_at(new)))
     return sorted(diffs, key=lambda d: describe_difference(*d))
 
 
@@ -76,6 +83,8 @@ def describe_difference(field: str, saved: Any, now: Any) -> str:
         return f"source '{saved}' removed" if now is None else f"source '{now}' added"
     if field == "source order":
         return f"source order {saved} → {now}"
+    if field == "excisions":
+        return f"excisions (from consumed: {saved} → {now})"
     if field == "phases":
         if saved == now:
             return f"phases: the weights of a phase changed (starts {saved})"
@@ -94,7 +103,7 @@ def identity_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 def identity_hash(identity: Any) -> str | None:
     """The index hash a plan identity (``plan_identity``) stands for; None when it is not one."""
     keys = {"algorithm_version", "seq_len", "seed", "denominator", "sources"}
-    if not isinstance(identity, dict) or set(identity) - {"phases"} != keys:
+    if not isinstance(identity, dict) or set(identity) - {"phases", "excisions"} != keys:
         return None
     ints = [identity[k] for k in ("algorithm_version", "seq_len", "seed", "denominator")]
     sources = identity["sources"]
@@ -130,6 +139,9 @@ def identity_hash(identity: Any) -> str | None:
     phases = _phases(identity.get("phases"), len(rows)) if "phases" in identity else []
     if phases is None:
         return None
+    excisions = identity.get("excisions", [])
+    if "excisions" in identity and not _excisions_ok(excisions):
+        return None
     return index_hash(
         identity["seq_len"],
         identity["seed"],
@@ -137,7 +149,32 @@ def identity_hash(identity: Any) -> str | None:
         rows,
         identity["algorithm_version"],
         phases,
+        excisions,
     )
+
+
+_EXCISION_KEYS = {"from_consumed": int, "first": int, "count": int, "sha256": str}
+
+
+def _excisions_ok(value: Any) -> bool:
+    """Whether an identity's ``excisions`` is a non-empty list of excision identities."""
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(
+            isinstance(e, dict)
+            and set(e) == set(_EXCISION_KEYS)
+            and all(type(e[k]) is t for k, t in _EXCISION_KEYS.items())
+            and 0 <= e["from_consumed"] <= e["first"] < MAX_POSITION
+            and e["count"] > 0
+            for e in value
+        )
+    )
+
+
+def _cut_at(identity: dict[str, Any]) -> list[int]:
+    """Where each excision of an identity applies from (its ``from_consumed``)."""
+    return [e["from_consumed"] for e in identity.get("excisions", [])]
 
 
 def _phases(value: Any, n_sources: int) -> list[tuple[int, list[int]]] | None:
@@ -180,11 +217,62 @@ def identity_tape(identity: dict[str, Any]) -> Tape:
     return build_tape(names, n_samples, identity["seed"], _phase_units(identity))
 
 
-def past_change(old: dict[str, Any], new: dict[str, Any], consumed: int) -> tuple[int, str] | None:
+def past_change(
+    old: dict[str, Any], new: dict[str, Any], consumed: int, excised: Excision | None = None
+) -> tuple[int, str] | None:
     """None when the plan of identity ``new`` gives the same sample as ``old`` at every position
-    below ``consumed``; else the first position that would change and why, in words."""
+    below ``consumed``; else the first position that would change and why, in words.
+
+    ``excised``: the positions of the excisions both identities share (``new``'s first ones,
+    those ``old`` has), which both tapes leave out of their blends."""
     if consumed <= 0:
         return None
+    found = _excision_change(old, new, consumed)
+    limit = consumed if excised is None else excised.base_limit(consumed)
+    position = _blend_change(old, new, limit)
+    if position is not None:
+        at = position[0] if excised is None else int(excised.to_new(np.array([position[0]]))[0][0])
+        found.append((at, position[1]))
+    return min(found) if found else None
+
+
+def common_excisions(old: dict[str, Any], new: dict[str, Any]) -> int:
+    """How many excisions the two identities share, from the first."""
+    before, after = old.get("excisions", []), new.get("excisions", [])
+    k = 0
+    while k < min(len(before), len(after)) and before[k] == after[k]:
+        k += 1
+    return k
+
+
+def _excision_change(
+    old: dict[str, Any], new: dict[str, Any], consumed: int
+) -> list[tuple[int, str]]:
+    """Where the excisions of ``new`` change a position below ``consumed`` that ``old``
+    drew: after the ones they share, each of ``old``'s that ``new`` drops (the run left out
+    its positions) and each that ``new`` adds, from its first position."""
+    k = common_excisions(old, new)
+    c = fmt_int(consumed)
+    found = []
+    for i, e in enumerate(old.get("excisions", [])[k:], start=k + 1):
+        if e["first"] < consumed:
+            found.append((e["first"], f"excision {i} (from consumed "
+                          f"{fmt_int(e['from_consumed'])}, first position {fmt_int(e['first'])}"
+                          f" < consumed {c}) is dropped or changed"))  # fmt: skip
+    for i, e in enumerate(new.get("excisions", [])[k:], start=k + 1):
+        if e["first"] < consumed:
+            found.append((e["first"], f"excision {i} (from consumed "
+                          f"{fmt_int(e['from_consumed'])}) leaves out position "
+                          f"{fmt_int(e['first'])}, below consumed {c}: the run trained on it "
+                          "already; excise from a checkpoint at or before it"))  # fmt: skip
+    return found
+
+
+def _blend_change(
+    old: dict[str, Any], new: dict[str, Any], consumed: int
+) -> tuple[int, str] | None:
+    """The first base position below ``consumed`` whose sample differs between the two
+    identities' blends (the seed, seq_len, a store, the mixture), and why."""
     old_tape, new_tape = identity_tape(old), identity_tape(new)
     found: list[tuple[int, str]] = []
     for key, why in (("seq_len", "changes every sample"), ("seed", "reorders every source")):
@@ -249,6 +337,7 @@ def _named_phases(identity: dict[str, Any]) -> list[tuple[int, dict[str, str]]]:
 
 
 __all__ = [
+    "common_excisions",
     "describe_difference",
     "identity_diff",
     "identity_differences",

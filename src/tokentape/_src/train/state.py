@@ -12,9 +12,10 @@ from dataclasses import dataclass, replace
 from os import PathLike
 from typing import Any
 
-from tokentape._src.plan.plan import Plan
+from tokentape._src.plan.plan import Plan, joined_excision
 from tokentape._src.tape.blend import MAX_POSITION
 from tokentape._src.train.identity import (
+    common_excisions,
     describe_difference,
     identity_differences,
     identity_hash,
@@ -379,7 +380,8 @@ class DataState:
         if plan.index_hash == self.index_hash:
             return self
         identity = plan_identity(plan)
-        change = past_change(self.identity, identity, self.consumed)
+        shared = plan.excisions[: common_excisions(self.identity, identity)]
+        change = past_change(self.identity, identity, self.consumed, joined_excision(shared))
         if change is None:
             record = PlanChange(self.step, self.consumed, self.index_hash, plan.index_hash)
             return replace(

@@ -1,0 +1,163 @@
+"""Excision: a tape with some of its positions left out, in closed form.
+
+An excision is a set X of positions of the tape as it was (its *base* positions), all at or
+after the position C from which it applies. The excised tape is the base tape with those
+positions removed, the rest in order: its position q is base position q below C (nothing below
+C changes), and from C on the q-th base position not in X. With X sorted as x_0 < x_1 < ...,
+the numbers x_i - i do not decrease, and
+
+    base(q) = q + #{i : x_i - i <= q}        new(p) = p - #{i : x_i < p}   (p not in X)
+
+both a binary search, whatever the horizon. Excisions made one after another are one set X in
+base positions (each maps its own positions to base ones through the earlier ones), so a tape
+carries one ``Excision``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tokentape._src.tape.permutation import Permutation
+from tokentape._src.tape.resolve import Tape
+from tokentape.errors import PlanError
+
+MAX_EXCISED = 10_000_000
+"""The most positions a plan may leave out (80 MB of positions in memory); ``excise`` refuses
+more in one line."""
+
+
+@dataclass(frozen=True, eq=False)
+class Excision:
+    """Base positions left out of a tape (sorted, unique, int64)."""
+
+    positions: np.ndarray
+    _shifted: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        x = np.ascontiguousarray(self.positions, dtype=np.int64)
+        if x.ndim != 1 or (x.size and (int(x[0]) < 0 or not bool(np.all(np.diff(x) > 0)))):
+            raise PlanError("excision: positions must be ascending, unique and >= 0")
+        x.setflags(write=False)
+        object.__setattr__(self, "positions", x)
+        object.__setattr__(self, "_shifted", x - np.arange(x.size, dtype=np.int64))
+
+    def __len__(self) -> int:
+        return int(self.positions.size)
+
+    def to_base(self, q: np.ndarray) -> np.ndarray:
+        """The base position of each position ``q`` of the excised tape."""
+        q = np.asarray(q, dtype=np.int64)
+        return q + np.searchsorted(self._shifted, q, side="right").astype(np.int64)
+
+    def to_new(self, p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each base position ``p`` as a position of the excised tape, and whether it is kept
+        (an excised one has no position: its entry is then meaningless)."""
+        p = np.asarray(p, dtype=np.int64)
+        k = np.searchsorted(self.positions, p, side="left").astype(np.int64)
+        hit = k < self.positions.size
+        excised = np.zeros(p.shape, dtype=bool)
+        excised[hit] = self.positions[k[hit]] == p[hit]
+        return p - k, ~excised
+
+    def base_limit(self, limit: int) -> int:
+        """The base positions below this are exactly those of the excised tape's positions
+        below ``limit``, and the excised ones among them."""
+        return 0 if limit <= 0 else int(self.to_base(np.asarray([limit - 1]))[0]) + 1
+
+    def joined(self, added: np.ndarray) -> Excision:
+        """This excision and the base positions ``added`` (sorted, unique, none in it)."""
+        return Excision(np.union1d(self.positions, np.asarray(added, dtype=np.int64)))
+
+
+def samples_overlapping(span: tuple[int, int], seq_len: int, n_samples: int) -> range:
+    """Samples k in [0, n_samples) whose window [kL, kL + L] meets tokens [start, end)."""
+    start, end = span
+    first = max(0, -(-start // seq_len) - 1)  # smallest k with start <= kL + L
+    stop = min(n_samples, (end - 1) // seq_len + 1)  # largest k with kL < end, plus one
+    return range(first, max(first, stop))
+
+
+def draws_of_samples(tape: Tape, source: int, samples: range, limit: int) -> int:
+    """How many draws of ``samples`` of ``source`` the base tape makes below base position
+    ``limit``, at most (what ``positions_of_samples`` returns, bounded before it is made)."""
+    n = tape.n_samples[source]
+    full, partial = divmod(int(tape.blend.count(source, limit)), n)
+    return (full + (partial > 0)) * len(samples)
+
+
+def positions_of_samples(
+    tape: Tape, source: int, samples: range, limit: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(base position, epoch, sample) of every draw of ``samples`` of ``source`` below base
+    position ``limit``, sorted by position: each pass holds every sample once, so a pass's
+    positions are the inverse of the tape; the last, unfinished pass keeps only the samples
+    drawn before the limit."""
+    n = tape.n_samples[source]
+    draws = int(tape.blend.count(source, limit))  # draws of the source at positions < limit
+    full, partial = divmod(draws, n)
+    ks = np.arange(samples.start, samples.stop, dtype=np.int64)
+    epochs = np.repeat(np.arange(full, dtype=np.int64), ks.size)
+    picked = np.tile(ks, full)
+    if partial and ks.size:
+        perm = Permutation.for_epoch(n, tape.seed, tape.names[source], full)
+        drawn = ks[np.asarray(perm.inverse(ks)) < partial]
+        picked = np.concatenate([picked, drawn])
+        epochs = np.concatenate([epochs, np.full(drawn.size, full, dtype=np.int64)])
+    if not picked.size:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    position = tape.base_position_of(source, picked, epochs)
+    order = np.argsort(position, kind="stable")
+    return position[order], epochs[order], picked[order]
+
+
+def encode_positions(positions: np.ndarray) -> str:
+    """Ascending positions as text for a plan file: zlib-compressed little-endian int64
+    differences (the first from 0), base64."""
+    x = np.asarray(positions, dtype=np.int64)
+    deltas = np.diff(x, prepend=np.int64(0)).astype("<i8")
+    return base64.b64encode(zlib.compress(deltas.tobytes(), 9)).decode("ascii")
+
+
+def decode_positions(text: str, count: int, sha256: str, where: str) -> np.ndarray:
+    """The positions ``encode_positions`` wrote, checked: ``count`` of them, ascending, the
+    sha256 of their int64 bytes ``sha256``; never more than ``MAX_EXCISED``."""
+    if not isinstance(text, str) or not 0 <= count <= MAX_EXCISED:
+        raise PlanError(f"{where}: expected encoded positions and a count <= {MAX_EXCISED:,}")
+    try:
+        packed = base64.b64decode(text.encode("ascii"), validate=True)
+        z = zlib.decompressobj()
+        raw = z.decompress(packed, 8 * count + 1)
+    except (ValueError, UnicodeEncodeError, zlib.error):
+        raise PlanError(f"{where}: positions are not readable (base64 of zlib data)") from None
+    if len(raw) != 8 * count or z.unconsumed_tail or not z.eof:
+        raise PlanError(f"{where}: positions do not hold {count} int64 values")
+    x = np.cumsum(np.frombuffer(raw, dtype="<i8"), dtype=np.int64)
+    if positions_sha256(x) != sha256:
+        raise PlanError(f"{where}: positions do not match their sha256 (edited or damaged)")
+    if x.size and (int(x[0]) < 0 or not bool(np.all(np.diff(x) > 0))):
+        raise PlanError(f"{where}: positions are not ascending and unique")
+    return x
+
+
+def positions_sha256(positions: np.ndarray) -> str:
+    """The hash of excised positions: sha256 of their little-endian int64 bytes."""
+    data = np.ascontiguousarray(positions, dtype="<i8").tobytes()
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+__all__ = [
+    "MAX_EXCISED",
+    "Excision",
+    "decode_positions",
+    "draws_of_samples",
+    "encode_positions",
+    "positions_of_samples",
+    "positions_sha256",
+    "samples_overlapping",
+]

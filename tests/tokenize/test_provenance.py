@@ -246,6 +246,31 @@ def test_replay_names_each_documents_origin_and_id(made, tmp_path, capsys):
         assert (origin.id or "-") in row.split()
 
 
+def test_info_json_gives_the_manifest_and_the_inputs_table(made, tmp_path, capsys):
+    """``info STORE --json``: every field of ``manifest.json`` as it is, and ``inputs_table``
+    (what each input gave, counted here from the inputs as written); null without provenance."""
+    root, expected, _ = made
+    assert main(["info", str(root / "store"), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    manifest = json.loads((root / "store" / "manifest.json").read_text())
+    assert list(shown) == [*manifest, "inputs_table"]
+    assert {k: shown[k] for k in manifest} == manifest
+    table = shown["inputs_table"]
+    assert table == tokentape.open_source(root / "store").inputs()
+    assert [Path(row["path"]).name for row in table] == [
+        "a.jsonl", "b.jsonl.zst", "c.jsonl.gz", "d.parquet", "e.txt"
+    ]  # fmt: skip
+    assert [row["docs_in"] for row in table] == [300, 120, 90, 200, 1]
+    assert [row["docs_kept"] for row in table] == [
+        sum(1 for e in expected if e[0] == row["path"]) for row in table
+    ]
+    assert all(row["docs_dropped"] == row["docs_in"] - row["docs_kept"] for row in table)
+    old = _without_provenance(root / "store", tmp_path / "old")
+    assert main(["info", str(old), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["inputs_table"] is None and shown["n_docs"] == len(expected)
+
+
 def test_replay_show_text_heads_each_window_with_its_documents_origins(made, tmp_path, capsys):
     """Each window's header names its documents' inputs, records and ids (escaped), in text
     order; the JSON gives each position's documents' origins, equal to what was written."""

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from tokentape._src.store.origins import Origin
     from tokentape._src.store.reader import Source
     from tokentape._src.tokenize.driver import TokenizeSummary
-    from tokentape._src.train.batch import Batch
+    from tokentape._src.train.batch import Batch, DocOrigin
     from tokentape._src.train.loader import Loader, Step
     from tokentape._src.train.partition import BatchConfig
     from tokentape._src.train.state import DataState
@@ -53,6 +53,7 @@ _LAZY = {
     "Source": "tokentape._src.store.reader",
     "FetchConfig": "tokentape._src.objects.ranged",
     "Batch": "tokentape._src.train.batch",
+    "DocOrigin": "tokentape._src.train.batch",
     "Loader": "tokentape._src.train.loader",
     "Step": "tokentape._src.train.loader",
     "BatchConfig": "tokentape._src.train.partition",
@@ -89,6 +90,7 @@ __all__ = [
     "BatchConfig",
     "CacheLocked",
     "DataState",
+    "DocOrigin",
     "FetchConfig",
     "IndexOutOfRange",
     "InputError",

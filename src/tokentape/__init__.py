@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from tokentape._src.store.origins import Origin
     from tokentape._src.store.reader import Source
     from tokentape._src.tokenize.driver import TokenizeSummary
-    from tokentape._src.train.batch import Batch
+    from tokentape._src.train.batch import Batch, DocOrigin
     from tokentape._src.train.loader import Loader, Step
     from tokentape._src.train.partition import BatchConfig
     from tokentape._src.train.state import DataState
@@ -54,6 +54,7 @@ _LAZY = {
     "Source": "tokentape._src.store.reader",
     "FetchConfig": "tokentape._src.objects.ranged",
     "Batch": "tokentape._src.train.batch",
+    "DocOrigin": "tokentape._src.train.batch",
     "Loader": "tokentape._src.train.loader",
     "Step": "tokentape._src.train.loader",
     "BatchConfig": "tokentape._src.train.partition",
@@ -92,6 +93,7 @@ __all__ = [
     "BatchConfig",
     "CacheLocked",
     "DataState",
+    "DocOrigin",
     "FetchConfig",
     "Found",
     "IndexOutOfRange",

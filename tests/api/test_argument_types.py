@@ -58,6 +58,7 @@ EXEMPT = {
     "tokentape.Step": "a result: what Loader.step() returns",
     "tokentape.Origin": "a result: what Source.provenance() returns",
     "tokentape.Found": "a result: what find_documents() returns",
+    "tokentape.DocOrigin": "a result: what Loader.origins() returns",
     "tokentape.TokenizeSummary": "a result: what tokenize() returns",
     "tokentape.megatron.ConvertSummary": "a result: what a conversion returns",
     "tokentape.torch.TapeSamples": "a result: what TapeDataset.__getitems__ returns",
@@ -145,6 +146,7 @@ VALID: dict[str, Args] = {
     },
     "tokentape.Loader.set_config": lambda c: {"config": tokentape.BatchConfig(1, 1, 2)},
     "tokentape.Loader.load_state_dict": lambda c: {"data": c.state.to_dict()},
+    "tokentape.Loader.origins": lambda c: {"batch": c.batch},
     "tokentape.MegatronSource": lambda c: {
         "prefix": c.prefix, "vocab_size": 300, "eod_id": 299, "tokenizer": "bytes",
         "check_eod": True, "identify": True, "progress": _progress, "planned": None,

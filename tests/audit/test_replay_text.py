@@ -12,6 +12,7 @@ from helpers import small_plan_json
 
 from tokentape._src.audit.replay import EOD_MARK, eod_offsets, replay, window_text
 from tokentape._src.plan.load import load_plan
+from tokentape._src.plan.plan import Plan
 from tokentape._src.program import main
 from tokentape._src.store.reader import Source
 from tokentape._src.train.batch import Batcher
@@ -184,3 +185,98 @@ def test_choosing_a_micro_step_needs_the_ranks(run, capsys):
     assert main(args) == 2
     err = capsys.readouterr().err
     assert "--micro-step needs the ranks" in err and err.count("\n") == 1
+
+
+def expected_docs(stores, plan, source: str, sample: int) -> list[int]:
+    """The documents a window overlaps, counted from the tokens: document i is the one after i
+    end-of-document ids (one per document), so the window's first is the count before its first
+    token and its last the count before its last token."""
+    store = stores[source]
+    lo = sample * plan.seq_len
+    before = int(np.count_nonzero(store.tokens(0, lo) == store.eod_id))
+    window = store.tokens(lo, lo + plan.seq_len + 1)
+    inside = int(np.count_nonzero(window[:-1] == store.eod_id))
+    return list(range(before, before + inside + 1))
+
+
+def origin_line(origin) -> str:
+    """How a window's header names a document's origin (what locate's ``from`` line says)."""
+    return f"  doc {origin.doc}: {origin.where}" + (f", id {origin.id}" if origin.id else "")
+
+
+def window_blocks(text: str) -> dict[int, list[str]]:
+    """Per position, the header lines of its window that follow the ``position ...`` line (at
+    the header's indent; the text is indented further)."""
+    blocks: dict[int, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if line.startswith("  position "):
+            current = blocks.setdefault(int(line.split()[1].replace(",", "")), [])
+        elif current is not None and line.startswith("  ") and not line.startswith("    "):
+            current.append(line)
+        elif not line.startswith("  "):
+            current = None
+    return blocks
+
+
+def test_each_window_names_where_each_of_its_documents_came_from(run, capsys):
+    """The text view's header and the JSON's ``origins``, per window, against the documents
+    counted from the tokens and each one's ``Source.provenance`` (whose line in the input file
+    is also checked: nothing is filtered, so document i is line i + 1 of its source's file)."""
+    plan_path, plan, log, _given, stores = run
+    several = 0
+    for step in range(STEPS):
+        out = replay_json(plan_path, log, step, "--show-text", capsys=capsys)
+        args = ["replay", str(plan_path), "--step", str(step), "--log", str(log), "--show-text"]
+        assert main(args) == 0
+        blocks = window_blocks(capsys.readouterr().out)
+        assert len(blocks) == len(out["positions"]) == CONFIG.global_batch
+        for row in out["positions"]:
+            docs = expected_docs(stores, plan, row["source"], row["sample"])
+            origins = [stores[row["source"]].provenance(d) for d in docs]
+            for doc, origin in zip(docs, origins, strict=True):
+                assert origin.input.endswith(f"{row['source']}.jsonl")
+                assert (origin.doc, origin.record, origin.id) == (doc, doc + 1, None)
+            assert row["docs"] == docs
+            assert row["origins"] == [o.to_json() for o in origins]
+            assert blocks[row["position"]] == [origin_line(o) for o in origins]
+            several += len(docs) > 1
+    assert several  # some windows hold more than one document (else the order proves little)
+
+
+def test_a_store_without_provenance_says_so_in_text_and_json(run, tmp_path, capsys):
+    """Copies of the stores with the provenance block taken out of their manifests (as a store
+    made before provenance was recorded): the JSON's origins are null, and each window's header
+    says in one line that where its documents came from is not recorded, as locate says it."""
+    _plan_path, plan, _log, _given, stores = run
+    sources = {}
+    for s in plan.sources:
+        copy = tmp_path / s.name
+        copy.mkdir()
+        for f in stores[s.name].directory.iterdir():
+            if f.is_file() and not f.name.endswith((".rec.npy", ".ids", "inputs.json")):
+                (copy / f.name).write_bytes(f.read_bytes())
+        manifest = json.loads((copy / "manifest.json").read_text())
+        del manifest["provenance"]
+        (copy / "manifest.json").write_text(json.dumps(manifest))
+        sources[s.name] = {"path": str(copy), "weight": s.weight, "max_repeats": s.max_repeats}
+    old = Plan.build(sources, seq_len=plan.seq_len, seed=plan.seed,
+                     total_samples=plan.horizon_samples)  # fmt: skip
+    assert old.index_hash == plan.index_hash  # provenance is not part of the tokens' identity
+    old.save(tmp_path / "old.json")
+    args = ["replay", str(tmp_path / "old.json"), "--step", "1", "--global-batch", "8"]
+    assert main([*args, "--json", "--top", "100"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert all(r["origins"] == [None] * len(r["docs"]) for r in out["positions"])
+    assert all(hit["origin"] is None for hit in out["top"])
+    assert main([*args, "--show-text"]) == 0
+    blocks = window_blocks(capsys.readouterr().out)
+    for row in out["positions"]:
+        first, last = row["docs"][0], row["docs"][-1]
+        docs = f"doc {first}" if first == last else f"docs {first}..{last}"
+        want = f"  {docs}: not recorded (a store made before provenance was recorded)"
+        assert blocks[row["position"]] == [want]
+    found = main(["locate", str(tmp_path / "old.json"), out["positions"][0]["source"], "0"])
+    assert found == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("from"))
+    assert line.split(None, 1)[1] == want.split(": ", 1)[1]  # locate's own wording

@@ -27,7 +27,8 @@ def shown_text(capsys, plan: Path, chars: int) -> str:
                          "--text-chars", chars)  # fmt: skip
     assert code == 0, err
     block = out.rstrip("\n").split("windows trained on", 1)[1].split("\n")[3:]
-    return "\n".join(line[4:] for line in block if not line.startswith("    … (more"))
+    text = [line for line in block if line.startswith("    ")]  # not the header's origin lines
+    return "\n".join(line[4:] for line in text if not line.startswith("    … (more"))
 
 
 def json_row(capsys, plan: Path, chars: int) -> dict:
@@ -120,3 +121,29 @@ def test_the_preview_column_escapes_control_characters(tmp_path, capsys):
     code, out, err = cli(capsys, "replay", plan, "--step", 0, "--global-batch", 1, "--json")
     previews = [h["preview"] for h in json.loads(out)["top"]]
     assert sorted(previews) == sorted(["x\x1b[31mred\x07", "\u202egnp.exe"])  # JSON: as is
+
+
+def test_hostile_ids_are_escaped_in_each_windows_header(tmp_path, capsys):
+    """The user's ids are text from the input: control characters, a newline and a bidi
+    override in them are escaped in the header line naming each document's origin."""
+    ids = ["a\x1b[31mred\x07", "two\nlines\r", "\u202egnp.exe"]
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"id": i, "text": f"doc {n}"}) + "\n"
+                            for n, i in enumerate(ids)))  # fmt: skip
+    code, _, err = cli(capsys, "tokenize", data, "--out", tmp_path / "s", "--tokenizer", "bytes")
+    assert code == 0, err
+    n_tokens = sum(len(f"doc {n}") + 1 for n in range(len(ids)))
+    (tmp_path / "p.toml").write_text(
+        f"seq_len = {n_tokens - 1}\nseed = 1\ntotal_tokens = {n_tokens - 1}\n"
+        f'[[source]]\nname = "b"\npath = "{tmp_path / "s"}"\nweight = 1\n'
+    )
+    assert cli(capsys, "plan", tmp_path / "p.toml", "--out", tmp_path / "p.json")[0] == 0
+    code, out, err = cli(capsys, "replay", tmp_path / "p.json", "--step", 0, "--global-batch", 1,
+                         "--show-text")  # fmt: skip
+    assert code == 0, err
+    head = out.split("windows trained on", 1)[1].split("\n")[3:6]
+    assert head == [
+        f"  doc 0: {data}:1, id a\\x1b[31mred\\x07",
+        f"  doc 1: {data}:2, id two\\nlines\\r",
+        f"  doc 2: {data}:3, id \\u202egnp.exe",
+    ]

@@ -185,17 +185,23 @@ def test_verify_finds_a_tampered_provenance_file(made, tmp_path):
     assert names == {"part-00001.ids", INPUTS_NAME}
 
 
+def _without_provenance(store: Path, out: Path) -> Path:
+    """A copy of ``store`` as a store made before provenance: its manifest has no block and
+    the files are absent."""
+    out.mkdir()
+    for name, data in tree_bytes(store).items():
+        if not name.endswith((".rec.npy", ".ids")) and name != INPUTS_NAME:
+            (out / name).write_bytes(data)
+    manifest = json.loads((out / "manifest.json").read_text())
+    del manifest["provenance"]
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return out
+
+
 def test_a_store_without_provenance_still_reads_plans_and_trains(made, tmp_path):
     """A store made before provenance: its manifest has no block and the files are absent."""
     root, _, _ = made
-    store = tmp_path / "old"
-    store.mkdir()
-    for name, data in tree_bytes(root / "store").items():
-        if not name.endswith((".rec.npy", ".ids")) and name != INPUTS_NAME:
-            (store / name).write_bytes(data)
-    manifest = json.loads((store / "manifest.json").read_text())
-    del manifest["provenance"]
-    (store / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    store = _without_provenance(root / "store", tmp_path / "old")
     src = tokentape.open_source(store)
     assert src.provenance(0) is None and src.inputs() is None
     assert check_store(store).problems == ()
@@ -243,6 +249,61 @@ def test_replay_names_each_documents_origin_and_id(made, tmp_path, capsys):
         origin = src.provenance(hit["doc"])
         row = next(line for line in text.splitlines() if f" {origin.where} " in line)
         assert (origin.id or "-") in row.split()
+
+
+def test_info_json_gives_the_manifest_and_the_inputs_table(made, tmp_path, capsys):
+    """``info STORE --json``: every field of ``manifest.json`` as it is, and ``inputs_table``
+    (what each input gave, counted here from the inputs as written); null without provenance."""
+    root, expected, _ = made
+    assert main(["info", str(root / "store"), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    manifest = json.loads((root / "store" / "manifest.json").read_text())
+    assert list(shown) == [*manifest, "inputs_table"]
+    assert {k: shown[k] for k in manifest} == manifest
+    table = shown["inputs_table"]
+    assert table == tokentape.open_source(root / "store").inputs()
+    assert [Path(row["path"]).name for row in table] == [
+        "a.jsonl", "b.jsonl.zst", "c.jsonl.gz", "d.parquet", "e.txt"
+    ]  # fmt: skip
+    assert [row["docs_in"] for row in table] == [300, 120, 90, 200, 1]
+    assert [row["docs_kept"] for row in table] == [
+        sum(1 for e in expected if e[0] == row["path"]) for row in table
+    ]
+    assert all(row["docs_dropped"] == row["docs_in"] - row["docs_kept"] for row in table)
+    old = _without_provenance(root / "store", tmp_path / "old")
+    assert main(["info", str(old), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["inputs_table"] is None and shown["n_docs"] == len(expected)
+
+
+def test_replay_show_text_heads_each_window_with_its_documents_origins(made, tmp_path, capsys):
+    """Each window's header names its documents' inputs, records and ids (escaped), in text
+    order; the JSON gives each position's documents' origins, equal to what was written."""
+    root, expected, _ = made
+    plan = tokentape.Plan.build({"web": {"path": str(root / "store"), "weight": 1}}, seq_len=64,
+                                seed=3, total_samples=128)  # fmt: skip
+    plan.save(tmp_path / "PLAN.json")
+    src = tokentape.open_source(root / "store")
+    args = ["replay", str(tmp_path / "PLAN.json"), "--step", "1", "--global-batch", "16"]
+    assert main([*args, "--json"]) == 0
+    positions = json.loads(capsys.readouterr().out)["positions"]
+    assert main([*args, "--show-text", "--text-chars", "20"]) == 0
+    text = capsys.readouterr().out.splitlines()
+    ids = 0
+    for row in positions:
+        got = [
+            (o["input"], o["kind"], o["record"], o["row_group"], o["id"]) for o in row["origins"]
+        ]
+        assert got == [expected[d] for d in row["docs"]]
+        head = next(i for i, x in enumerate(text) if x.startswith(f"  position {row['position']} "))
+        lines = text[head + 1 : head + 1 + len(row["docs"])]
+        for line, doc in zip(lines, row["docs"], strict=True):
+            o = src.provenance(doc)
+            want = o.where + ("" if o.id is None else f", id {o.id}")
+            assert line == f"  doc {doc}: {want}"
+            ids += o.id is not None
+        assert text[head + 1 + len(row["docs"])].startswith("    ")  # then the text
+    assert ids  # some documents have ids
 
 
 def test_locate_names_the_documents_origin_and_id(made, tmp_path, capsys):

@@ -18,7 +18,10 @@ from tokentape.errors import InputError, PlanError
 
 EPILOG = f"""\
 what PATH is:
-  a store directory (holds {MANIFEST_NAME})   its manifest: tokens, documents, tokenizer, shards
+  a store directory (holds {MANIFEST_NAME})   its manifest: tokens, documents, tokenizer, shards,
+                                            and its inputs with the documents each gave, kept
+                                            and dropped (--json: the manifest's fields and
+                                            "inputs_table", null for a store without provenance)
   a resolved plan (PLAN.json)               sources, shares, phases, horizon, index hash, and
                                             where each store lives (path or object URL)
   a run directory (holds {STEP_LOG_NAME}) or a step log (*.jsonl; or --log FILE)
@@ -100,8 +103,10 @@ def cmd(args: argparse.Namespace) -> int:
         )
         return 0
     manifest = read_manifest(args.store)
+    inputs = Source(args.store).inputs()
     if args.json:
-        print(manifest.to_json(), end="")
+        data = manifest.to_dict() | {"inputs_table": inputs}
+        print(json.dumps(data, indent=2, ensure_ascii=False))
     else:
-        print(manifest_text(args.store, manifest, Source(args.store).inputs()))
+        print(manifest_text(args.store, manifest, inputs))
     return 0

@@ -18,7 +18,8 @@ from tokentape._src.cli.schedule import SCHEDULE_HELP, add_schedule_args, shape_
 from tokentape._src.cli.wording import FLAGS
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan
-from tokentape._src.util.text import escaped, fmt_int, key_values, table
+from tokentape._src.render.text import origin_words
+from tokentape._src.util.text import fmt_int, key_values, table
 from tokentape.errors import InputError
 
 EPILOG = (
@@ -147,7 +148,7 @@ def _header(s: dict[str, Any], found: Located, log_steps: int | None) -> str:
     start, end = s["span"]
     rows = [
         ("document", f"{s['doc']} of source '{s['source']}'"),
-        ("from", _origin_words(found)),
+        ("from", origin_words(found.origin)),
         ("tokens", f"{fmt_int(s['tokens'])} (tokens {fmt_int(start)}..{fmt_int(end - 1)})"),
         ("samples", samples),
         ("searched", searched),
@@ -166,14 +167,6 @@ def _header(s: dict[str, Any], found: Located, log_steps: int | None) -> str:
     if s["until_step"] is not None:
         rows.append((f"seen by step {fmt_int(s['until_step'])}", "yes" if s["seen"] else "no"))
     return key_values(rows)
-
-
-def _origin_words(found: Located) -> str:
-    """Where the document came from and its id, in a few words (escaped)."""
-    o = found.origin
-    if o is None:
-        return "not recorded (a store made before provenance was recorded)"
-    return escaped(o.where) + ("" if o.id is None else f", id {escaped(o.id)}")
 
 
 def _opt(value: int | None) -> str:

@@ -29,6 +29,7 @@ from tokentape._src.cli.schedule import SCHEDULE_HELP, add_schedule_args, shape_
 from tokentape._src.cli.wording import FLAGS
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan
+from tokentape._src.render.text import origin_words
 from tokentape._src.train.batch import Batcher
 from tokentape._src.train.loader import hash_dtype
 from tokentape._src.train.partition import BatchConfig
@@ -43,8 +44,10 @@ EPILOG = (
   (one is required; --rank, --micro-step and --row need --log or --dp/--micro/--accum)
 
 the text trained on (--show-text):
-  each window of the step (or of the chosen --rank/--micro-step/--row) is decoded from its
-  seq_len + 1 tokens; an end-of-document token is shown as the marker """
+  each window of the step (or of the chosen --rank/--micro-step/--row) is headed by where it
+  is in the step and, one line per document in text order, where that document came from
+  (input and record, and its id; "not recorded" for a store made before provenance), then
+  decoded from its seq_len + 1 tokens; an end-of-document token is shown as the marker """
     + EOD_MARK
     + """, so the text
   between two markers is one document (a window starts and ends inside documents); a
@@ -176,6 +179,8 @@ def _json(v: _View) -> dict[str, Any]:
     names = [s.name for s in plan.sources]
     positions = []
     for i in _rows(r, args).tolist():
+        source = int(r.batch.source[i])
+        docs = list(range(int(r.doc_first[i]), int(r.doc_last[i]) + 1))
         row: dict[str, Any] = {"position": int(r.batch.positions[i])}
         if config is not None:
             row |= {
@@ -184,10 +189,11 @@ def _json(v: _View) -> dict[str, Any]:
                 "row": int(r.placement.row[i]),
             }
         row |= {
-            "source": names[int(r.batch.source[i])],
+            "source": names[source],
             "epoch": int(r.batch.epoch[i]),
             "sample": int(r.batch.sample[i]),
-            "docs": list(range(int(r.doc_first[i]), int(r.doc_last[i]) + 1)),
+            "docs": docs,
+            "origins": [_origin_json(batcher, source, doc) for doc in docs],
             "tokens_hash": window_hash(r.batch.tokens[i], plan),
         }
         if args.tokens:
@@ -232,19 +238,24 @@ def _hit_dict(
     h: DocHits, names: list[str], batcher: Batcher, r: Replayed, args: argparse.Namespace
 ) -> dict[str, Any]:
     n = _rows(r, args).size
-    origin = batcher.sources[h.source].provenance(h.doc)
     return {
         "source": names[h.source],
         "doc": h.doc,
         "windows": h.windows,
         "share": h.windows / n if n else 0.0,
         "tokens": h.tokens,
-        "origin": None if origin is None else origin.to_json(),
+        "origin": _origin_json(batcher, h.source, h.doc),
         "preview": preview(batcher, h.source, h.doc, args.preview_chars),
     }
 
 
-def _origin_words(batcher: Batcher, source: int, doc: int) -> tuple[str, str]:
+def _origin_json(batcher: Batcher, source: int, doc: int) -> dict[str, Any] | None:
+    """Where a document came from (``Origin.to_json``); None where the store records none."""
+    origin = batcher.sources[source].provenance(doc)
+    return None if origin is None else origin.to_json()
+
+
+def _origin_cells(batcher: Batcher, source: int, doc: int) -> tuple[str, str]:
     """Where a document came from (``a.jsonl:17``) and its id, as the table shows them; ``-``
     where the store records none."""
     origin = batcher.sources[source].provenance(doc)
@@ -305,7 +316,7 @@ def _text(v: _View) -> str:
             h.windows,
             f"{h.windows / n:.1%}",
             h.tokens,
-            *_origin_words(batcher, h.source, h.doc),
+            *_origin_cells(batcher, h.source, h.doc),
             _printable(preview(batcher, h.source, h.doc, args.preview_chars)),
         ]
         for h in hits[: args.top]
@@ -341,7 +352,19 @@ def _window_block(v: _View, i: int) -> str:
         if text.truncated
         else ""
     )
-    return "\n  " + " · ".join(where) + "\n" + body + tail
+    head = ["  " + " · ".join(where), *_origin_lines(batcher, int(r.batch.source[i]), first, last)]
+    return "\n" + "\n".join(head) + "\n" + body + tail
+
+
+def _origin_lines(batcher: Batcher, source: int, first: int, last: int) -> list[str]:
+    """Where each of documents ``first..last`` of a window came from, one line each in the
+    order their text follows (``  doc 3: data/web.jsonl:17, id a-17``); one line for them all
+    where the store records none."""
+    origins = [batcher.sources[source].provenance(doc) for doc in range(first, last + 1)]
+    if origins[0] is None:
+        docs = f"doc {first}" if last == first else f"docs {first}..{last}"
+        return [f"  {docs}: {origin_words(None)}"]
+    return [f"  doc {o.doc}: {origin_words(o)}" for o in origins if o is not None]
 
 
 def _printable(text: str) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 
 from tokentape._src.plan.plan import Plan
 from tokentape._src.store.format import Manifest, numpy_dtype
+from tokentape._src.store.origins import Origin
 from tokentape._src.tape.blend import stated_value
 from tokentape._src.tape.resolve import Tape
 from tokentape._src.util.text import escaped, fmt_bytes, fmt_int, key_values, table
@@ -76,6 +77,18 @@ def inputs_text(inputs: list[dict[str, Any]] | None) -> str:
         for row in inputs
     ]
     return table(["input", "kind", "id field", "read", "kept", "dropped"], rows)
+
+
+NOT_RECORDED = "not recorded (a store made before provenance was recorded)"
+"""What ``origin_words`` says of a document whose store records no provenance."""
+
+
+def origin_words(origin: Origin | None) -> str:
+    """Where a document came from and its id, in a few words on one line (control characters
+    escaped): ``data/web.jsonl:17, id a-17``; ``NOT_RECORDED`` where its store records none."""
+    if origin is None:
+        return NOT_RECORDED
+    return escaped(origin.where) + ("" if origin.id is None else f", id {escaped(origin.id)}")
 
 
 def plan_text(plan: Plan) -> str:

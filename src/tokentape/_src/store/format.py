@@ -129,15 +129,19 @@ class Manifest:
     """Where each document came from (``store.provenance``); None: not recorded (a store made
     before it was)."""
 
-    def to_json(self) -> str:
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest's fields as JSON-friendly values, in ``manifest.json``'s order."""
         data = asdict(self)
         data["shards"] = [asdict(s) | {"block_sha256": list(s.block_sha256)} for s in self.shards]
         del data["provenance"]
         if self.provenance is not None:
             data["provenance"] = self.provenance.to_json()
         order = ["format", "format_version", "dtype", "vocab_size", "eod_id", "n_tokens", "n_docs"]
-        ordered = {k: data.pop(k) for k in order} | data
-        return json.dumps(ordered, indent=2, ensure_ascii=False) + "\n"
+        return {k: data.pop(k) for k in order} | data
+
+    def to_json(self) -> str:
+        """The text of ``manifest.json``."""
+        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n"
 
 
 def block_record_problem(shard: ShardInfo, size: int) -> str | None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from tokentape._src.objects.ranged import FetchConfig
 from tokentape._src.plan.plan import Plan, open_plan_store
+from tokentape._src.store.origins import Origin
 from tokentape._src.store.reader import TokenStream
 from tokentape._src.tape.resolve import Resolved, Tape, as_positions
 from tokentape._src.util.checks import as_index
@@ -84,6 +86,30 @@ class Batch:
     def targets(self) -> np.ndarray:
         """The window shifted by one: what each input position predicts."""
         return self.tokens[:, 1:]
+
+
+@dataclass(frozen=True)
+class DocOrigin:
+    """One document that a window of a batch holds (in part or whole), and where it came from.
+
+    Attributes:
+        source: The name of the plan source it was drawn from.
+        doc: The document's id within that source (``tokentape locate PLAN SOURCE DOC``,
+            ``open_source(store).doc(doc)``).
+        origin: Where it came from: its input, its record there and the user's id for it; None
+            when the source records none (a store made before provenance was recorded, one
+            converted from Megatron, a Megatron dataset).
+    """
+
+    source: str
+    doc: int
+    origin: Origin | None
+
+    def to_json(self) -> dict[str, Any]:
+        """``source``, ``doc`` and ``origin`` (``Origin.to_json()``, or None) as JSON-friendly
+        values, as ``tokentape replay --json`` names a top document."""
+        origin = None if self.origin is None else self.origin.to_json()
+        return {"source": self.source, "doc": self.doc, "origin": origin}
 
 
 def open_planned(plan: Plan, index: int, fetch: FetchConfig | None = None) -> TokenStream:
@@ -192,5 +218,40 @@ class Batcher:
                 segment[rows], position[rows] = seg, pos
         return Batch(p, r.source, r.epoch, r.sample, tokens, segment, position)
 
+    def origins(self, batch: Batch) -> list[list[DocOrigin]]:
+        """Per row of ``batch``, the documents its window overlaps, in order (the same rule as
+        ``TokenStream.docs_in``: every document with a token among the window's ``seq_len +
+        1``), each with where it came from. ``batch`` must be one of this plan's: each row's
+        source, pass and sample are checked against its position (``ArgumentError`` names the
+        first row that differs)."""
+        if not isinstance(batch, Batch):
+            raise ArgumentError(
+                f"batch must be a Batch (step.micro_batches[i]), got {type(batch).__name__}"
+            )
+        p = as_positions(batch.positions).reshape(-1)
+        given = (batch.source, batch.epoch, batch.sample)
+        if any(np.shape(a) != p.shape for a in given):
+            raise ArgumentError(
+                f"batch: positions, source, epoch and sample differ in length "
+                f"({', '.join(str(np.size(a)) for a in (p, *given))})"
+            )
+        r = self.tape.resolve(p)
+        same = (r.source == batch.source) & (r.epoch == batch.epoch) & (r.sample == batch.sample)
+        if not same.all():
+            i = int(np.flatnonzero(~same)[0])
+            raise ArgumentError(
+                f"batch row {i} (position {int(p[i])}) holds source {int(batch.source[i])} "
+                f"pass {int(batch.epoch[i])} sample {int(batch.sample[i])}; this plan puts "
+                f"source {int(r.source[i])} pass {int(r.epoch[i])} sample {int(r.sample[i])} "
+                "there: not a batch of this plan"
+            )
+        names = [s.name for s in self.plan.sources]
+        out = []
+        for d, k in zip(r.source.tolist(), r.sample.tolist(), strict=True):
+            stream = self.sources[d]
+            docs = stream.docs_in(k, self.plan.seq_len)
+            out.append([DocOrigin(names[d], doc, stream.provenance(doc)) for doc in docs])
+        return out
 
-__all__ = ["Batch", "Batcher", "check_planned", "open_planned"]
+
+__all__ = ["Batch", "Batcher", "DocOrigin", "check_planned", "open_planned"]

@@ -32,7 +32,7 @@ from tokentape._src.stage.stage import stage_plan
 from tokentape._src.store.reader import total_stats
 from tokentape._src.tape.resolve import Resolved
 from tokentape._src.train.ahead import ResolveAhead, StepShape
-from tokentape._src.train.batch import Batch, Batcher
+from tokentape._src.train.batch import Batch, Batcher, DocOrigin
 from tokentape._src.train.logwriter import StepLogWriter
 from tokentape._src.train.partition import BatchConfig, positions_for
 from tokentape._src.train.state import DataState
@@ -317,6 +317,33 @@ class Loader:
             for key in [k for k, a in self._ahead.items() if a is not handed_out]:
                 self._ahead.pop(key).cancel()
             self.config = config
+
+    def origins(self, batch: Batch) -> list[list[DocOrigin]]:
+        """The documents each row of a micro-batch holds, and where each came from.
+
+        For the step at a loss spike, say: which records of which input files (and the user's
+        ids for them) the rows were made of. Read from the stores' provenance when asked, never
+        while building steps.
+
+        Args:
+            batch: A micro-batch this loader handed out (``step.micro_batches[i]``), or any
+                ``Batch`` of this loader's plan.
+
+        Returns:
+            One list per row, in row order, of the documents its window (its ``seq_len + 1``
+            tokens) overlaps, in the order their tokens come: each a ``DocOrigin`` (the
+            source's name, the document's id in it, and its ``Origin``, or None where the store
+            records no provenance).
+
+        Raises:
+            TokentapeError: The loader is closed.
+            ArgumentError: ``batch`` is not a ``Batch``, or a row's source, pass or sample is
+                not what this loader's plan puts at its position (a batch of another plan).
+            StoreError: A store's provenance files turned out damaged when read.
+        """
+        if self._closed:
+            raise TokentapeError("the loader is closed")
+        return self.batcher.origins(batch)
 
     # --- checkpointing --------------------------------------------------------------------
 

@@ -2,9 +2,9 @@
 
 Token stores (``tokenize``, ``open_source``) -> a mixture plan (``Plan.build``, ``load_plan``)
 -> its tape -> the training loader (``Loader``, ``BatchConfig``, ``DataState``) -> audits of a
-run (``replay``, ``locate``, ``verify``). ``tokentape.torch`` gives torch tensors, a sampler
-and a dataset; ``tokentape.megatron`` reads and converts Megatron-LM data. Everything else
-(``tokentape._src``) is internal and may change.
+run (``replay``, ``locate``, ``find_documents``, ``verify``) and its remedy (``excise``).
+``tokentape.torch`` gives torch tensors, a sampler and a dataset; ``tokentape.megatron`` reads
+and converts Megatron-LM data. Everything else (``tokentape._src``) is internal and may change.
 """
 
 import importlib
@@ -29,7 +29,7 @@ from tokentape.errors import (
 )
 
 if TYPE_CHECKING:
-    from tokentape._src.api import find_documents, locate, replay, tokenize, verify
+    from tokentape._src.api import excise, find_documents, locate, replay, tokenize, verify
     from tokentape._src.audit.find import Found
     from tokentape._src.megatron.source import MegatronSource
     from tokentape._src.objects.ranged import FetchConfig
@@ -63,6 +63,7 @@ _LAZY = {
     "replay": "tokentape._src.api",
     "locate": "tokentape._src.api",
     "find_documents": "tokentape._src.api",
+    "excise": "tokentape._src.api",
     "Found": "tokentape._src.audit.find",
     "verify": "tokentape._src.api",
     "TokenizeSummary": "tokentape._src.tokenize.driver",
@@ -116,6 +117,7 @@ __all__ = [
     "TokentapeError",
     "WriteFailed",
     "__version__",
+    "excise",
     "find_documents",
     "load_plan",
     "locate",

@@ -178,7 +178,11 @@ VALID: dict[str, Args] = {
         "storage_options": {}, "phases": (), "excisions": (),
     },
     "tokentape.Plan.excise": lambda c: {
-        "from_consumed": 3, "docs": (), "positions": [5, 9], "steps": None,
+        "from_consumed": 3, "docs": (), "ids": (), "positions": [5, 9], "steps": None,
+    },
+    "tokentape.excise": lambda c: {
+        "plan": c.plan, "from_consumed": 3, "docs": [("web", 1)], "ids": (), "steps": None,
+        "step_log": None,
     },
     "tokentape.find_documents": lambda c: {
         "plan": c.plan, "id": None, "input": "web.jsonl", "record": 2, "source": "web",

@@ -19,13 +19,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from tokentape._src.audit.find import Found, Handle, one_document
 from tokentape._src.audit.find import find_documents as _find_documents
 from tokentape._src.audit.locate import Located
 from tokentape._src.audit.locate import locate as _locate
 from tokentape._src.audit.replay import Replayed
 from tokentape._src.audit.replay import replay as _replay
-from tokentape._src.audit.runs import Batching, batching
+from tokentape._src.audit.runs import Batching, batching, log_schedule
 from tokentape._src.objects.client import check_storage_options
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan
@@ -600,6 +602,66 @@ def named_document(
         raise ArgumentError(f"{n('input')} and {n('record')} go together")
     found = one_document(plan, Handle(id, input, record), source)
     return found.source, found.doc
+
+
+def excise(
+    plan: Plan | PathArg,
+    from_consumed: int,
+    *,
+    docs: Sequence[tuple[str, int]] = (),
+    ids: Sequence[str] = (),
+    steps: tuple[int, int] | None = None,
+    step_log: PathArg | None = None,
+) -> Plan:
+    """A plan leaving documents, or logged steps' samples, out of a run (``tokentape excise``).
+
+    The new plan gives the same sample at every position below ``from_consumed``; from it on,
+    it is this plan's sequence without every sample holding a token of ``docs`` or of the
+    documents with ``ids``, and without the samples steps ``steps`` drew (read from the run's
+    ``step_log``), the rest in order. Save it (``Plan.save``) and resume the run on it from a
+    checkpoint at ``consumed`` no later than its first excised position; see ``Plan.excise``.
+
+    Args:
+        plan: The run's plan (a ``Plan`` or the path of its ``PLAN.json``).
+        from_consumed: The ``consumed`` of the checkpoint the run goes on from.
+        docs: Documents to leave out, as (source name, document id).
+        ids: Documents to leave out by their record's id (every match in every source).
+        steps: Logged steps (first, last) whose samples to leave out.
+        step_log: The run's step log (``steps.jsonl``): needed with ``steps``.
+
+    Returns:
+        The new plan; ``excisions[-1]`` records what it left out, per source.
+
+    Raises:
+        ArgumentError: Arguments of the wrong type, ``steps`` without ``step_log``.
+        InputError: An unknown source or id.
+        OutOfRangeError: A document out of range; steps outside the log, or before
+            ``from_consumed``.
+        PlanError: Nothing to leave out, too many samples, a step log of another plan.
+        StoreError: A store that changed since the plan was made.
+    """
+    resolved = _plan(plan)
+    positions = np.zeros(0, dtype=np.int64)
+    if steps is not None:
+        if step_log is None:
+            raise ArgumentError("steps need the run's step_log (the steps' positions)")
+        if not (isinstance(steps, tuple) and len(steps) == 2):
+            raise ArgumentError(f"steps must be (first, last), got {shown(steps)}")
+        first, last = (as_index("steps", x) for x in steps)
+        if last < first:
+            raise ArgumentError(f"steps ({first}, {last}): the last is before the first")
+        schedule = log_schedule(str(_step_log(step_log)), resolved)
+        start, _ = schedule.start(first)
+        end, config = schedule.start(last)
+        positions = np.arange(start, end + config.global_batch, dtype=np.int64)
+        if start < from_consumed:
+            raise OutOfRangeError(
+                f"steps {first}..{last} start at position {start:,}, before from_consumed "
+                f"{from_consumed:,}: excise from a checkpoint at or before step {first}"
+            )
+    elif step_log is not None:
+        raise ArgumentError("step_log goes with steps")
+    return resolved.excise(from_consumed, docs=docs, ids=ids, positions=positions, steps=steps)
 
 
 def find_documents(

@@ -65,6 +65,9 @@ class Located:
     origin: Origin | None = None
     """Where the document came from (its input, record and id); None where the store records
     none."""
+    excised_from: int | None = None
+    """The ``consumed`` from which an excision of the plan leaves the document out (its
+    positions from there on are not trained, and not listed); None when none does."""
 
     @property
     def n_tokens(self) -> int:
@@ -158,8 +161,14 @@ def locate(
     placement = schedule.place(position) if schedule is not None else None
     return Located(
         source, d, doc_id, span, samples, limit, until_step, position, epoch, sample, placement,
-        store.provenance(doc_id),
+        store.provenance(doc_id), _excised_from(plan, source, doc_id),
     )  # fmt: skip
+
+
+def _excised_from(plan: Plan, source: str, doc: int) -> int | None:
+    """The first ``from_consumed`` of the plan's excisions that leave the document out."""
+    froms = [e.from_consumed for e in plan.excisions if (source, doc) in e.docs]
+    return min(froms) if froms else None
 
 
 __all__ = [

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from tokentape._src.objects.client import is_url
+from tokentape._src.plan.excision import PlanExcision
 from tokentape._src.plan.open import MEGATRON
 from tokentape._src.plan.plan import Plan
 from tokentape._src.store.format import MANIFEST_NAME
@@ -279,7 +280,15 @@ def plan_json(path: str, plan: Plan) -> dict[str, Any]:
         "storage_options": plan.storage_options,
         "sources": sources,
         "phases": phases,
+        "excisions": [excision_json(e) for e in plan.excisions],
     }
+
+
+def excision_json(e: PlanExcision) -> dict[str, Any]:
+    """What an excision left out, for ``--json`` (its positions' text aside)."""
+    steps = None if e.steps is None else list(e.steps)
+    docs = [list(d) for d in e.docs]
+    return {**e.identity(), "docs": docs, "steps": steps, "removed": dict(e.removed)}
 
 
 __all__ = [
@@ -288,6 +297,7 @@ __all__ = [
     "LineScan",
     "Redo",
     "RunInfo",
+    "excision_json",
     "plan_json",
     "run_info",
     "run_json",

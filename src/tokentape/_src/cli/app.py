@@ -24,6 +24,7 @@ from typing import Any, NoReturn, Protocol, TextIO, cast
 from tokentape._src.cli import (
     convert,
     corpora,
+    excise,
     info,
     locate,
     plan,
@@ -101,7 +102,7 @@ class _Parser(argparse.ArgumentParser):
         return ""
 
 
-COMMANDS = (tokenize, info, plan, stage, smoke, replay, verify, locate, convert, corpora)
+COMMANDS = (tokenize, info, plan, stage, smoke, replay, verify, locate, excise, convert, corpora)
 """The command modules, in ``--help`` order: each has ``add_parser(sub)``."""
 
 

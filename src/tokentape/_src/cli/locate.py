@@ -113,6 +113,7 @@ def summary(found: Located, plan: Plan, ranks: bool) -> dict[str, Any]:
         "source": found.source,
         "doc": found.doc_id,
         "origin": None if found.origin is None else found.origin.to_json(),
+        "excised_from": found.excised_from,
         "span": list(found.span),
         "tokens": found.n_tokens,
         "seq_len": plan.seq_len,
@@ -154,6 +155,10 @@ def _header(s: dict[str, Any], found: Located, log_steps: int | None) -> str:
         ("searched", searched),
         ("positions", f"{fmt_int(s['count'])} in {passes} pass{'es' if passes != 1 else ''}"),
     ]
+    if found.excised_from is not None:
+        rows.append(
+            ("excised", f"from consumed {fmt_int(found.excised_from)} on: never trained after")
+        )
     if found.placement is not None:
         rows += [("first step", _opt(s["first_step"])), ("last step", _opt(s["last_step"]))]
     if log_steps is not None and s["until_step"] is None:

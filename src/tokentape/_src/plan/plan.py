@@ -80,6 +80,7 @@ from tokentape.errors import (
     OutOfRangeError,
     PlanError,
     StoreChanged,
+    StoreError,
     TokentapeError,
     _reworded,
 )
@@ -373,6 +374,7 @@ class Plan:
         from_consumed: int,
         *,
         docs: Sequence[tuple[str, int]] = (),
+        ids: Sequence[str] = (),
         positions: Sequence[int] | np.ndarray = (),
         steps: tuple[int, int] | None = None,
     ) -> Plan:
@@ -388,6 +390,8 @@ class Plan:
         Args:
             from_consumed: The ``consumed`` of the checkpoint the run goes on from.
             docs: Documents to leave out, as (source name, document id).
+            ids: Documents to leave out by the id of their record (every document of every
+                source with that id; the stores must record provenance).
             positions: Positions of this plan to leave out (each at or after
                 ``from_consumed``), e.g. those of logged steps.
             steps: The logged steps ``positions`` came from (first, last), for the record.
@@ -397,7 +401,7 @@ class Plan:
 
         Raises:
             ArgumentError: A document or position of the wrong type.
-            InputError: An unknown source.
+            InputError: An unknown source; an id no document has.
             OutOfRangeError: A document out of range, a position below ``from_consumed``.
             PlanError: Nothing to leave out, or more than ``MAX_EXCISED`` samples in all.
             StoreError: A store that changed since the plan was made.
@@ -405,6 +409,9 @@ class Plan:
         c = check_int("from_consumed", from_consumed, 0, MAX_POSITION - 1)
         if isinstance(docs, str | bytes) or not isinstance(docs, Sequence):
             raise ArgumentError(f"docs must be a list of (source, doc) pairs, got {shown(docs)}")
+        if isinstance(ids, str | bytes) or not isinstance(ids, Sequence):
+            raise ArgumentError(f"ids must be a list of ids (text), got {shown(ids)}")
+        docs = [*docs, *_docs_with_ids(self, ids)]
         wanted = as_positions(positions)
         if wanted.ndim != 1:
             raise ArgumentError(f"positions must be one-dimensional, got shape {wanted.shape}")
@@ -423,7 +430,7 @@ class Plan:
         first = int(found[0]) if x is None else int(x.to_new(found[:1])[0][0])
         names = [s.name for s in self.sources]
         sources = self.tape().blend.source_and_draw(found)[0]
-        named = tuple((str(n), int(d)) for n, d in docs)
+        named = tuple(dict.fromkeys((str(n), int(d)) for n, d in docs))
         record = new_excision(c, first, found, sources, names, named, steps)
         return replace(self, excisions=(*self.excisions, record))
 
@@ -718,6 +725,28 @@ def excised_positions(
         if found.size == added.size:
             return found
         added = found
+
+
+def _docs_with_ids(plan: Plan, ids: Sequence[str]) -> list[tuple[str, int]]:
+    """Every (source, doc) whose record's id is one of ``ids``, in the plan's source order;
+    an id no document has is refused, naming it."""
+    if not ids:
+        return []
+    for value in ids:
+        if not isinstance(value, str) or not value:
+            raise ArgumentError(f"ids must be non-empty text, got {shown(value)}")
+    stores = [_planned_store(plan, d) for d in range(len(plan.sources))]
+    searched = [(s.name, store) for s, store in zip(plan.sources, stores, strict=True)
+                if store.has_provenance]  # fmt: skip
+    if not searched:
+        raise StoreError("excise: no source of the plan records provenance: cannot find ids")
+    found: list[tuple[str, int]] = []
+    for value in dict.fromkeys(ids):
+        hits = [(name, doc) for name, store in searched for doc in store.find_id(value)]
+        if not hits:
+            raise InputError(f"excise: no document of the plan's sources has id {shown(value)}")
+        found += hits
+    return found
 
 
 def _doc_samples(plan: Plan, docs: Sequence[tuple[str, int]]) -> list[tuple[int, range]]:

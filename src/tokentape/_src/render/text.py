@@ -109,8 +109,9 @@ def plan_text(plan: Plan) -> str:
         ]
     )
     tape = plan.tape()
+    cut = [excisions_text(plan)] if plan.excisions else []
     if not plan.phases:
-        return f"{head}\n\n{_shares_table(plan, tape, 0, extra=True)}"
+        return "\n\n".join([head, _shares_table(plan, tape, 0, extra=True), *cut])
     rows = [
         [s.name, s.n_tokens, s.n_samples, s.draws, f"{s.passes:.3f}", f"{s.max_repeats:g}",
          s.draws * plan.seq_len]
@@ -125,7 +126,26 @@ def plan_text(plan: Plan) -> str:
             f"{fmt_int(plan.phase_denominators[i])}"
         )
         parts.append(span + "\n" + _shares_table(plan, tape, i))
-    return "\n\n".join(parts)
+    return "\n\n".join([*parts, *cut])
+
+
+def excisions_text(plan: Plan) -> str:
+    """What the plan's excisions left out (each: from where, how many samples of each
+    source, what), and the share each source now has of the horizon's samples. The repeat
+    table's draws and passes above count only the samples trained."""
+    rows = []
+    for i, e in enumerate(plan.excisions, start=1):
+        removed = ", ".join(f"{n} {fmt_int(c)}" for n, c in e.removed)
+        rows.append([i, fmt_int(e.from_consumed), fmt_int(e.first), fmt_int(e.count), removed,
+                     escaped(e.what)])  # fmt: skip
+    header = ["#", "from consumed", "first left out", "samples", "per source", "what"]
+    total = plan.horizon_samples
+    shares = ", ".join(f"{s.name} {fmt_int(s.draws)} ({s.draws / total:.4%})" for s in plan.sources)
+    return (
+        "  excisions (samples left out; the tape is the blend's without them)\n"
+        + table(header, rows)
+        + f"\n  samples trained over the horizon, after them: {shares}"
+    )
 
 
 def _stated(plan: Plan, phase: int) -> list[Fraction]:

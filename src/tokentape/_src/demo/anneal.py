@@ -46,11 +46,11 @@ def annealed_plan(root: Path, start: int, name: str) -> tuple[Path, Plan]:
 
 
 def anneal_story(root: Path, plan: Plan, trained: Trained) -> bool:
-    """Section 13 of the demo; True when the change is accepted, the past replays the same
+    """Section 14 of the demo; True when the change is accepted, the past replays the same
     under the newer plan, and a change to the past is refused."""
     checkpoint = trained.checkpoint
     consumed, step = checkpoint["consumed"], checkpoint["step"]
-    heading(13, "Anneal: append a phase to the running plan, resume, then try the past")
+    heading(14, "Anneal: append a phase to the running plan, resume, then try the past")
     path, annealed = annealed_plan(root, consumed, "plan-anneal")
     print(f"  {path}: the plan ending sooner, and annealing from the checkpoint's consumed on:")
     print(f"    {ANNEAL_HORIZON}\n    ...\n    [[phase]]\n    start_samples = {consumed}")

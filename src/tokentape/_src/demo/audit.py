@@ -1,10 +1,12 @@
 """The demo's audit story (the article's worked example): a loss spike, the replay of its step,
-the document behind it, every step that document lands in, and the fix — a re-tokenized
-source under a new index hash, which a resume from the old checkpoint refuses."""
+the document behind it (named by its file, line and id), every step that document lands in;
+then the fix of the article — a re-tokenized source under a new index hash, which a resume from
+the old checkpoint refuses (the remedy inside the run, excision, is ``demo.excise``)."""
 
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 
 from tokentape._src.audit.replay import replay, top_documents
@@ -43,10 +45,22 @@ def worst_step(losses: dict[int, float]) -> tuple[int, float, float]:
     return step, losses[step - 1], losses[step]
 
 
-def loss_spike_story(
-    root: Path, plan: Plan, trained: Trained, prose_inputs: Path, tokenizer: Path, workers: int
-) -> bool:
-    """Sections 8-12 of the demo; True when the story holds (the planted document is found)."""
+@dataclass(frozen=True)
+class Spike:
+    """What the audit found: the spike's step and the document on top of it."""
+
+    ok: bool
+    """The planted document was found on top, and every command succeeded."""
+    step: int
+    source: str
+    doc: int
+    id: str | None
+    """The document's id, as tokenize recorded it."""
+
+
+def loss_spike_story(root: Path, plan: Plan, trained: Trained) -> Spike:
+    """Sections 8-11 of the demo: the spike, its replay, its document located by id, the
+    stores verified."""
     plan_json = str(root / "plan.json")
     log = str(trained.step_log)
 
@@ -65,20 +79,35 @@ def loss_spike_story(
     source = plan.sources[top.source].name
     store = batcher.sources[top.source]
     planted = PLANTED in store.decode(store.doc(top.doc)[:64])
+    origin = store.provenance(top.doc)
     print(
         f"\n  the top document, {source} #{top.doc}, fills {top.windows} of the step's "
         f"{replayed.global_batch} windows; it is the planted log dump: {'yes' if planted else 'NO'}"
     )
+    if origin is not None:
+        print(f"  it came from {origin.where}, id {origin.id}: the record to go and look at")
 
-    heading(10, f"Locate {source} #{top.doc}: every step it lands in")
-    code |= run_command(["locate", plan_json, source, str(top.doc), "--log", log, "--limit", "8"])
+    handle = ["--id", origin.id] if origin is not None and origin.id else [source, str(top.doc)]
+    heading(10, "Locate it by its id: every step it lands in")
+    code |= run_command(["locate", plan_json, *handle, "--log", log, "--limit", "8"])
     print("\n  the per-sample shuffle spreads its windows over the whole run; the spike is the")
     print("  step where chance put the most of them together")
 
     heading(11, "Verify the stores against their manifests")
     code |= run_command(["verify", plan_json])
+    return Spike(
+        planted and code == 0, step, source, top.doc, None if origin is None else origin.id
+    )
 
-    heading(12, "The fix: re-tokenize with the repetition filter, under a new index")
+
+def retokenize_story(
+    n: int, root: Path, plan: Plan, trained: Trained, spike: Spike, prose_inputs: Path,
+    tokenizer: Path, workers: int,
+) -> bool:  # fmt: skip
+    """The article's fix (section ``n``): re-tokenize with the repetition filter; True when a
+    resume from the old checkpoint on the new plan is refused."""
+    source = spike.source
+    heading(n, "The other fix: re-tokenize with the repetition filter, under a new index")
     fixed = root / "stores" / f"{source}-filtered"
     summary = tokenize(
         TokenizeConfig(
@@ -110,7 +139,7 @@ def loss_spike_story(
         refused = True
         print(f"    refused: {exc}")
     print("  a new run starts from consumed = 0 on the new plan, or the old data stays in use")
-    return planted and refused and code == 0
+    return refused
 
 
-__all__ = ["heading", "loss_spike_story", "run_command", "worst_step"]
+__all__ = ["Spike", "heading", "loss_spike_story", "retokenize_story", "run_command", "worst_step"]

@@ -13,7 +13,8 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 from tokentape._src.cli.progress import terminal_bar
 from tokentape._src.corpora import write_builtin_corpora
 from tokentape._src.demo.anneal import anneal_story
-from tokentape._src.demo.audit import loss_spike_story
+from tokentape._src.demo.audit import loss_spike_story, retokenize_story
+from tokentape._src.demo.excise import excise_story
 from tokentape._src.demo.train import CHECKPOINT_EVERY, Phase, simulate_training
 from tokentape._src.plan.plan import check_budgets, resolve_plan
 from tokentape._src.plan.spec import load_plan_spec
@@ -162,10 +163,13 @@ def run_demo(out: str, workers: int) -> int:
     print("  windows that are near-total repetition + noise\n")
     trained = simulate_training(plan, root, phases)
 
-    story = loss_spike_story(root, plan, trained, sources["prose"], tok_path, workers)
+    spike = loss_spike_story(root, plan, trained)
+    excised = excise_story(12, root, plan, trained, spike)
+    refused = retokenize_story(13, root, plan, trained, spike, sources["prose"], tok_path, workers)
     annealed = anneal_story(root, plan, trained)
 
     print(f"\nDemo finished in {time.monotonic() - started:.1f} s; outputs under {root}/")
+    story = spike.ok and excised and refused
     return 0 if same and trained.ok and story and annealed else 1
 
 

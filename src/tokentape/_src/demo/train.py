@@ -43,6 +43,7 @@ class Run:
     given: dict[int, str] | None = None  # step → tokens hash of what the ranks were given
     rank_problems: int = 0
     redone: int = 0
+    checkpoints: dict[int, dict[str, Any]] | None = None  # step → every data state saved
 
 
 CHECKPOINT_EVERY = 5
@@ -116,6 +117,8 @@ def run_phase(plan: Plan, phase: Phase, run: Run, log: Path, loss_log: Path) -> 
             lo.commit()
         if loaders[0].state.step % CHECKPOINT_EVERY == 0:
             run.checkpoint = loaders[0].state_dict()
+            if run.checkpoints is not None:
+                run.checkpoints[loaders[0].state.step] = run.checkpoint
     for lo in loaders:
         lo.close()
     end = loaders[0].state.consumed
@@ -136,6 +139,7 @@ class Trained:
     checkpoint: dict[str, Any]  # the final data state
     step_log: Path
     loss_log: Path
+    checkpoints: dict[int, dict[str, Any]]  # step → every data state saved on the way
 
 
 def simulate_training(plan: Plan, root: Path, phases: list[Phase]) -> Trained:
@@ -143,7 +147,7 @@ def simulate_training(plan: Plan, root: Path, phases: list[Phase]) -> Trained:
     log, loss_log = root / "steps.jsonl", root / "loss.jsonl"
     log.unlink(missing_ok=True)
     loss_log.unlink(missing_ok=True)
-    run = Run()
+    run = Run(checkpoints={})
     rows = [run_phase(plan, phase, run, log, loss_log) for phase in phases]
     print(table(["dp", "micro", "accum", "global batch", "consumed start..end", "then"], rows))
     assert run.applied is not None and run.given is not None
@@ -171,7 +175,8 @@ def simulate_training(plan: Plan, root: Path, phases: list[Phase]) -> Trained:
         print(f"  [{'ok' if ok else 'FAILED'}] {text}")
     print(f"  applied positions digest {digest}; step log {log}, loss log {loss_log}")
     assert run.checkpoint is not None
-    return Trained(all(ok for _, ok in checks), run.checkpoint, log, loss_log)
+    saved = run.checkpoints or {}
+    return Trained(all(ok for _, ok in checks), run.checkpoint, log, loss_log, saved)
 
 
 __all__ = [

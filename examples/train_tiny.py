@@ -11,7 +11,10 @@ What it shows:
   atomically by rank 0 — an ``.npz`` of arrays plus a JSON header, loaded without unpickling;
 - on resume with another number of ranks, ``accum`` is recomputed so the global batch stays
   the same and the run continues at exactly ``consumed``;
-- rank 0 writes the step log (``run/steps.jsonl``) and a loss log (``run/loss.jsonl``).
+- rank 0 writes the step log (``run/steps.jsonl``) and a loss log (``run/loss.jsonl``), one
+  line a step: ``{"step", "consumed", "loss", "loss_by_source": {name: mean token loss},
+  "tokens_by_source": {name: tokens}, "time"}``; every row of a batch carries its source
+  (``to_torch(...)["source"]``), so the loss per source costs one ``all_reduce`` a step.
 
 Run without ``torchrun`` it trains as a single rank.
 """
@@ -35,7 +38,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from tokentape import BatchConfig, Loader, TokentapeError, load_plan
+from tokentape import BatchConfig, Loader, Plan, TokentapeError, load_plan
 from tokentape.torch import check_step, to_torch
 
 CHECKPOINT = "checkpoint.npz"
@@ -201,24 +204,31 @@ def train(args: argparse.Namespace) -> int:
             step = loader.step()
             if args.check_ranks and distributed:
                 check_step(step, rank, model_parallel_size=1)
-            total = torch.zeros(())
+            n = len(plan.sources)
+            sums = torch.zeros(1 + 2 * n)  # [loss, per-source row-loss sums, row counts]
             for i, micro in enumerate(step.micro_batches):
                 t = to_torch(micro)
                 segments = t.get("segment_ids") if args.doc_mask else None
                 sync = i == config.accum - 1 or not distributed
                 with contextlib.nullcontext() if sync else ddp.no_sync():
                     logits = ddp(t["inputs"], segments)
-                    loss = F.cross_entropy(logits.flatten(0, 1), t["targets"].flatten())
+                    per_token = F.cross_entropy(
+                        logits.flatten(0, 1), t["targets"].flatten(), reduction="none"
+                    )
+                    loss = per_token.mean()
                     (loss / config.accum).backward()
-                total += loss.detach() / config.accum
+                sums[0] += loss.detach() / config.accum
+                rows = per_token.detach().view(len(t["source"]), -1).mean(dim=1)
+                sums[1 : 1 + n].index_add_(0, t["source"], rows)
+                sums[1 + n :].index_add_(0, t["source"], torch.ones_like(rows))
             opt.step()
             opt.zero_grad(set_to_none=True)
             loader.commit()  # after optimizer.step(): the only thing that advances `consumed`
             if distributed:
-                dist.all_reduce(total)
-                total /= dp
+                dist.all_reduce(sums)  # one collective: the loss and every source's sums
+                sums[0] /= dp
             if rank == 0:
-                _log_loss(out, step.step, step.consumed, float(total))
+                _log_loss(out, step.step, step.consumed, sums, plan)
             if loader.state.step % args.save_every == 0 or loader.state.step == args.steps:
                 if rank == 0:
                     save_checkpoint(ckpt, model, opt, loader.state_dict())
@@ -229,10 +239,21 @@ def train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _log_loss(out: Path, step: int, consumed: int, loss: float) -> None:
+def _log_loss(out: Path, step: int, consumed: int, sums: torch.Tensor, plan: Plan) -> None:
+    """One line of the loss log: the step's loss, and each drawn source's mean token loss and
+    tokens (``sums`` as the training loop gathered them)."""
+    n = len(plan.sources)
+    loss = float(sums[0])
     if not math.isfinite(loss):
         raise RuntimeError(f"step {step}: loss is {loss}")
-    record = {"step": step, "consumed": consumed, "loss": round(loss, 5), "time": time.time()}
+    rows = sums[1 + n :].tolist()
+    by_source = {s.name: round(float(sums[1 + d]) / rows[d], 5)
+                 for d, s in enumerate(plan.sources) if rows[d]}  # fmt: skip
+    tokens = {s.name: int(rows[d]) * plan.seq_len for d, s in enumerate(plan.sources) if rows[d]}
+    record = {
+        "step": step, "consumed": consumed, "loss": round(loss, 5),
+        "loss_by_source": by_source, "tokens_by_source": tokens, "time": time.time(),
+    }  # fmt: skip
     with open(out / "loss.jsonl", "a") as f:
         f.write(json.dumps(record) + "\n")
     print(f"step {step:>4}  consumed {consumed:>6}  loss {loss:.4f}", flush=True)

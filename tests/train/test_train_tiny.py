@@ -127,6 +127,15 @@ def test_kill_two_ranks_and_resume_with_one(plan_path, tmp_path):
     losses = _lines(run / "loss.jsonl")
     assert all(np.isfinite(x["loss"]) for x in losses)
     assert losses[-1]["step"] == steps - 1
+    names = [s.name for s in plan.sources]
+    for x in losses:  # every line, the redone steps too: each names its own consumed
+        # each step's rows by source, from the plan (independent of the trainer's labels)
+        drawn = batcher.batch(np.arange(x["consumed"], x["consumed"] + GLOBAL_BATCH)).source
+        rows = {names[d]: int(c) for d, c in zip(*np.unique(drawn, return_counts=True),
+                                                 strict=True)}  # fmt: skip
+        assert x["tokens_by_source"] == {n: c * plan.seq_len for n, c in rows.items()}
+        mean = sum(x["loss_by_source"][n] * c for n, c in rows.items()) / GLOBAL_BATCH
+        assert mean == pytest.approx(x["loss"], rel=1e-3)  # the overall loss, regathered
 
 
 def test_checkpoint_round_trip_restores_model_and_optimizer(tmp_path):

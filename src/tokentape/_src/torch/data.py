@@ -37,15 +37,16 @@ from tokentape.errors import ArgumentError, OutOfRangeError
 def to_torch(batch: Batch, pin: bool | None = None) -> dict[str, torch.Tensor]:
     """A batch's arrays as torch tensors, pinned for fast host-to-device copies if asked.
 
-    ``inputs``, ``targets`` and ``positions``, and the segment ids and in-document positions of
-    the inputs when the batch has them.
+    ``inputs``, ``targets``, ``positions`` and each row's ``source`` (for a loss per source),
+    and the segment ids and in-document positions of the inputs when the batch has them.
 
     Args:
         batch: A batch (a micro-batch of ``Loader.step()``).
         pin: Pin the tensors' memory; None (the default): pin when CUDA is available.
 
     Returns:
-        A dict of ``inputs`` and ``targets`` (``(n, seq_len)``), ``positions`` (``(n,)``) and,
+        A dict of ``inputs`` and ``targets`` (``(n, seq_len)``), ``positions`` and ``source``
+        (``(n,)``; ``source`` indexes ``plan.sources``) and,
         when present, ``segment_ids`` and ``doc_positions`` (``(n, seq_len)``), contiguous.
         Unpinned, they are views of one block of memory: ``torch.save`` of one of them writes
         the whole block (``.clone()`` it first).
@@ -75,6 +76,7 @@ def _tensors(batch: Batch, shared: bool) -> dict[str, torch.Tensor]:
         "inputs": batch.inputs,
         "targets": batch.targets,
         "positions": batch.positions,
+        "source": batch.source,
     }
     if batch.segment_ids is not None and batch.doc_positions is not None:
         arrays["segment_ids"] = batch.segment_ids[:, :-1]

@@ -59,9 +59,12 @@ from tokentape._src.tape.blend import (
 from tokentape._src.tape.excise import (
     MAX_EXCISED,
     Excision,
+    base_limit_of,
+    draws_at,
     draws_of_samples,
-    positions_of_samples,
     samples_overlapping,
+    sorted_unique,
+    sources_at,
 )
 from tokentape._src.tape.resolve import Tape, as_positions
 from tokentape._src.util.checks import (
@@ -231,7 +234,7 @@ class Plan:
         if excision is not None:  # the draws of the horizon in base positions, less the excised
             limit = excision.base_limit(self.horizon_samples)
             below = excision.positions[excision.positions < limit]
-            removed = np.bincount(tape.blend.source_and_draw(below)[0], minlength=len(sources))
+            removed = np.bincount(sources_at(tape, below), minlength=len(sources))
         derived = []
         for d, s in enumerate(sources):
             draws = int(tape.blend.count(d, limit)) - int(removed[d])
@@ -429,7 +432,7 @@ class Plan:
         x = self._excision
         first = int(found[0]) if x is None else int(x.to_new(found[:1])[0][0])
         names = [s.name for s in self.sources]
-        sources = self.tape().blend.source_and_draw(found)[0]
+        sources = sources_at(self.tape(), found)
         named = tuple(dict.fromkeys((str(n), int(d)) for n, d in docs))
         record = new_excision(c, first, found, sources, names, named, steps)
         return replace(self, excisions=(*self.excisions, record))
@@ -693,38 +696,43 @@ def _checked_options(value: object) -> dict[str, Any]:
 
 
 def excised_positions(
-    plan: Plan, c: int, docs: Sequence[tuple[str, int]], positions: Sequence[int] | np.ndarray
+    plan: Plan, c: int, docs: Sequence[tuple[str, int]], wanted: np.ndarray
 ) -> np.ndarray:
-    """The base positions an excision from ``c`` adds to ``plan``'s: ``positions`` (of the
-    plan) and every draw, from ``c`` on, of a sample holding a token of ``docs``, up to the
-    horizon of the excised plan (found again until it no longer grows: each position left out
-    brings one more within the horizon)."""
+    """The base positions an excision from ``c`` adds to ``plan``'s: the plan's positions
+    ``wanted`` and every draw, from ``c`` on, of a sample holding a token of ``docs``, up to
+    the horizon of the excised plan. Each position left out brings one more within the
+    horizon, so the draws are searched again in the stretch the horizon grew by, until it no
+    longer grows; all of a source's samples at once, pass by pass."""
     x = plan._excision
     tape = plan.tape().base
-    wanted = np.unique(np.asarray(positions, dtype=np.int64).reshape(-1))
+    wanted = sorted_unique(wanted)
     if wanted.size and int(wanted[0]) < c:
         raise OutOfRangeError(f"excise: position {int(wanted[0]):,} is below from_consumed {c:,}")
-    explicit = wanted if x is None else x.to_base(wanted)
+    added = wanted if x is None else x.to_base(wanted)
     low = c if x is None else x.base_limit(c)
+    before = [] if x is None else [x.positions]
     samples = _doc_samples(plan, docs)
-    added = explicit
-    while True:
-        joined = Excision(added) if x is None else x.joined(added)
-        limit = joined.base_limit(plan.horizon_samples)
-        rows = sum(draws_of_samples(tape, d, k, limit) for d, k in samples) + explicit.size
-        if rows > MAX_EXCISED:
+    start, total = low, int(added.size)
+    windows: list[np.ndarray] = []  # each window's draws, sorted: later windows lie above
+    while samples:
+        limit = base_limit_of([*before, added, *windows], plan.horizon_samples)
+        if limit <= start:
+            break
+        total += sum(draws_of_samples(tape, d, k, limit, start) for d, k in samples.items())
+        if total > MAX_EXCISED:
             raise PlanError(
-                f"excise: {rows:,} samples to leave out (the documents' draws within the "
-                f"horizon); at most {MAX_EXCISED:,}"
+                f"excise: over {MAX_EXCISED:,} samples to leave out (the documents' draws "
+                f"within the horizon, {total:,} found so far); at most {MAX_EXCISED:,}"
             )
-        drawn = [positions_of_samples(tape, d, k, limit)[0] for d, k in samples]
-        found = np.concatenate([explicit, *drawn])
-        found = np.unique(found[found >= low])
-        if x is not None:
+        found = np.concatenate([draws_at(tape, d, k, limit, start)[0] for d, k in samples.items()])
+        if x is not None and found.size:
             found = found[x.to_new(found)[1]]  # not those left out already
-        if found.size == added.size:
-            return found
-        added = found
+        windows.append(np.sort(found[~np.isin(found, added)] if added.size else found))
+        start = limit
+    if not windows:
+        return added
+    drawn = np.concatenate(windows)
+    return sorted_unique(np.concatenate([added, drawn])) if added.size else drawn
 
 
 def _docs_with_ids(plan: Plan, ids: Sequence[str]) -> list[tuple[str, int]]:
@@ -749,11 +757,11 @@ def _docs_with_ids(plan: Plan, ids: Sequence[str]) -> list[tuple[str, int]]:
     return found
 
 
-def _doc_samples(plan: Plan, docs: Sequence[tuple[str, int]]) -> list[tuple[int, range]]:
-    """(source index, samples overlapping the document) of each of ``docs``."""
+def _doc_samples(plan: Plan, docs: Sequence[tuple[str, int]]) -> dict[int, np.ndarray]:
+    """Source index → the samples (ascending) overlapping any of ``docs`` of that source."""
     names = [s.name for s in plan.sources]
     opened: dict[int, TokenStream] = {}
-    out = []
+    ranges: dict[int, list[np.ndarray]] = {}
     for item in docs:
         if not (isinstance(item, tuple | list) and len(item) == 2):
             raise ArgumentError(f"excise: docs must be (source, doc) pairs, got {shown(item)}")
@@ -769,9 +777,9 @@ def _doc_samples(plan: Plan, docs: Sequence[tuple[str, int]]) -> list[tuple[int,
         if doc >= store.n_docs:
             raise OutOfRangeError(f"excise: source '{name}' has documents 0..{store.n_docs - 1}, "
                                   f"not {doc}")  # fmt: skip
-        spec = plan.sources[d]
-        out.append((d, samples_overlapping(store.doc_span(doc), plan.seq_len, spec.n_samples)))
-    return out
+        k = samples_overlapping(store.doc_span(doc), plan.seq_len, plan.sources[d].n_samples)
+        ranges.setdefault(d, []).append(np.arange(k.start, k.stop, dtype=np.int64))
+    return {d: sorted_unique(np.concatenate(r)) for d, r in ranges.items()}
 
 
 def _planned_store(plan: Plan, d: int) -> TokenStream:
@@ -796,7 +804,7 @@ def joined_excision(excisions: Sequence[PlanExcision]) -> Excision | None:
     if total > MAX_EXCISED:
         raise PlanError(f"Plan: {total:,} excised samples; at most {MAX_EXCISED:,} are kept")
     joined = np.sort(np.concatenate([e.positions for e in excisions]))
-    if joined.size > 1 and not bool(np.all(np.diff(joined) > 0)):
+    if joined.size > 1 and not bool(np.all(joined[1:] > joined[:-1])):
         raise PlanError("Plan: two excisions leave out the same position (edited by hand?)")
     return Excision(joined)
 

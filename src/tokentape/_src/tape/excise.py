@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tokentape._src.tape.permutation import Permutation
+from tokentape._src.tape.blend import Blend
+from tokentape._src.tape.permutation import permute_epochs
 from tokentape._src.tape.resolve import Tape
 from tokentape.errors import PlanError
 
@@ -71,7 +72,8 @@ class Excision:
 
     def joined(self, added: np.ndarray) -> Excision:
         """This excision and the base positions ``added`` (sorted, unique, none in it)."""
-        return Excision(np.union1d(self.positions, np.asarray(added, dtype=np.int64)))
+        joined = np.concatenate([self.positions, np.asarray(added, dtype=np.int64)])
+        return Excision(sorted_unique(joined))
 
 
 def samples_overlapping(span: tuple[int, int], seq_len: int, n_samples: int) -> range:
@@ -82,38 +84,80 @@ def samples_overlapping(span: tuple[int, int], seq_len: int, n_samples: int) -> 
     return range(first, max(first, stop))
 
 
-def draws_of_samples(tape: Tape, source: int, samples: range, limit: int) -> int:
-    """How many draws of ``samples`` of ``source`` the base tape makes below base position
-    ``limit``, at most (what ``positions_of_samples`` returns, bounded before it is made)."""
+def draws_of_samples(
+    tape: Tape, source: int, samples: range | np.ndarray, limit: int, start: int = 0
+) -> int:
+    """How many draws of ``samples`` of ``source`` the base tape makes at base positions in
+    [start, limit), at most (what ``positions_of_samples`` returns, bounded before it is
+    made)."""
     n = tape.n_samples[source]
-    full, partial = divmod(int(tape.blend.count(source, limit)), n)
-    return (full + (partial > 0)) * len(samples)
+    first = int(tape.blend.count(source, start)) // n
+    last = -(-int(tape.blend.count(source, limit)) // n)  # passes met, the partial ones too
+    return max(0, last - first) * len(samples)
 
 
 def positions_of_samples(
-    tape: Tape, source: int, samples: range, limit: int
+    tape: Tape, source: int, samples: range | np.ndarray, limit: int, start: int = 0
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(base position, epoch, sample) of every draw of ``samples`` of ``source`` below base
-    position ``limit``, sorted by position: each pass holds every sample once, so a pass's
-    positions are the inverse of the tape; the last, unfinished pass keeps only the samples
-    drawn before the limit."""
-    n = tape.n_samples[source]
-    draws = int(tape.blend.count(source, limit))  # draws of the source at positions < limit
-    full, partial = divmod(draws, n)
-    ks = np.arange(samples.start, samples.stop, dtype=np.int64)
-    epochs = np.repeat(np.arange(full, dtype=np.int64), ks.size)
-    picked = np.tile(ks, full)
-    if partial and ks.size:
-        perm = Permutation.for_epoch(n, tape.seed, tape.names[source], full)
-        drawn = ks[np.asarray(perm.inverse(ks)) < partial]
-        picked = np.concatenate([picked, drawn])
-        epochs = np.concatenate([epochs, np.full(drawn.size, full, dtype=np.int64)])
-    if not picked.size:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty, empty
-    position = tape.base_position_of(source, picked, epochs)
+    """(base position, epoch, sample) of every draw of ``samples`` of ``source`` at base
+    positions in [start, limit), sorted by position (``draws_at`` says how they are found)."""
+    position, epoch, sample = draws_at(tape, source, samples, limit, start)
     order = np.argsort(position, kind="stable")
-    return position[order], epochs[order], picked[order]
+    return position[order], epoch[order], sample[order]
+
+
+def draws_at(
+    tape: Tape, source: int, samples: range | np.ndarray, limit: int, start: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(base position, epoch, sample) of every draw of ``samples`` of ``source`` at base
+    positions in [start, limit), in no particular order.
+
+    Each pass holds every sample once, so a pass's positions are the inverse of the tape; in a
+    pass cut by ``start`` or ``limit`` only the samples drawn inside are kept. One key
+    derivation per pass, whatever the number of samples."""
+    n = tape.n_samples[source]
+    lo, hi = int(tape.blend.count(source, start)), int(tape.blend.count(source, limit))
+    ks = np.asarray(samples, dtype=np.int64).reshape(-1)
+    empty = np.zeros(0, dtype=np.int64)
+    if hi <= lo or not ks.size:
+        return empty, empty, empty
+    first, last = lo // n, (hi - 1) // n  # the passes met
+    epochs = np.repeat(np.arange(first, last + 1, dtype=np.int64), ks.size)
+    picked = np.tile(ks, last - first + 1)
+    offsets = permute_epochs(n, tape.seed, tape.names[source], epochs, picked, forward=False)
+    draws = epochs * n + offsets
+    keep = (draws >= lo) & (draws < hi)
+    position = np.asarray(tape.blend.position(source, draws[keep]), dtype=np.int64)
+    return position, epochs[keep], picked[keep]
+
+
+def sources_at(tape: Tape, positions: np.ndarray) -> np.ndarray:
+    """The source of each base position (the blend's table, read directly in one phase)."""
+    blend = tape.blend
+    if isinstance(blend, Blend):
+        found: np.ndarray = blend.table[np.remainder(positions, blend.denominator)]
+        return found.astype(np.int64)
+    return blend.source_and_draw(positions)[0]
+
+
+def base_limit_of(excised: list[np.ndarray], limit: int) -> int:
+    """``Excision(union of excised).base_limit(limit)`` without joining them: the smallest p
+    with p = limit + (excised positions below p), found by iterating from ``limit`` (each
+    array sorted; together disjoint)."""
+    p = max(0, limit)
+    while True:
+        below = sum(int(np.searchsorted(a, p, side="left")) for a in excised)
+        if limit + below == p or limit <= 0:
+            return p
+        p = limit + below
+
+
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique`` of int64 values, by a sort and a mask (many times faster here)."""
+    x = np.sort(np.asarray(values, dtype=np.int64))
+    if x.size > 1:
+        x = x[np.concatenate([[True], x[1:] != x[:-1]])]
+    return x
 
 
 def encode_positions(positions: np.ndarray) -> str:
@@ -121,7 +165,7 @@ def encode_positions(positions: np.ndarray) -> str:
     differences (the first from 0), base64."""
     x = np.asarray(positions, dtype=np.int64)
     deltas = np.diff(x, prepend=np.int64(0)).astype("<i8")
-    return base64.b64encode(zlib.compress(deltas.tobytes(), 9)).decode("ascii")
+    return base64.b64encode(zlib.compress(deltas.tobytes(), 6)).decode("ascii")
 
 
 def decode_positions(text: str, count: int, sha256: str, where: str) -> np.ndarray:
@@ -154,10 +198,14 @@ def positions_sha256(positions: np.ndarray) -> str:
 __all__ = [
     "MAX_EXCISED",
     "Excision",
+    "base_limit_of",
     "decode_positions",
+    "draws_at",
     "draws_of_samples",
     "encode_positions",
     "positions_of_samples",
     "positions_sha256",
     "samples_overlapping",
+    "sorted_unique",
+    "sources_at",
 ]

@@ -113,19 +113,10 @@ class Tape:
         if self.excision is not None:
             if p.size and int(p.min()) < 0:
                 raise OutOfRangeError(f"position {p.min()}: expected positions in [0, 2**62)")
-            return self._resolve_runs(self.excision.to_base(p))
+            if p.size > 1 and int(p[-1]) - int(p[0]) == p.size - 1 and np.all(np.diff(p) == 1):
+                return self.resolve_range(int(p[0]), p.size)
+            return self._resolve_base(self.excision.to_base(p))
         return self._resolve_base(p)
-
-    def _resolve_runs(self, base: np.ndarray) -> Resolved:
-        """``resolve`` of base positions, each run of consecutive ones in one tiling."""
-        if base.size <= 1 or not bool(np.all(np.diff(base) > 0)):
-            return self._resolve_base(base)
-        cuts = np.flatnonzero(np.diff(base) != 1) + 1
-        if cuts.size > 64:  # many gaps: one scattered resolve
-            return self._resolve_base(base)
-        parts = [self._resolve_base_range(int(run[0]), run.size) for run in np.split(base, cuts)]
-        return Resolved(*(np.concatenate([getattr(r, f) for r in parts])
-                          for f in ("source", "epoch", "sample")))  # fmt: skip
 
     def _resolve_base(self, p: np.ndarray) -> Resolved:
         """``resolve`` of base positions."""
@@ -193,8 +184,17 @@ class Tape:
             return self._resolve_base_range(start, count)
         if start < 0:
             raise OutOfRangeError(f"tape: position {start}: expected positions in [0, 2**62)")
-        base = self.excision.to_base(np.arange(start, start + count, dtype=np.int64))
-        return self._resolve_runs(base)
+        x = self.excision
+        first, last = (int(b) for b in x.to_base(np.array([start, start + count - 1])))
+        within = x.positions[
+            np.searchsorted(x.positions, first) : np.searchsorted(x.positions, last)
+        ]
+        whole = self._resolve_base_range(first, last - first + 1)
+        if not within.size:
+            return whole
+        keep = np.ones(last - first + 1, dtype=bool)
+        keep[within - first] = False  # the base range, less the excised positions inside it
+        return Resolved(whole.source[keep], whole.epoch[keep], whole.sample[keep])
 
     def _resolve_base_range(self, start: int, count: int) -> Resolved:
         """``resolve_range`` of base positions.

@@ -477,7 +477,8 @@ def test_damaged_unit_files_of_an_interrupted_run_are_made_again(corpus, referen
     (work / "unit-000001.json").write_bytes(b"\xff\xfe garbage")
     (work / "unit-000002.docs.npy").write_bytes(b"\x93NUMPY garbage")
     (work / "unit-000003.json").write_text('{"index": 3, "docs_in": "many"}')
-    (work / "unit-000004.ids").write_bytes(b"not the ids the documents name")
+    docs = work / "unit-000004.docs.npy"  # the array, then the ids: ids that do not fill it
+    docs.write_bytes(docs.read_bytes() + b"not the ids the documents name")
     rerun = run_cli(*args)
     assert rerun.returncode == 0, rerun.stderr
     summary = json.loads(rerun.stdout)

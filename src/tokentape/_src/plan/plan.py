@@ -229,6 +229,7 @@ class Plan:
         excisions = _items("excisions", self.excisions, PlanExcision, "PlanExcision")
         excision = joined_excision(excisions)
         set_field("excisions", excisions)
+        self.__dict__["_excision"] = excision  # what the cached property gives: joined once
         limit = self.horizon_samples
         removed = np.zeros(len(sources), dtype=np.int64)
         if excision is not None:  # the draws of the horizon in base positions, less the excised

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tokentape._src.tape.blend import Blend
-from tokentape._src.tape.permutation import permute_epochs
+from tokentape._src.tape.permutation import permute_many
 from tokentape._src.tape.resolve import Tape
 from tokentape.errors import PlanError
 
@@ -122,9 +122,12 @@ def draws_at(
     if hi <= lo or not ks.size:
         return empty, empty, empty
     first, last = lo // n, (hi - 1) // n  # the passes met
-    epochs = np.repeat(np.arange(first, last + 1, dtype=np.int64), ks.size)
-    picked = np.tile(ks, last - first + 1)
-    offsets = permute_epochs(n, tape.seed, tape.names[source], epochs, picked, forward=False)
+    passes = last - first + 1
+    group = np.repeat(np.arange(passes, dtype=np.intp), ks.size)  # pass i: domain i
+    epochs = group.astype(np.int64) + first
+    picked = np.tile(ks, passes)
+    domains = [(n, tape.names[source], e) for e in range(first, last + 1)]
+    offsets = permute_many(tape.seed, domains, group, picked, forward=False)
     draws = epochs * n + offsets
     keep = (draws >= lo) & (draws < hi)
     position = np.asarray(tape.blend.position(source, draws[keep]), dtype=np.int64)

@@ -3,12 +3,14 @@
 A unit's output is a pure function of its input bytes and the job settings, so it does not
 matter which process makes it, or how often: ``unit-NNNNNN.json`` (written last, atomically) marks
 it finished, and a rerun skips it. Beside the tokens (``.bin``), a unit records each document
-it kept (``.docs.npy``: its length and where it came from: the part of the unit, the record in
-it, the row group) and the user's ids, one after another (``.ids``).
+it kept and the user's ids for them in one file (``.docs.npy``: for each document its length and
+where it came from: the part of the unit, the record in it, the row group; then the ids, one
+after another).
 """
 
 from __future__ import annotations
 
+import io
 import json
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -21,6 +23,7 @@ import numpy as np
 
 from tokentape._src.store.atomic import atomic_writer, write_atomic
 from tokentape._src.store.format import numpy_dtype
+from tokentape._src.store.index import array_offset
 from tokentape._src.store.tokenizers import Tokenizer
 from tokentape._src.store.writer import npy_bytes
 from tokentape._src.tokenize.filters import FilterSet
@@ -77,11 +80,6 @@ def unit_paths(work_dir: str | Path, index: int) -> tuple[Path, Path, Path]:
     """(tokens .bin, kept documents .docs.npy, finished marker .json) of unit ``index``."""
     base = Path(work_dir) / f"unit-{index:06d}"
     return base.with_suffix(".bin"), base.with_suffix(".docs.npy"), base.with_suffix(".json")
-
-
-def ids_path(work_dir: str | Path, index: int) -> Path:
-    """The ids of the documents unit ``index`` kept (``.ids``), one after another."""
-    return Path(work_dir) / f"unit-{index:06d}.ids"
 
 
 def load_result(marker: Path) -> UnitResult | None:
@@ -238,8 +236,8 @@ def tokenize_unit(
     eod = tokenizer.eod_id
     positions: list[ReadPosition] = []  # how far each part of the unit was read
     told = 0  # input bytes of the unit reported so far
-    ids_file = ids_path(settings.work_dir, unit.index)
-    with atomic_writer(bin_path) as out, atomic_writer(ids_file) as ids_out:
+    ids: list[bytes] = []  # the kept documents' ids, one after another
+    with atomic_writer(bin_path) as out:
         for batch in _batches(_documents(unit, settings, positions), BATCH_DOCS):
             texts = [record.text for _, record in batch]
             heartbeat = None
@@ -266,7 +264,7 @@ def tokenize_unit(
             n_kept = len(kept) + int(keep.sum())  # each kept document ends with the EOD id
             del kept
             lengths.extend((counts[keep] + 1).tolist())
-            records.append(_kept_records(batch, keep, ids_out))
+            records.append(_kept_records(batch, keep, ids))
             for part, _ in batch:
                 part_docs_in[part] += 1
             batch_bytes = sum(map(_utf8_length, texts))
@@ -279,7 +277,7 @@ def tokenize_unit(
                 told = heartbeat.read
     docs = np.concatenate(records) if records else np.zeros(0, dtype=UNIT_DOC)
     docs["length"] = lengths
-    write_atomic(docs_path, npy_bytes(docs))
+    write_atomic(docs_path, npy_bytes(docs) + b"".join(ids))  # one file: fewer to fsync
     result = UnitResult(
         index=unit.index,
         docs_in=docs_in,
@@ -298,13 +296,13 @@ def tokenize_unit(
 
 
 def _kept_records(
-    batch: list[tuple[int, Record]], keep: np.ndarray, ids_out: BinaryIO
+    batch: list[tuple[int, Record]], keep: np.ndarray, ids_out: list[bytes]
 ) -> np.ndarray:
     """Where the kept documents of ``batch`` came from (``UNIT_DOC``, but for their lengths);
-    their ids are written to ``ids_out``, one after another."""
+    their ids are added to ``ids_out``, one after another."""
     kept = [item for item, k in zip(batch, keep.tolist(), strict=True) if k]
     ids = [record.id.encode("utf-8") for _, record in kept]
-    ids_out.write(b"".join(ids))
+    ids_out.append(b"".join(ids))
     rows = [(0, part, r.group, r.number, len(i)) for (part, r), i in zip(kept, ids, strict=True)]
     return np.array(rows, dtype=UNIT_DOC)
 
@@ -323,18 +321,24 @@ def unit_intact(work_dir: str | Path, result: UnitResult, dtype: str) -> bool:
 
 def _unit_docs(work_dir: str | Path, result: UnitResult) -> tuple[np.ndarray, bytes] | None:
     """The unit's documents (``UNIT_DOC``) and ids, or None when they are not what its marker
-    records (its documents and tokens; each naming a part of the unit; ids that fill the
-    file)."""
+    records (its documents and tokens; each naming a part of the unit; ids that fill the rest
+    of the file).
+
+    ``unit-N.docs.npy`` is the ``.npy`` array of the documents followed by their ids, one
+    after another (a ``.npy`` reader sees the array alone)."""
     docs_path = unit_paths(work_dir, result.index)[1]
     try:
-        docs = np.load(docs_path, allow_pickle=False)
-        ids = ids_path(work_dir, result.index).read_bytes()
-    except (OSError, ValueError, EOFError, SyntaxError):  # numpy header errors among them
+        data = docs_path.read_bytes()
+        at = array_offset(io.BytesIO(data), UNIT_DOC, result.n_docs, "unit documents", docs_path)
+    except (OSError, StoreError):
         return None
+    end = at + UNIT_DOC.itemsize * result.n_docs
+    if len(data) < end:
+        return None
+    docs = np.frombuffer(data, dtype=UNIT_DOC, count=result.n_docs, offset=at)
+    ids = data[end:]
     good = (
-        docs.dtype == UNIT_DOC
-        and docs.shape == (result.n_docs,)
-        and int(docs["length"].sum()) == result.n_tokens
+        int(docs["length"].sum()) == result.n_tokens
         and (not len(docs) or int(docs["part"].max()) < len(result.part_lines))
         and int(docs["id_len"].sum()) == len(ids)
     )
@@ -374,7 +378,6 @@ __all__ = [
     "UnitOutput",
     "UnitResult",
     "WorkerSettings",
-    "ids_path",
     "load_result",
     "read_unit",
     "tokenize_unit",

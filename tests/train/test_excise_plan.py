@@ -195,3 +195,56 @@ def test_nothing_to_excise_is_one_line(base):
         plan.excise(HORIZON - 1, docs=[other])
     with pytest.raises(PlanError, match="nothing to leave out"):
         plan.excise(0)
+
+
+def test_a_crafted_or_damaged_excision_in_plan_json_is_one_line(base, tmp_path):
+    """PLAN.json's excisions are checked before they are believed: positions against their
+    count and hash, ascending; 'first' not below 'from_consumed'; per-source counts that add
+    up; no position left out twice; the index hash recomputed (an edited one is refused)."""
+    plan, stores = base
+    docs = sorted(_docs_at(plan, stores, HORIZON // 2))[:1]
+    new = plan.excise(HORIZON // 4, docs=docs)
+    path = tmp_path / "PLAN.json"
+    new.save(path)
+    good = json.loads(path.read_text())
+
+    def edited(change) -> str:
+        data = json.loads(json.dumps(good))
+        change(data["excisions"][0], data)
+        path.write_text(json.dumps(data))
+        with pytest.raises(PlanError) as exc:
+            load_plan(path)
+        message = str(exc.value)
+        assert "\n" not in message and "Traceback" not in message
+        return message
+
+    def count(e, _):
+        e["count"] += 1
+
+    def sha(e, _):
+        e["sha256"] = "sha256:" + "0" * 64
+
+    def first(e, _):
+        e["first"] = e["from_consumed"] - 1
+
+    def removed(e, _):
+        e["removed"] = {k: v + 1 for k, v in e["removed"].items()}
+
+    def text(e, _):
+        e["positions"] = "not base64!"
+
+    def twice(_, data):
+        data["excisions"].append(dict(data["excisions"][0], from_consumed=HORIZON // 3))
+
+    def hashed(_, data):
+        data["index_hash"] = plan.index_hash
+
+    assert "do not hold" in edited(count)
+    assert "sha256" in edited(sha)
+    assert "from_consumed" in edited(first)
+    assert "removed" in edited(removed)
+    assert "readable" in edited(text)
+    assert "same position" in edited(twice)
+    assert "index" in edited(hashed).lower()
+    path.write_text(json.dumps(good))
+    assert load_plan(path) == new

@@ -427,6 +427,12 @@ def test_a_lookup_in_a_store_without_provenance_or_id_keys_says_so(made, tmp_pat
     (old / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(tokentape.StoreError, match="records no provenance"):
         tokentape.open_source(old).find_id("a-0")
+    plan = tokentape.Plan.build({"old": {"path": str(old), "weight": 1}}, seq_len=8, seed=1,
+                                total_samples=64)  # fmt: skip
+    with pytest.raises(tokentape.StoreError, match=r"^no source of the plan records provenance"):
+        tokentape.find_documents(plan, id="a-0")
+    with pytest.raises(tokentape.StoreError, match=r"^source 'old' records no provenance"):
+        tokentape.locate(plan, "old", input="a.jsonl", record=3)
 
 
 def _rewrite(store: Path, name: str, data: bytes) -> None:

@@ -96,10 +96,15 @@ def find_documents(plan: Plan, handle: Handle, source: str | None = None) -> lis
         name = plan.sources[d].name
         found += [Found(name, doc, _origin(store, doc)) for doc in _docs(store, handle)]
     if not searched:
-        where = "source " + shown(source) if source is not None else "no source of the plan"
+        which = (
+            f"source {shown(source)} records no provenance"
+            if source is not None
+            else "no source of the plan records provenance"
+        )
+        by = "id" if handle.id is not None else "input and record"
         raise StoreError(
-            f"{where} records provenance (stores made before tokentape recorded it, or Megatron "
-            f"prefixes): cannot find a document by {'id' if handle.id else 'input and record'}"
+            f"{which} (a store made before tokentape recorded it, or a Megatron prefix): "
+            f"cannot find a document by {by}"
         )
     if handle.input is not None and len(missing) == searched:
         raise InputError(missing[0] if searched == 1 else f"no source of the plan read input "

@@ -121,6 +121,7 @@ def test_bad_input_is_one_line_and_writes_nothing(run, capsys, tmp_path):
         (["--from-consumed", "0", "--out", str(out)], "nothing named"),
         (["--from-consumed", "0", "--id", "no-such-id", "--out", str(out)], "no-such-id"),
         (["--from-consumed", "0", "--doc", "web", "--out", str(out)], "SOURCE:N"),
+        (["--from-consumed", "0", "--doc", "web:\u00b2", "--out", str(out)], "SOURCE:N"),
         (["--from-consumed", "0", "--doc", "math:1", "--out", str(out)], "unknown source"),
         (["--from-consumed", "0", "--doc", "web:99999", "--out", str(out)], "99999"),
         (["--from-consumed", "0", "--steps", "3..1", "--log", str(root / "steps.jsonl"),

@@ -12,6 +12,7 @@ a checkpoint past the first excised position is refused, naming it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -20,12 +21,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tokentape._src.plan.load import load_plan
-from tokentape._src.plan.plan import Plan
+from tokentape._src.plan.plan import Plan, PlanPhase
 from tokentape._src.store.reader import Source
 from tokentape._src.train.loader import Loader
 from tokentape._src.train.partition import BatchConfig
 from tokentape._src.train.state import DataState
-from tokentape.errors import PlanError, ResumeRefused
+from tokentape.errors import OutOfRangeError, PlanError, ResumeRefused
 
 HORIZON = 240
 SEQ_LEN = 16
@@ -248,3 +249,22 @@ def test_a_crafted_or_damaged_excision_in_plan_json_is_one_line(base, tmp_path):
     assert "index" in edited(hashed).lower()
     path.write_text(json.dumps(good))
     assert load_plan(path) == new
+
+
+def test_an_excision_belongs_to_the_blend_and_horizon_it_was_made_on(base):
+    """Its positions are the blend's: a plan whose phases (or seed) changed around an excision
+    refuses it rather than leave out the wrong samples; positions past the horizon, which no
+    run of the plan trains, are refused."""
+    plan, stores = base
+    docs = sorted(_docs_at(plan, stores, HORIZON // 2))[:1]
+    new = plan.excise(HORIZON // 4, docs=docs)
+    phase = PlanPhase(HORIZON // 3, (1.0, 1.0, 0.0), (1, 1, 0), 2)
+    with pytest.raises(PlanError, match="excision 1 was made on the plan"):
+        dataclasses.replace(new, phases=(phase,))
+    with pytest.raises(PlanError, match="excision 1 was made on the plan"):
+        dataclasses.replace(new, seed=plan.seed + 1)
+    assert dataclasses.replace(new, horizon_samples=HORIZON).index_hash == new.index_hash
+    with pytest.raises(OutOfRangeError, match="past the horizon"):
+        plan.excise(0, positions=[HORIZON])
+    with pytest.raises(OutOfRangeError, match="past the horizon"):
+        plan.excise(0, positions=[2**63 - 1])

@@ -39,7 +39,8 @@ examples:
       --out mix-2.json --json
 """
 
-_STEPS = re.compile(r"^(\d+)\.\.(\d+)$")
+_STEPS = re.compile(r"^(\d+)\.\.(\d+)$", re.ASCII)
+_NUMBER = re.compile(r"^\d+$", re.ASCII)
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -69,7 +70,7 @@ def _docs(values: list[str]) -> list[tuple[str, int]]:
     docs = []
     for value in values:
         name, sep, number = value.rpartition(":")
-        if not sep or not name or not number.isdigit():
+        if not sep or not name or not _NUMBER.match(number):
             raise InputError(f"--doc {escaped(value)}: expected SOURCE:N (e.g. web:3325)")
         docs.append((name, int(number)))
     return docs

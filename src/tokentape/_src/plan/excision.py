@@ -19,7 +19,8 @@ from tokentape._src.tape.excise import decode_positions, encode_positions, posit
 from tokentape._src.util.checks import shown
 from tokentape.errors import PlanError
 
-_KEYS = {"from_consumed", "first", "count", "sha256", "positions", "docs", "steps", "removed"}
+_KEYS = {"from_consumed", "first", "count", "sha256", "on", "positions", "docs", "steps",
+         "removed"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ class PlanExcision:
             positions of the plan before it; a run resumes across it at ``consumed <= first``.
         count: The samples it leaves out (within the plan's horizon).
         sha256: The hash of its base positions (``tape.excise.positions_sha256``).
+        on: The index hash of the plan it was made on (with the excisions before it): its
+            positions are that blend's, so a plan whose blend differs refuses it.
         positions: Its base positions, ascending (not compared: ``sha256`` stands for them).
         docs: The documents it leaves out, as (source, document id).
         steps: The logged steps whose samples it leaves out (first, last), if so made.
@@ -42,6 +45,7 @@ class PlanExcision:
     first: int
     count: int
     sha256: str
+    on: str
     positions: np.ndarray = field(compare=False, hash=False, repr=False)
     docs: tuple[tuple[str, int], ...] = ()
     steps: tuple[int, int] | None = None
@@ -55,6 +59,7 @@ class PlanExcision:
     def to_json(self) -> dict[str, Any]:
         return {
             **self.identity(),
+            "on": self.on,
             "positions": encode_positions(self.positions),
             "docs": [list(d) for d in self.docs],
             "steps": None if self.steps is None else list(self.steps),
@@ -86,9 +91,9 @@ def parse_excision(data: Any, names: list[str], where: str) -> PlanExcision:
     if not isinstance(data, dict) or set(data) != _KEYS:
         raise PlanError(f"{where}: expected an object with the fields {sorted(_KEYS)}")
     count = _int(data, "count", where, 1)
-    sha = data["sha256"]
-    if not isinstance(sha, str):
-        raise PlanError(f"{where}: field 'sha256' must be text")
+    sha, on = data["sha256"], data["on"]
+    if not isinstance(sha, str) or not isinstance(on, str):
+        raise PlanError(f"{where}: fields 'sha256' and 'on' must be text")
     positions = decode_positions(data["positions"], count, sha, f"{where}: positions")
     c, first = _int(data, "from_consumed", where), _int(data, "first", where)
     if first < c:
@@ -111,7 +116,7 @@ def parse_excision(data: Any, names: list[str], where: str) -> PlanExcision:
     ) or sum(removed.values()) != count:  # fmt: skip
         raise PlanError(f"{where}: field 'removed' must count the samples per source ({count})")
     return PlanExcision(
-        c, first, count, sha, positions, tuple((s, d) for s, d in docs),
+        c, first, count, sha, on, positions, tuple((s, d) for s, d in docs),
         None if steps is None else (steps[0], steps[1]), tuple(removed.items()),
     )  # fmt: skip
 
@@ -119,6 +124,7 @@ def parse_excision(data: Any, names: list[str], where: str) -> PlanExcision:
 def new_excision(
     from_consumed: int,
     first: int,
+    on: str,
     positions: np.ndarray,
     sources: np.ndarray,
     names: list[str],
@@ -129,7 +135,7 @@ def new_excision(
     counts = np.bincount(sources, minlength=len(names)).tolist()
     removed = tuple((n, c) for n, c in zip(names, counts, strict=True) if c)
     return PlanExcision(from_consumed, first, int(positions.size), positions_sha256(positions),
-                        positions, docs, steps, removed)  # fmt: skip
+                        on, positions, docs, steps, removed)  # fmt: skip
 
 
 __all__ = ["PlanExcision", "new_excision", "parse_excision"]

@@ -230,6 +230,15 @@ class Plan:
         excision = joined_excision(excisions)
         set_field("excisions", excisions)
         self.__dict__["_excision"] = excision  # what the cached property gives: joined once
+        for k, e in enumerate(excisions):  # each made on this blend, with the ones before it
+            on = plan_index_hash(sources, self.seq_len, self.seed, self.denominator,
+                                 self.algorithm_version, phases, excisions[:k])  # fmt: skip
+            if e.on != on:
+                raise PlanError(
+                    f"Plan: excision {k + 1} was made on the plan {e.on[:19]}…, not on this one "
+                    f"({on[:19]}…): its positions are another blend's (a phase, the seed or a "
+                    "source changed since); excise again on this plan"
+                )
         limit = self.horizon_samples
         removed = np.zeros(len(sources), dtype=np.int64)
         if excision is not None:  # the draws of the horizon in base positions, less the excised
@@ -419,6 +428,11 @@ class Plan:
         wanted = as_positions(positions)
         if wanted.ndim != 1:
             raise ArgumentError(f"positions must be one-dimensional, got shape {wanted.shape}")
+        if wanted.size and int(wanted.max()) >= self.horizon_samples:
+            raise OutOfRangeError(
+                f"excise: position {int(wanted.max()):,} is at or past the horizon "
+                f"({self.horizon_samples:,} samples): an excision covers the plan's horizon"
+            )
         if steps is not None and not (
             isinstance(steps, tuple) and len(steps) == 2 and all(is_int(x) for x in steps)
             and 0 <= steps[0] <= steps[1]
@@ -435,7 +449,7 @@ class Plan:
         names = [s.name for s in self.sources]
         sources = sources_at(self.tape(), found)
         named = tuple(dict.fromkeys((str(n), int(d)) for n, d in docs))
-        record = new_excision(c, first, found, sources, names, named, steps)
+        record = new_excision(c, first, self.index_hash, found, sources, names, named, steps)
         return replace(self, excisions=(*self.excisions, record))
 
     @functools.cached_property

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokentape._src.audit.runs import source_index
-from tokentape._src.plan.plan import Plan
+from tokentape._src.plan.plan import Plan, open_planned
 from tokentape._src.store.origins import Origin, match_input, no_such_input
 from tokentape._src.store.reader import TokenStream
-from tokentape._src.train.batch import open_planned
 from tokentape._src.util.checks import as_index, shown
 from tokentape._src.util.text import fmt_int
 from tokentape.errors import ArgumentError, InputError, StoreError

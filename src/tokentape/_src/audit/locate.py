@@ -23,14 +23,13 @@ from tokentape._src.audit.runs import (
     source_index,
     tape_of,
 )
-from tokentape._src.plan.plan import Plan
+from tokentape._src.plan.plan import Plan, check_planned, open_planned
 from tokentape._src.store.origins import Origin
 from tokentape._src.store.reader import TokenStream
 from tokentape._src.tape.blend import MAX_POSITION
 from tokentape._src.tape.excise import draws_of_samples, samples_overlapping
 from tokentape._src.tape.excise import positions_of_samples as base_positions
 from tokentape._src.tape.resolve import Tape
-from tokentape._src.train.batch import check_planned, open_planned
 from tokentape._src.train.schedule import Placement, Schedule
 from tokentape._src.util.checks import as_index
 from tokentape._src.util.text import fmt_int

@@ -424,7 +424,8 @@ class Plan:
             raise ArgumentError(f"docs must be a list of (source, doc) pairs, got {shown(docs)}")
         if isinstance(ids, str | bytes) or not isinstance(ids, Sequence):
             raise ArgumentError(f"ids must be a list of ids (text), got {shown(ids)}")
-        docs = [*docs, *_docs_with_ids(self, ids)]
+        opened: dict[int, TokenStream] = {}  # each store opened once, for ids and documents
+        docs = [*docs, *_docs_with_ids(self, ids, opened)]
         wanted = as_positions(positions)
         if wanted.ndim != 1:
             raise ArgumentError(f"positions must be one-dimensional, got shape {wanted.shape}")
@@ -438,7 +439,7 @@ class Plan:
             and 0 <= steps[0] <= steps[1]
         ):  # fmt: skip
             raise ArgumentError(f"steps must be None or (first, last) steps, got {shown(steps)}")
-        found = excised_positions(self, c, docs, wanted)
+        found = excised_positions(self, c, docs, wanted, opened)
         if not found.size:
             raise PlanError(
                 f"excise from consumed {c:,}: nothing to leave out (no sample at or after it, "
@@ -711,13 +712,18 @@ def _checked_options(value: object) -> dict[str, Any]:
 
 
 def excised_positions(
-    plan: Plan, c: int, docs: Sequence[tuple[str, int]], wanted: np.ndarray
+    plan: Plan,
+    c: int,
+    docs: Sequence[tuple[str, int]],
+    wanted: np.ndarray,
+    opened: dict[int, TokenStream],
 ) -> np.ndarray:
     """The base positions an excision from ``c`` adds to ``plan``'s: the plan's positions
     ``wanted`` and every draw, from ``c`` on, of a sample holding a token of ``docs``, up to
     the horizon of the excised plan. Each position left out brings one more within the
     horizon, so the draws are searched again in the stretch the horizon grew by, until it no
-    longer grows; all of a source's samples at once, pass by pass."""
+    longer grows; all of a source's samples at once, pass by
+    pass. ``opened``: the plan's stores opened so far, by source (added to)."""
     x = plan._excision
     tape = plan.tape().base
     wanted = sorted_unique(wanted)
@@ -726,7 +732,7 @@ def excised_positions(
     added = wanted if x is None else x.to_base(wanted)
     low = c if x is None else x.base_limit(c)
     before = [] if x is None else [x.positions]
-    samples = _doc_samples(plan, docs)
+    samples = _doc_samples(plan, docs, opened)
     start, total = low, int(added.size)
     windows: list[np.ndarray] = []  # each window's draws, sorted: later windows lie above
     while samples:
@@ -750,7 +756,16 @@ def excised_positions(
     return sorted_unique(np.concatenate([added, drawn])) if added.size else drawn
 
 
-def _docs_with_ids(plan: Plan, ids: Sequence[str]) -> list[tuple[str, int]]:
+def _store(plan: Plan, d: int, opened: dict[int, TokenStream]) -> TokenStream:
+    """Source ``d``'s store (``open_planned``), opened once into ``opened``."""
+    if d not in opened:
+        opened[d] = open_planned(plan, d)
+    return opened[d]
+
+
+def _docs_with_ids(
+    plan: Plan, ids: Sequence[str], opened: dict[int, TokenStream]
+) -> list[tuple[str, int]]:
     """Every (source, doc) whose record's id is one of ``ids``, in the plan's source order;
     an id no document has is refused, naming it."""
     if not ids:
@@ -758,7 +773,7 @@ def _docs_with_ids(plan: Plan, ids: Sequence[str]) -> list[tuple[str, int]]:
     for value in ids:
         if not isinstance(value, str) or not value:
             raise ArgumentError(f"ids must be non-empty text, got {shown(value)}")
-    stores = [_planned_store(plan, d) for d in range(len(plan.sources))]
+    stores = [_store(plan, d, opened) for d in range(len(plan.sources))]
     searched = [(s.name, store) for s, store in zip(plan.sources, stores, strict=True)
                 if store.has_provenance]  # fmt: skip
     if not searched:
@@ -772,10 +787,11 @@ def _docs_with_ids(plan: Plan, ids: Sequence[str]) -> list[tuple[str, int]]:
     return found
 
 
-def _doc_samples(plan: Plan, docs: Sequence[tuple[str, int]]) -> dict[int, np.ndarray]:
+def _doc_samples(
+    plan: Plan, docs: Sequence[tuple[str, int]], opened: dict[int, TokenStream]
+) -> dict[int, np.ndarray]:
     """Source index → the samples (ascending) overlapping any of ``docs`` of that source."""
     names = [s.name for s in plan.sources]
-    opened: dict[int, TokenStream] = {}
     ranges: dict[int, list[np.ndarray]] = {}
     for item in docs:
         if not (isinstance(item, tuple | list) and len(item) == 2):
@@ -785,9 +801,7 @@ def _doc_samples(plan: Plan, docs: Sequence[tuple[str, int]]) -> dict[int, np.nd
             raise InputError(f"excise: unknown source {shown(name)}; the plan has: "
                              f"{', '.join(names)}")  # fmt: skip
         d = names.index(name)
-        if d not in opened:
-            opened[d] = _planned_store(plan, d)
-        store = opened[d]
+        store = _store(plan, d, opened)
         doc = as_index(f"excise: document of '{name}'", doc)
         if doc >= store.n_docs:
             raise OutOfRangeError(f"excise: source '{name}' has documents 0..{store.n_docs - 1}, "
@@ -797,16 +811,34 @@ def _doc_samples(plan: Plan, docs: Sequence[tuple[str, int]]) -> dict[int, np.nd
     return {d: sorted_unique(np.concatenate(r)) for d, r in ranges.items()}
 
 
-def _planned_store(plan: Plan, d: int) -> TokenStream:
-    """Source ``d``'s store, refused when it is not the one planned."""
-    spec = plan.sources[d]
-    store = open_plan_store(spec, plan.storage_options)
-    if store.manifest.content_hash != spec.content_hash:
+def open_planned(plan: Plan, index: int, fetch: FetchConfig | None = None) -> TokenStream:
+    """Open the store of source ``index``, refusing one that is not (or no longer) the store
+    the plan was made with; ``fetch``: how a store in object storage is read."""
+    spec = plan.sources[index]
+    try:
+        store = open_plan_store(spec, plan.storage_options, fetch)
+    except TokentapeError as exc:
+        raise _reworded(exc, f"plan source '{spec.name}': {exc}") from None
+    return check_planned(plan, index, store)
+
+
+def check_planned(plan: Plan, index: int, store: TokenStream) -> TokenStream:
+    """``store`` when it is the one source ``index`` was planned with (same content hash,
+    token count and dtype); otherwise an error naming the source and what differs."""
+    s, m = plan.sources[index], store.manifest
+    if m.content_hash != s.content_hash:
         raise StoreChanged(
-            f"store '{spec.path}' (source '{spec.name}') changed since the plan was made; "
-            "re-run `tokentape plan`",
-            path=spec.path, planned=spec.content_hash, found=store.manifest.content_hash,
-        )  # fmt: skip
+            f"store '{s.path}' (source '{s.name}') changed since the plan was made: content "
+            f"hash {s.content_hash[:19]}… → {m.content_hash[:19]}…; re-run `tokentape plan`",
+            path=s.path,
+            planned=s.content_hash,
+            found=m.content_hash,
+        )
+    if (m.n_tokens, m.dtype) != (s.n_tokens, s.dtype):
+        raise StoreError(
+            f"store '{s.path}' (source '{s.name}') has {m.n_tokens} {m.dtype} tokens, the "
+            f"plan says {s.n_tokens} {s.dtype} (edited by hand?); re-run `tokentape plan`"
+        )
     return store
 
 
@@ -1165,9 +1197,12 @@ __all__ = [
     "PlanSource",
     "build_tape",
     "check_budgets",
+    "check_planned",
     "expected_index_hash",
     "index_hash",
+    "joined_excision",
     "open_plan_store",
+    "open_planned",
     "over_budget",
     "plan_index_hash",
     "resolve_plan",

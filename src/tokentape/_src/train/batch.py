@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from tokentape._src.objects.ranged import FetchConfig
-from tokentape._src.plan.plan import Plan, open_plan_store
+from tokentape._src.plan.plan import Plan, open_planned
 from tokentape._src.store.origins import Origin
 from tokentape._src.store.reader import TokenStream
 from tokentape._src.tape.resolve import Resolved, Tape, as_positions
@@ -16,10 +16,6 @@ from tokentape._src.util.checks import as_index
 from tokentape.errors import (
     ArgumentError,
     OutOfRangeError,
-    StoreChanged,
-    StoreError,
-    TokentapeError,
-    _reworded,
 )
 
 
@@ -110,37 +106,6 @@ class DocOrigin:
         values, as ``tokentape replay --json`` names a top document."""
         origin = None if self.origin is None else self.origin.to_json()
         return {"source": self.source, "doc": self.doc, "origin": origin}
-
-
-def open_planned(plan: Plan, index: int, fetch: FetchConfig | None = None) -> TokenStream:
-    """Open the store of source ``index``, refusing one that is not (or no longer) the store
-    the plan was made with; ``fetch``: how a store in object storage is read."""
-    spec = plan.sources[index]
-    try:
-        store = open_plan_store(spec, plan.storage_options, fetch)
-    except TokentapeError as exc:
-        raise _reworded(exc, f"plan source '{spec.name}': {exc}") from None
-    return check_planned(plan, index, store)
-
-
-def check_planned(plan: Plan, index: int, store: TokenStream) -> TokenStream:
-    """``store`` when it is the one source ``index`` was planned with (same content hash,
-    token count and dtype); otherwise an error naming the source and what differs."""
-    s, m = plan.sources[index], store.manifest
-    if m.content_hash != s.content_hash:
-        raise StoreChanged(
-            f"store '{s.path}' (source '{s.name}') changed since the plan was made: content "
-            f"hash {s.content_hash[:19]}… → {m.content_hash[:19]}…; re-run `tokentape plan`",
-            path=s.path,
-            planned=s.content_hash,
-            found=m.content_hash,
-        )
-    if (m.n_tokens, m.dtype) != (s.n_tokens, s.dtype):
-        raise StoreError(
-            f"store '{s.path}' (source '{s.name}') has {m.n_tokens} {m.dtype} tokens, the "
-            f"plan says {s.n_tokens} {s.dtype} (edited by hand?); re-run `tokentape plan`"
-        )
-    return store
 
 
 class Batcher:
@@ -254,4 +219,4 @@ class Batcher:
         return out
 
 
-__all__ = ["Batch", "Batcher", "DocOrigin", "check_planned", "open_planned"]
+__all__ = ["Batch", "Batcher", "DocOrigin"]

@@ -719,10 +719,10 @@ def excised_positions(
     opened: dict[int, TokenStream],
 ) -> np.ndarray:
     """The base positions an excision from ``c`` adds to ``plan``'s: the plan's positions
-    ``wanted`` and every draw, from ``c`` on, of a sample holding a token of ``docs``, up to
-    the horizon of the excised plan. Each position left out brings one more within the
-    horizon, so the draws are searched again in the stretch the horizon grew by, until it no
-    longer grows; all of a source's samples at once, pass by
+    ``wanted`` and every draw, from ``c`` on, of a sample holding a token of ``docs`` (or of
+    an earlier excision's documents), up to the horizon of the excised plan. Each position left
+    out brings one more within the horizon, so the draws are searched again in the stretch the
+    horizon grew by, until it no longer grows; all of a source's samples at once, pass by
     pass. ``opened``: the plan's stores opened so far, by source (added to)."""
     x = plan._excision
     tape = plan.tape().base
@@ -732,7 +732,10 @@ def excised_positions(
     added = wanted if x is None else x.to_base(wanted)
     low = c if x is None else x.base_limit(c)
     before = [] if x is None else [x.positions]
-    samples = _doc_samples(plan, docs, opened)
+    # the earlier excisions' documents too: the horizon grows by what this one leaves out, so
+    # their draws in the stretch it grows by must go as well
+    earlier = [d for e in plan.excisions for d in e.docs]
+    samples = _doc_samples(plan, [*docs, *earlier], opened)
     start, total = low, int(added.size)
     windows: list[np.ndarray] = []  # each window's draws, sorted: later windows lie above
     while samples:

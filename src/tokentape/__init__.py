@@ -30,7 +30,6 @@ from tokentape.errors import (
 
 if TYPE_CHECKING:
     from tokentape._src.api import excise, find_documents, locate, replay, tokenize, verify
-    from tokentape._src.audit.find import Found
     from tokentape._src.megatron.source import MegatronSource
     from tokentape._src.objects.ranged import FetchConfig
     from tokentape._src.plan.load import load_plan
@@ -64,7 +63,6 @@ _LAZY = {
     "locate": "tokentape._src.api",
     "find_documents": "tokentape._src.api",
     "excise": "tokentape._src.api",
-    "Found": "tokentape._src.audit.find",
     "verify": "tokentape._src.api",
     "TokenizeSummary": "tokentape._src.tokenize.driver",
     "__version__": "tokentape._src.util.version",
@@ -96,7 +94,6 @@ __all__ = [
     "DataState",
     "DocOrigin",
     "FetchConfig",
-    "Found",
     "IndexOutOfRange",
     "InputError",
     "Loader",

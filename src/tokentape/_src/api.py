@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from tokentape._src.audit.find import Found, Handle, one_document
+from tokentape._src.audit.find import Handle, one_document
 from tokentape._src.audit.find import find_documents as _find_documents
 from tokentape._src.audit.locate import Located
 from tokentape._src.audit.locate import locate as _locate
@@ -35,6 +35,7 @@ from tokentape._src.tokenize.driver import TokenizeSummary
 from tokentape._src.tokenize.driver import tokenize as _tokenize
 from tokentape._src.tokenize.job import MAX_WORKERS, TokenizeConfig
 from tokentape._src.tokenize.records import check_id_key
+from tokentape._src.train.batch import DocOrigin
 from tokentape._src.train.schedule import Schedule
 from tokentape._src.util.checks import (
     as_index,
@@ -671,7 +672,7 @@ def find_documents(
     input: str | None = None,
     record: int | None = None,
     source: str | None = None,
-) -> list[Found]:
+) -> list[DocOrigin]:
     """The documents a user's handle names (``tokentape locate --id`` / ``--input --record``).
 
     Searched through the provenance each store recorded at tokenize (a binary search per

@@ -11,12 +11,12 @@ passed over, and said so when no source could be searched.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from tokentape._src.audit.runs import source_index
 from tokentape._src.plan.plan import Plan, open_planned
 from tokentape._src.store.origins import Origin, match_input, no_such_input
 from tokentape._src.store.reader import TokenStream
+from tokentape._src.train.batch import DocOrigin
 from tokentape._src.util.checks import as_index, shown
 from tokentape._src.util.text import fmt_int
 from tokentape.errors import ArgumentError, InputError, StoreError
@@ -52,25 +52,7 @@ class Handle:
         return f"record {self.record} of input {shown(self.input)}"
 
 
-@dataclass(frozen=True)
-class Found:
-    """A document found by the user's handle (``find_documents``).
-
-    Attributes:
-        source: The name of its source in the plan.
-        doc: Its document id in that source.
-        origin: Where it came from: input, record, the user's id (``Origin``).
-    """
-
-    source: str
-    doc: int
-    origin: Origin
-
-    def to_json(self) -> dict[str, Any]:
-        return {"source": self.source, "doc": self.doc, "origin": self.origin.to_json()}
-
-
-def find_documents(plan: Plan, handle: Handle, source: str | None = None) -> list[Found]:
+def find_documents(plan: Plan, handle: Handle, source: str | None = None) -> list[DocOrigin]:
     """Every document of the plan's sources (or of ``source``) that ``handle`` names, in the
     plan's source order and by document.
 
@@ -80,7 +62,7 @@ def find_documents(plan: Plan, handle: Handle, source: str | None = None) -> lis
             one source's inputs.
     """
     indexes = range(len(plan.sources)) if source is None else [source_index(plan, source)]
-    found: list[Found] = []
+    found: list[DocOrigin] = []
     searched, missing = 0, []
     for d in indexes:
         store = open_planned(plan, d)
@@ -93,7 +75,7 @@ def find_documents(plan: Plan, handle: Handle, source: str | None = None) -> lis
                 missing.append(str(no_such_input(paths, handle.input, str(store.directory))))
                 continue
         name = plan.sources[d].name
-        found += [Found(name, doc, _origin(store, doc)) for doc in _docs(store, handle)]
+        found += [DocOrigin(name, doc, _origin(store, doc)) for doc in _docs(store, handle)]
     if not searched:
         which = (
             f"source {shown(source)} records no provenance"
@@ -124,7 +106,13 @@ def _origin(store: TokenStream, doc: int) -> Origin:
     return origin
 
 
-def one_document(plan: Plan, handle: Handle, source: str | None = None) -> Found:
+def origin_of(found: DocOrigin) -> Origin:
+    """The origin of a document ``find_documents`` found (always recorded: it was searched)."""
+    assert found.origin is not None
+    return found.origin
+
+
+def one_document(plan: Plan, handle: Handle, source: str | None = None) -> DocOrigin:
     """The one document ``handle`` names; an ``InputError`` naming what was searched when
     none is found, or listing the matches when several are."""
     found = find_documents(plan, handle, source)
@@ -133,7 +121,7 @@ def one_document(plan: Plan, handle: Handle, source: str | None = None) -> Found
         raise InputError(f"no document of {where} has {handle}")
     if len(found) > 1:
         listed = "; ".join(
-            f"{f.source} doc {f.doc} ({f.origin.where})" for f in found[:MATCHES_SHOWN]
+            f"{f.source} doc {f.doc} ({origin_of(f).where})" for f in found[:MATCHES_SHOWN]
         )
         more = len(found) - MATCHES_SHOWN
         tail = f"; and {fmt_int(more)} more" if more > 0 else ""
@@ -144,4 +132,4 @@ def one_document(plan: Plan, handle: Handle, source: str | None = None) -> Found
     return found[0]
 
 
-__all__ = ["MATCHES_SHOWN", "Found", "Handle", "find_documents", "one_document"]
+__all__ = ["MATCHES_SHOWN", "DocOrigin", "Handle", "find_documents", "one_document"]

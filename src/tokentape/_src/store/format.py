@@ -33,6 +33,7 @@ from tokentape._src.store.provenance import (
     KEYS_SUFFIX,
     REC_SUFFIX,
     Provenance,
+    ShardProvenance,
     parse_provenance,
 )
 from tokentape.errors import ArgumentError, StoreError
@@ -343,6 +344,19 @@ class StoreFile:
     """The shard it belongs to (``part-NNNNN``); None: the store's."""
 
 
+def provenance_files(shard: ShardInfo, got: ShardProvenance) -> list[StoreFile]:
+    """A shard's provenance files (records, ids and, from version 2, id keys) as ``got``
+    records them: in the manifest, or from the writer before the manifest is written."""
+    name = shard.name
+    files = [
+        StoreFile(shard.rec_file, "provenance records", got.rec_bytes, got.rec_sha256, name),
+        StoreFile(shard.ids_file, "document ids", got.ids_bytes, got.ids_sha256, name),
+    ]
+    if got.keys_sha256 is not None:
+        files.append(StoreFile(shard.keys_file, "id keys", got.keys_bytes, got.keys_sha256, name))
+    return files
+
+
 def manifest_files(manifest: Manifest) -> list[StoreFile]:
     """Every file the manifest names in its store, with its recorded size and hash: each
     shard's two files (five with provenance; four before the id keys), the tokenizer copy
@@ -359,17 +373,7 @@ def manifest_files(manifest: Manifest) -> list[StoreFile]:
             StoreFile(shard.idx_file, "document index", shard.idx_bytes, shard.idx_sha256, name),
         ]
         if block is not None:
-            got = block.shards[i]
-            files += [
-                StoreFile(
-                    shard.rec_file, "provenance records", got.rec_bytes, got.rec_sha256, name
-                ),
-                StoreFile(shard.ids_file, "document ids", got.ids_bytes, got.ids_sha256, name),
-            ]
-            if got.keys_sha256 is not None:
-                files.append(
-                    StoreFile(shard.keys_file, "id keys", got.keys_bytes, got.keys_sha256, name)
-                )
+            files += provenance_files(shard, block.shards[i])
     copy = manifest.tokenizer.get("file")
     if isinstance(copy, str):
         files.append(StoreFile(copy, "tokenizer copy", None, None))
@@ -412,6 +416,7 @@ __all__ = [
     "manifest_files",
     "numpy_dtype",
     "parse_manifest",
+    "provenance_files",
     "read_manifest",
     "read_manifest_text",
     "read_npy_header",

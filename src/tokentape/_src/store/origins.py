@@ -10,6 +10,7 @@ against the manifest before it is believed (``store.provenance`` describes the f
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import threading
@@ -232,31 +233,36 @@ class Origins:
             hi = int(np.searchsorted(keys[0], key, side="right"))
             if lo == hi:
                 continue
-            rows, ids = self._shard(i)
             for local in keys[1, lo:hi].tolist():
                 if local >= shard.n_docs:
                     raise damaged(f"{self.where}/{shard.keys_file}", f"document {local} is "
                                   f"outside the shard's {shard.n_docs}")  # fmt: skip
-                start = int(rows[local - 1]["id_end"]) if local else 0
-                if bytes(ids[start : int(rows[local]["id_end"])]) == wanted:
+                if self._id_bytes(i, local) == wanted:
                     found.append(int(self._first_doc[i]) + local)
         return sorted(found)
+
+    def _id_bytes(self, shard: int, local: int) -> bytes:
+        """The id of document ``local`` of shard ``shard``, as stored (checked to lie in its
+        ids file)."""
+        rows, ids = self._shard(shard)
+        start = int(rows[local - 1]["id_end"]) if local else 0
+        end = int(rows[local]["id_end"])
+        if not start <= end <= len(ids):
+            raise StoreError(
+                f"{self.where}/{self.manifest.shards[shard].name}: document {local}'s id ends at "
+                f"byte {end}, outside [{start}, {len(ids)}]; the store is damaged (run "
+                "`tokentape verify`)"
+            )
+        return bytes(ids[start:end])
 
     def find_record(self, input_index: int, record: int) -> list[int]:
         """The document read from record ``record`` of input ``input_index`` ([] when none
         was kept): a binary search, the records ascending by (input, record) through the
         store."""
         wanted = (input_index, record)
-        lo, hi = 0, int(self._first_doc[-1])
-        while lo < hi:  # the first document at or after ``wanted``
-            mid = (lo + hi) // 2
-            if self._record_of(mid) < wanted:
-                lo = mid + 1
-            else:
-                hi = mid
-        if lo < int(self._first_doc[-1]) and self._record_of(lo) == wanted:
-            return [lo]
-        return []
+        n = int(self._first_doc[-1])
+        doc = bisect.bisect_left(range(n), wanted, key=self._record_of)
+        return [doc] if doc < n and self._record_of(doc) == wanted else []
 
     def _record_of(self, doc: int) -> tuple[int, int]:
         shard = int(np.searchsorted(self._first_doc, doc, side="right")) - 1
@@ -271,16 +277,9 @@ class Origins:
         """Where document ``doc`` (in range: the caller checked) came from."""
         shard = int(np.searchsorted(self._first_doc, doc, side="right")) - 1
         local = doc - int(self._first_doc[shard])
-        rows, ids = self._shard(shard)
-        row = rows[local]
+        row = self._shard(shard)[0][local]
         name = self.manifest.shards[shard].name
-        start = int(rows[local - 1]["id_end"]) if local else 0
-        end = int(row["id_end"])
-        if not start <= end <= len(ids):
-            raise StoreError(
-                f"{self.where}/{name}: document {local}'s id ends at byte {end}, outside "
-                f"[{start}, {len(ids)}]; the store is damaged (run `tokentape verify`)"
-            )
+        id_bytes = self._id_bytes(shard, local)
         inputs = self.inputs()
         index = int(row["input"])
         if index >= len(inputs):
@@ -290,7 +289,7 @@ class Origins:
             )
         entry = inputs[index]
         try:
-            text = bytes(ids[start:end]).decode("utf-8")
+            text = id_bytes.decode("utf-8")
         except UnicodeDecodeError:
             raise StoreError(f"{self.where}/{name}: document {local}'s id is not UTF-8") from None
         group = int(row["group"])

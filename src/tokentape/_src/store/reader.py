@@ -477,17 +477,15 @@ class TokenStream(ABC):
             StoreError: The source records no provenance.
         """
         record = as_index("record", record)
-        if not isinstance(input, str):
-            as_index("input", input)
+        given = input if isinstance(input, str) else as_index("input", input)
         origins = self._recorded("find documents by input and record")
-        if isinstance(input, str):
-            found = origins.input_index(input)
-            if found is None:
+        if isinstance(given, str):
+            index = origins.input_index(given)
+            if index is None:
                 paths = [row["path"] for row in origins.inputs()]
-                raise no_such_input(paths, input, str(self.directory))
-            index = found
+                raise no_such_input(paths, given, str(self.directory))
         else:
-            index = as_index("input", input)
+            index = given
             if index >= len(origins.inputs()):
                 raise OutOfRangeError(
                     f"input {index}: the store has inputs 0..{len(origins.inputs()) - 1}"

@@ -45,6 +45,7 @@ from tokentape._src.store.format import (
     ShardInfo,
     manifest_files,
     parse_manifest,
+    provenance_files,
     read_manifest,
     store_files,
 )
@@ -347,9 +348,7 @@ def _shard_files(shard: ShardInfo, provenance: ShardProvenance | None) -> list[t
     (as the writer recorded them: the manifest is not written yet)."""
     files = [(shard.bin_file, shard.bin_sha256), (shard.idx_file, shard.idx_sha256)]
     if provenance is not None:
-        files += [(shard.rec_file, provenance.rec_sha256), (shard.ids_file, provenance.ids_sha256)]
-        if provenance.keys_sha256 is not None:
-            files.append((shard.keys_file, provenance.keys_sha256))
+        files += [(f.name, str(f.sha256)) for f in provenance_files(shard, provenance)]
     return files
 
 

@@ -70,11 +70,6 @@ class Excision:
         below ``limit``, and the excised ones among them."""
         return 0 if limit <= 0 else int(self.to_base(np.asarray([limit - 1]))[0]) + 1
 
-    def joined(self, added: np.ndarray) -> Excision:
-        """This excision and the base positions ``added`` (sorted, unique, none in it)."""
-        joined = np.concatenate([self.positions, np.asarray(added, dtype=np.int64)])
-        return Excision(sorted_unique(joined))
-
 
 def samples_overlapping(span: tuple[int, int], seq_len: int, n_samples: int) -> range:
     """Samples k in [0, n_samples) whose window [kL, kL + L] meets tokens [start, end)."""

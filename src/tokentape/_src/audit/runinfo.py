@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from tokentape._src.objects.client import is_url
-from tokentape._src.plan.excision import PlanExcision
 from tokentape._src.plan.open import MEGATRON
 from tokentape._src.plan.plan import Plan
 from tokentape._src.store.format import MANIFEST_NAME
@@ -280,15 +279,8 @@ def plan_json(path: str, plan: Plan) -> dict[str, Any]:
         "storage_options": plan.storage_options,
         "sources": sources,
         "phases": phases,
-        "excisions": [excision_json(e) for e in plan.excisions],
+        "excisions": [e.summary() for e in plan.excisions],
     }
-
-
-def excision_json(e: PlanExcision) -> dict[str, Any]:
-    """What an excision left out, for ``--json`` (its positions' text aside)."""
-    steps = None if e.steps is None else list(e.steps)
-    docs = [list(d) for d in e.docs]
-    return {**e.identity(), "docs": docs, "steps": steps, "removed": dict(e.removed)}
 
 
 __all__ = [
@@ -297,7 +289,6 @@ __all__ = [
     "LineScan",
     "Redo",
     "RunInfo",
-    "excision_json",
     "plan_json",
     "run_info",
     "run_json",

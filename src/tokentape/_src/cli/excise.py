@@ -9,7 +9,6 @@ import re
 from pathlib import Path
 
 from tokentape._src import api
-from tokentape._src.audit.runinfo import excision_json
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan
 from tokentape._src.render.text import excisions_text
@@ -106,7 +105,7 @@ def _summary(old: Plan, new: Plan, out: str) -> dict[str, object]:
         "plan": out,
         "index_hash": new.index_hash,
         "was": old.index_hash,
-        "excision": excision_json(e),
+        "excision": e.summary(),
         "draws": {s.name: s.draws for s in new.sources},
         "draws_before": {s.name: s.draws for s in old.sources},
         "resume_from_consumed_at_most": e.first,

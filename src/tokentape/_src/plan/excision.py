@@ -56,15 +56,20 @@ class PlanExcision:
         return {"from_consumed": self.from_consumed, "first": self.first,
                 "count": self.count, "sha256": self.sha256}  # fmt: skip
 
+    def summary(self) -> dict[str, Any]:
+        """Its identity and what it left out (documents, steps, samples per source): what
+        ``info PLAN --json`` and ``excise --json`` show of it."""
+        return {**self.identity(), **self._left_out()}
+
     def to_json(self) -> dict[str, Any]:
-        return {
-            **self.identity(),
-            "on": self.on,
-            "positions": encode_positions(self.positions),
-            "docs": [list(d) for d in self.docs],
-            "steps": None if self.steps is None else list(self.steps),
-            "removed": dict(self.removed),
-        }
+        """Its entry in ``PLAN.json``: the summary, the plan it was made on, its positions."""
+        positions = encode_positions(self.positions)
+        return {**self.identity(), "on": self.on, "positions": positions, **self._left_out()}
+
+    def _left_out(self) -> dict[str, Any]:
+        steps = None if self.steps is None else list(self.steps)
+        return {"docs": [list(d) for d in self.docs], "steps": steps,
+                "removed": dict(self.removed)}  # fmt: skip
 
     @property
     def what(self) -> str:

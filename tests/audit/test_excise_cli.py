@@ -136,6 +136,9 @@ def test_bad_input_is_one_line_and_writes_nothing(run, capsys, tmp_path):
         assert main(["excise", plan, *args]) == 2, args
         assert words in _one_line(capsys), args
         assert not out.exists()
+    # from Python: from_consumed checked before the steps' start is compared with it
+    with pytest.raises(tokentape.ArgumentError, match="from_consumed"):
+        tokentape.excise(plan, "x", steps=(2, 3), step_log=root / "steps.jsonl")
     # a checkpoint later than the first excised position is refused by the new plan
     late = tmp_path / "late.json"
     ids = tmp_path / "ids.txt"

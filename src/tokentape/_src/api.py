@@ -41,6 +41,7 @@ from tokentape._src.util.checks import (
     as_index,
     check_count,
     check_flag,
+    check_int,
     check_mb,
     check_optional_text,
     check_path,
@@ -642,6 +643,7 @@ def excise(
         StoreError: A store that changed since the plan was made.
     """
     resolved = _plan(plan)
+    check_int("from_consumed", from_consumed, 0)  # before comparing the steps' start with it
     positions = np.zeros(0, dtype=np.int64)
     if steps is not None:
         if step_log is None:

@@ -27,6 +27,8 @@ from tokentape._src.audit.locate import Located
 from tokentape._src.audit.locate import locate as _locate
 from tokentape._src.audit.replay import Replayed
 from tokentape._src.audit.replay import replay as _replay
+from tokentape._src.audit.report import SPIKE_WINDOW, SPIKE_Z, TOP_DOCS, ReportConfig, run_report
+from tokentape._src.audit.runinfo import step_log_path
 from tokentape._src.audit.runs import Batching, batching, log_schedule
 from tokentape._src.objects.client import check_storage_options
 from tokentape._src.plan.load import load_plan
@@ -39,10 +41,12 @@ from tokentape._src.train.batch import DocOrigin
 from tokentape._src.train.schedule import Schedule
 from tokentape._src.util.checks import (
     as_index,
+    as_parameter,
     check_count,
     check_flag,
     check_int,
     check_mb,
+    check_number,
     check_optional_text,
     check_path,
     check_text,
@@ -61,6 +65,8 @@ __all__ = [
     "locate_shape",
     "replay",
     "replay_shape",
+    "report",
+    "report_config",
     "tokenize",
     "tokenize_config",
     "verify",
@@ -740,3 +746,66 @@ def verify(
         storage_options=storage_options,
         wording=PYTHON,
     )
+
+
+def report_config(
+    spike_window: int, spike_z: float, top: int, named: Callable[[str], str] = as_parameter
+) -> ReportConfig:
+    """``report``'s settings, checked; ``named`` spells a parameter (the command line: a flag)."""
+    check_int(named("spike_window"), spike_window, 5, 1001)
+    if spike_window % 2 == 0:
+        raise ArgumentError(f"{named('spike_window')} must be odd, got {spike_window}")
+    check_number(named("spike_z"), spike_z, 0.0, positive=True)
+    check_int(named("top"), top, 1, 1000)
+    return ReportConfig(spike_window, float(spike_z), top)
+
+
+def report(
+    step_log: PathArg,
+    plan: Plan | PathArg,
+    *,
+    loss_log: PathArg | None = None,
+    spike_window: int = SPIKE_WINDOW,
+    spike_z: float = SPIKE_Z,
+    top: int = TOP_DOCS,
+) -> dict[str, Any]:
+    """The data of a run's report (``tokentape report``; ``--json`` prints this dict).
+
+    Sections: ``identity`` (the plan: index hash, sources and their content hashes, phases,
+    excisions), ``run`` (steps, samples, resumes), ``timeline`` (batch shapes, resumes, plan
+    changes, phase starts, excisions, by step), ``mixture`` (planned against realised share
+    per source over the run and per phase, samples and tokens per source), ``repetition``
+    (passes per source so far and at the horizon against ``max_repeats``; the documents
+    trained most, with their provenance), ``loss`` (None without ``loss_log``: the loss
+    overall and per source, spikes flagged by a robust z-score with their top documents as
+    ``replay`` gives them), ``commands`` and ``rules`` (how series are downsampled and spikes
+    flagged). Computed in closed form from the plan and one pass over each log.
+
+    Args:
+        step_log: The run's step log, or a run directory holding ``steps.jsonl``.
+        plan: The plan the run ended under (a ``Plan`` or its ``PLAN.json``): it answers for
+            every step of the log.
+        loss_log: The trainer's loss log (one JSON line a step: ``step``, ``loss``, and
+            optionally ``loss_by_source`` and ``tokens_by_source``; docs/train.md).
+        spike_window: Logged steps in the centred window of the robust z-score (odd, 5..1001).
+        spike_z: A step is flagged when its robust z-score is at least this (> 0).
+        top: How many of the most trained documents to list (1..1000).
+
+    Returns:
+        The report as a JSON-ready dict (non-finite numbers are None).
+
+    Raises:
+        ArgumentError: Arguments of the wrong type or out of range.
+        InputError: A loss log that is not one (its file, line and field named).
+        PlanError: A step log that is not one, or of another plan.
+        StoreError: A store that changed since the plan was made.
+    """
+    config = report_config(spike_window, spike_z, top)
+    resolved = _plan(plan)
+    check_path("step_log", step_log)
+    log = step_log_path(step_log)
+    if loss_log is not None:
+        check_path("loss_log", loss_log)
+    plan_path = os.fspath(plan) if not isinstance(plan, Plan) else "PLAN.json"
+    loss = None if loss_log is None else os.fspath(loss_log)
+    return run_report(resolved, plan_path, str(log), loss, config)

@@ -52,10 +52,12 @@ def source_index(plan: Plan, name: str) -> int:
     return names.index(name)
 
 
-def open_step_log(path: str, plan: Plan, steps: Iterable[int] = ()) -> StepLog:
-    """A step log read in one pass (its schedule, and the records of ``steps``), refused when it
-    was written for another tape."""
-    log = scan_step_log(path, steps)
+def open_step_log(
+    path: str, plan: Plan, steps: Iterable[int] = (), *, trace: bool = False
+) -> StepLog:
+    """A step log read in one pass (its schedule, the records of ``steps``, and with ``trace``
+    every line's step and time), refused when it was written for another tape."""
+    log = scan_step_log(path, steps, trace=trace)
     earlier = [step for step, h in log.plans if h == plan.index_hash]
     if earlier and log.index_hash != plan.index_hash:
         later = next(step for step, h in log.plans if step > earlier[-1])

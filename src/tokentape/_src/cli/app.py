@@ -29,6 +29,7 @@ from tokentape._src.cli import (
     locate,
     plan,
     replay,
+    report,
     smoke,
     stage,
     tokenize,
@@ -102,7 +103,20 @@ class _Parser(argparse.ArgumentParser):
         return ""
 
 
-COMMANDS = (tokenize, info, plan, stage, smoke, replay, verify, locate, excise, convert, corpora)
+COMMANDS = (
+    tokenize,
+    info,
+    plan,
+    stage,
+    smoke,
+    replay,
+    report,
+    verify,
+    locate,
+    excise,
+    convert,
+    corpora,
+)
 """The command modules, in ``--help`` order: each has ``add_parser(sub)``."""
 
 

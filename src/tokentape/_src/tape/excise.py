@@ -138,6 +138,21 @@ def sources_at(tape: Tape, positions: np.ndarray) -> np.ndarray:
     return blend.source_and_draw(positions)[0]
 
 
+def kept_counts(tape: Tape, base_limits: np.ndarray) -> np.ndarray:
+    """(sources, len(base_limits)) int64: the draws of each source among base positions
+    [0, b) that the tape keeps, for each b of ``base_limits`` (its excised ones not counted;
+    ``Excision.base_limit`` turns a limit of the tape's own positions into a base one)."""
+    b = np.asarray(base_limits, dtype=np.int64).reshape(-1)
+    out = np.stack([np.asarray(tape.blend.count(d, b), dtype=np.int64).reshape(-1)
+                    for d in range(len(tape.names))])  # fmt: skip
+    if tape.excision is not None:
+        x = tape.excision.positions
+        source = sources_at(tape, x)
+        for d in range(len(tape.names)):
+            out[d] -= np.searchsorted(x[source == d], b, side="left")
+    return out
+
+
 def base_limit_of(excised: list[np.ndarray], limit: int) -> int:
     """``Excision(union of excised).base_limit(limit)`` without joining them: the smallest p
     with p = limit + (excised positions below p), found by iterating from ``limit`` (each
@@ -201,6 +216,7 @@ __all__ = [
     "draws_at",
     "draws_of_samples",
     "encode_positions",
+    "kept_counts",
     "positions_of_samples",
     "positions_sha256",
     "samples_overlapping",

@@ -68,6 +68,16 @@ class Schedule:
         change = next(c for c in reversed(self.changes) if c.step <= step)
         return change.consumed + (step - change.step) * change.config.global_batch, change.config
 
+    def consumed_at(self, steps: np.ndarray) -> np.ndarray:
+        """``consumed`` before each of ``steps`` (vectorised ``start``; steps >= 0, and at
+        most ``self.steps`` when bounded)."""
+        s = np.asarray(steps, dtype=np.int64)
+        first = np.array([c.step for c in self.changes], dtype=np.int64)
+        k = np.searchsorted(first, s, side="right") - 1
+        base = np.array([c.consumed for c in self.changes], dtype=np.int64)[k]
+        b = np.array([c.config.global_batch for c in self.changes], dtype=np.int64)[k]
+        return base + (s - first[k]) * b
+
     def place(self, positions: np.ndarray) -> Placement:
         """Step, DP rank, micro-batch and row of each position (vectorised). Positions beyond a
         bounded schedule get step −1 and rank −1."""

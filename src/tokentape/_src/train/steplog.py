@@ -22,10 +22,13 @@ from __future__ import annotations
 import json
 import math
 import os
+from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from tokentape._src.tape.blend import MAX_POSITION
 from tokentape._src.train.partition import BatchConfig
@@ -57,6 +60,16 @@ class StepRecord:
 
 
 @dataclass(frozen=True)
+class LineTrace:
+    """Every step line of a log in file order, the superseded ones too (a step lower than the
+    line before it is a resume from an earlier checkpoint): arrays of one length."""
+
+    line: np.ndarray  # int64: the line number in the file
+    step: np.ndarray  # int64
+    time: np.ndarray  # float64: the line's ``time`` (0.0 where the line has none)
+
+
+@dataclass(frozen=True)
 class StepLog:
     """What the audit tools need of a step log, from one pass that keeps no per-step state:
     its batch schedule (bounded by its last step), its index hash, and the effective records of
@@ -71,6 +84,8 @@ class StepLog:
     schedule: Schedule
     records: dict[int, StepRecord]
     """step → its effective record, for each step asked for that the log has."""
+    trace: LineTrace | None = None
+    """Every step line (when asked for: ``scan_step_log(..., trace=True)``)."""
 
     @property
     def steps(self) -> int:
@@ -134,8 +149,12 @@ def _problem(data: Any) -> str:
 class _Scan:
     """The effective steps of a log, applied line by line (see the module's docstring)."""
 
-    def __init__(self, path: str | os.PathLike[str], keep: Iterable[int] | None) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], keep: Iterable[int] | None, trace: bool = False
+    ) -> None:
         self.path = Path(path)
+        self.trace = trace
+        self.lines, self.steps, self.times = array("q"), array("q"), array("d")
         self.keep_all = keep is None
         self.wanted = frozenset(keep) if keep is not None else frozenset()
         # Runs of equal shape and index hash among the effective steps: where each starts.
@@ -200,6 +219,10 @@ class _Scan:
                     and _time_ok(t)
                 ):
                     raise PlanError(f"{p}:{line_no}: {_problem(data)}")
+                if self.trace:
+                    self.lines.append(line_no)
+                    self.steps.append(step)
+                    self.times.append(float(t))
                 if step == self.next and consumed == self.end and self.first >= 0:
                     run = self.runs[-1]  # the common case: the next step
                     if (dp, micro, accum, index_hash) != (run[3], run[4], run[5], run[6]):
@@ -275,14 +298,29 @@ class _Scan:
         changes = tuple(BatchChange(r[0], r[1], r[3], r[4], r[5]) for r in self.runs)
         return Schedule(changes, steps=self.next)
 
+    def line_trace(self) -> LineTrace | None:
+        if not self.trace:
+            return None
+        return LineTrace(
+            np.frombuffer(self.lines, dtype=np.int64).copy(),
+            np.frombuffer(self.steps, dtype=np.int64).copy(),
+            np.frombuffer(self.times, dtype=np.float64).copy(),
+        )
 
-def scan_step_log(path: str | os.PathLike[str], steps: Iterable[int] = ()) -> StepLog:
+
+def scan_step_log(
+    path: str | os.PathLike[str], steps: Iterable[int] = (), *, trace: bool = False
+) -> StepLog:
     """A step log's schedule and index hash, and the effective records of ``steps``, in one
-    streaming pass (memory: the shape changes and the records asked for, not the steps)."""
-    scan = _Scan(path, steps)
+    streaming pass (memory: the shape changes and the records asked for, not the steps; with
+    ``trace``, also 24 bytes a line: ``StepLog.trace``)."""
+    scan = _Scan(path, steps, trace)
     scan.read()
     scan.check()
-    return StepLog(str(scan.path), scan.runs[-1][6], scan.plans(), scan.schedule(), scan.some)
+    return StepLog(
+        str(scan.path), scan.runs[-1][6], scan.plans(), scan.schedule(), scan.some,
+        scan.line_trace(),
+    )  # fmt: skip
 
 
 def read_step_log(path: str | os.PathLike[str]) -> list[StepRecord]:
@@ -302,4 +340,12 @@ def schedule_of(records: list[StepRecord]) -> Schedule:
     return Schedule(tuple(changes), steps=len(records))
 
 
-__all__ = ["StepLog", "StepRecord", "read_step_log", "scan_step_log", "schedule_of", "short_hash"]
+__all__ = [
+    "LineTrace",
+    "StepLog",
+    "StepRecord",
+    "read_step_log",
+    "scan_step_log",
+    "schedule_of",
+    "short_hash",
+]

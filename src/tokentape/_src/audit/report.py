@@ -39,8 +39,8 @@ MAX_POINTS = 2000
 STRETCHES = 400
 """The mixture over the run is counted in at most this many stretches of whole steps."""
 SPIKE_WINDOW = 51
-SPIKE_Z = 3.5
-"""The usual bound on the modified z-score (Iglewicz and Hoaglin)."""
+SPIKE_Z = 6.0
+"""About 5 steps in 10**6 of Gaussian noise score this high with a window of 51."""
 SHOWN_SPIKES = 12
 """Flagged steps listed with their documents (the highest scores; all are counted)."""
 SPIKE_DOCS = 5
@@ -81,10 +81,11 @@ class ReportConfig:
     def spike_rule(self) -> str:
         return (
             f"A logged step is flagged when its robust z-score is at least {self.spike_z:g}: "
-            f"z = (loss − m) / (1.4826 · MAD), m the median of the {self.spike_window} logged "
-            "steps centred on it (fewer at the ends), MAD the median of |loss − m| over the "
-            "same steps (at least 10⁻⁴ · |m|). Only rises are flagged; a NaN or infinite loss is "
-            "listed apart."
+            f"z = (loss − m) / s, m the median of the {self.spike_window} logged steps centred "
+            "on it (near the ends, as many on each side as there are), s the noise of the "
+            "same stretch: 1.4826 · MAD / √2 of its step-to-step changes (a steady trend does "
+            "not count as noise), at least 10⁻⁴ · |m|. The first two and last two logged steps "
+            "are never flagged. Only rises are flagged; a NaN or infinite loss is listed apart."
         )
 
 
@@ -528,36 +529,51 @@ class _Buckets:
 
 
 def rolling_median(x: np.ndarray, window: int) -> np.ndarray:
-    """The median of the ``window`` values centred on each value of ``x`` (odd ``window``;
-    fewer at the ends, where the window is cut)."""
+    """The median of the ``window`` values centred on each value of ``x`` (odd ``window``).
+    Near the ends the window shrinks to stay centred (value i of m: the 2·min(i, m−1−i) + 1
+    values around it), so that a steady trend does not bias it."""
     m, h = x.size, window // 2
     out = np.empty(m)
-    if m == 0:
-        return out
     if m > 2 * h:
         view = np.lib.stride_tricks.sliding_window_view(x, 2 * h + 1)
         for a in range(0, view.shape[0], 1 << 15):
-            out[h + a : h + a + min(1 << 15, view.shape[0] - a)] = np.median(
-                view[a : a + (1 << 15)], axis=1
-            )
-        ends = [*range(h), *range(m - h, m)]
-    else:
-        ends = list(range(m))
-    for i in ends:
-        out[i] = np.median(x[max(0, i - h) : i + h + 1])
+            chunk = view[a : a + (1 << 15)]
+            out[h + a : h + a + chunk.shape[0]] = np.median(chunk, axis=1)
+    for i in [*range(min(h, m)), *range(max(h, m - h), m)]:
+        half = min(i, m - 1 - i, h)
+        out[i] = np.median(x[i - half : i + half + 1])
     return out
+
+
+def noise_scale(x: np.ndarray, window: int) -> np.ndarray:
+    """The noise around each value: 1.4826 · MAD / √2 of the step-to-step differences in its
+    centred window (the larger of the windows of the differences on either side of it)."""
+    if x.size < 2:
+        return np.zeros(x.shape)
+    d = np.diff(x)
+    spread = rolling_median(np.abs(d - rolling_median(d, window)), window)
+    noise = MAD_TO_SIGMA / math.sqrt(2) * np.concatenate([spread[:1], spread])
+    noise[1:-1] = np.maximum(noise[1:-1], noise[2:])  # value i sits between Δ i-1 and Δ i
+    return noise
 
 
 def robust_z(x: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
     """Each value's robust z-score against its centred window (``ReportConfig.spike_rule``),
-    and the window's median."""
+    and the window's median; 0 where the window holds fewer than 5 values (the first two and
+    last two).
+
+    The noise scale comes from the step-to-step differences Δ: with independent noise of
+    deviation σ, Δ − median(Δ) has deviation σ·√2 whatever a steady trend adds, and one spike
+    moves only two of them (a MAD of the values themselves would count the trend as noise, or,
+    on a steep curve, find almost none)."""
     x = np.asarray(x, dtype=np.float64)
     m = rolling_median(x, window)
     resid = x - m
-    mad = rolling_median(np.abs(resid), window)
-    scale = np.maximum(MAD_TO_SIGMA * mad, 1e-4 * np.abs(m))
-    with np.errstate(divide="ignore", invalid="ignore"):
+    scale = np.maximum(noise_scale(x, window), 1e-4 * np.abs(m))
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         z = np.where(scale > 0, resid / scale, np.where(resid > 0, np.inf, 0.0))
+    i = np.arange(x.size)
+    z[np.minimum(i, x.size - 1 - i) < 2] = 0.0
     return z, m
 
 
@@ -658,6 +674,7 @@ __all__ = [
     "REPORT_VERSION",
     "ReportConfig",
     "finite_json",
+    "noise_scale",
     "robust_z",
     "rolling_median",
     "run_report",

@@ -109,6 +109,10 @@ def cmd(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=1, allow_nan=False))
     else:
         spikes = data["loss"]["flagged"] if data["loss"] is not None else None
-        said = "no loss log" if spikes is None else f"{spikes:,} step(s) flagged"
+        said = (
+            "no loss log"
+            if spikes is None
+            else f"{spikes:,} step{'' if spikes == 1 else 's'} flagged as loss spikes"
+        )
         print(f"wrote {escaped(args.out)}: {data['run']['steps']:,} steps, {said}")
     return 0

@@ -15,6 +15,7 @@ from tokentape._src.corpora import write_builtin_corpora
 from tokentape._src.demo.anneal import anneal_story
 from tokentape._src.demo.audit import loss_spike_story, retokenize_story
 from tokentape._src.demo.excise import excise_story
+from tokentape._src.demo.report import report_story
 from tokentape._src.demo.train import CHECKPOINT_EVERY, Phase, simulate_training
 from tokentape._src.plan.plan import check_budgets, resolve_plan
 from tokentape._src.plan.spec import load_plan_spec
@@ -159,18 +160,20 @@ def run_demo(out: str, workers: int) -> int:
         Phase(BatchConfig(8, 2, 2), until_step=DEMO_STEPS, crash=False),
     ]
     print(f"  checkpoint (data state) every {CHECKPOINT_EVERY} steps; global batch kept at 32")
-    print("  the loss is a stand-in, not a model: a decaying curve + 2 x the share of the step's")
-    print("  windows that are near-total repetition + noise\n")
+    print("  the loss is a stand-in, not a model: a decaying curve + noise, and each window of")
+    print("  near-total repetition adds 2 to its row's loss (8 when more than 1 in 8 of the")
+    print("  step's windows are: a burst)\n")
     trained = simulate_training(plan, root, phases)
 
     spike = loss_spike_story(root, plan, trained)
     excised = excise_story(12, root, plan, trained, spike)
     refused = retokenize_story(13, root, plan, trained, spike, sources["prose"], tok_path, workers)
     annealed = anneal_story(root, plan, trained)
+    drawn = report_story(15, root, trained, spike)
 
     print(f"\nDemo finished in {time.monotonic() - started:.1f} s; outputs under {root}/")
     story = spike.ok and excised and refused
-    return 0 if same and trained.ok and story and annealed else 1
+    return 0 if same and trained.ok and story and annealed and drawn else 1
 
 
 def _tokenize_config(

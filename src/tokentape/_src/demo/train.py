@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,16 +49,35 @@ class Run:
 
 CHECKPOINT_EVERY = 5
 REPETITIVE = 0.2  # a window with fewer distinct tokens than this share counts as repetition
+BURST = 1 / 8  # a step with more repetitive windows than this share is a burst
+BURST_PENALTY = 8.0
 
 
-def stand_in_loss(tokens: np.ndarray, step: int) -> float:
-    """Not a model: a smooth decaying curve, plus 2 x the share of the step's windows that are
-    near-total repetition (fewer than 20% distinct tokens), plus small noise seeded by the step.
-    It stands in for a trainer whose loss reacts to a burst of repeated text."""
+def stand_in_losses(tokens: np.ndarray, step: int) -> np.ndarray:
+    """Not a model: each row's loss is a smooth decaying curve, plus small noise seeded by the
+    step, plus 2 if the window is near-total repetition (fewer than 20% distinct tokens) — 8
+    when such windows make up more than 1 in 8 of the step (a burst). It stands in for a
+    trainer whose loss jumps on a burst of repeated text."""
     distinct = np.array([np.unique(row).size for row in tokens]) / tokens.shape[1]
-    repetitive = float(np.mean(distinct < REPETITIVE))
+    repetitive = distinct < REPETITIVE
+    penalty = BURST_PENALTY if repetitive.mean() > BURST else 2.0
     noise = float(np.random.default_rng(step).normal(0.0, 0.01))
-    return 2.3 + 1.7 * float(np.exp(-step / 25)) + 2.0 * repetitive + noise
+    return 2.3 + 1.7 * float(np.exp(-step / 25)) + penalty * repetitive + noise
+
+
+def loss_line(whole: Batch, step: int, names: list[str], seq_len: int) -> dict[str, Any]:
+    """The loss log's line of a step (as ``examples/train_tiny.py`` writes it): the step's
+    loss, and each source's mean row loss and tokens, from the rows' sources."""
+    rows = stand_in_losses(whole.tokens, step)
+    by_source, tokens = {}, {}
+    for d, name in enumerate(names):
+        mine = whole.source == d
+        if mine.any():
+            by_source[name] = round(float(rows[mine].mean()), 4)
+            tokens[name] = int(mine.sum()) * seq_len
+    return {"step": step, "consumed": int(whole.positions[0]),
+            "loss": round(float(rows.mean()), 4), "loss_by_source": by_source,
+            "tokens_by_source": tokens}  # fmt: skip
 
 
 def read_losses(path: Path) -> dict[int, float]:
@@ -78,9 +98,9 @@ def _whole_step(steps: list[Step]) -> Batch:
     parts = [m for s in steps for m in s.micro_batches]
     positions = np.concatenate([m.positions for m in parts])
     order = np.argsort(positions, kind="stable")
-    tokens = np.concatenate([m.tokens for m in parts])[order]
-    zeros = np.zeros_like(positions)
-    return Batch(positions[order], zeros, zeros, zeros, tokens)
+    columns = [np.concatenate([getattr(m, f) for m in parts])[order]
+               for f in ("positions", "source", "epoch", "sample", "tokens")]  # fmt: skip
+    return Batch(*columns)
 
 
 def _ranks_ok(steps: list[Step]) -> bool:
@@ -110,9 +130,9 @@ def run_phase(plan: Plan, phase: Phase, run: Run, log: Path, loss_log: Path) -> 
         whole = _whole_step(steps)
         applied[steps[0].step] = whole.positions  # "optimizer.step()" on every rank, then:
         given[steps[0].step] = step_tokens_hash(whole, plan)
-        loss = stand_in_loss(whole.tokens, steps[0].step)
+        line = loss_line(whole, steps[0].step, [s.name for s in plan.sources], plan.seq_len)
         with open(loss_log, "a") as f:  # as a trainer's rank 0 would, every step
-            f.write(json.dumps({"step": steps[0].step, "loss": round(loss, 4)}) + "\n")
+            f.write(json.dumps({**line, "time": round(time.time(), 3)}) + "\n")
         for lo in loaders:
             lo.commit()
         if loaders[0].state.step % CHECKPOINT_EVERY == 0:
@@ -184,8 +204,9 @@ __all__ = [
     "Phase",
     "Run",
     "Trained",
+    "loss_line",
     "read_losses",
     "run_phase",
     "simulate_training",
-    "stand_in_loss",
+    "stand_in_losses",
 ]

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+import tokentape
 from tokentape._src.megatron.format import MegatronWriter, dtype_code, index_bytes
-from tokentape._src.plan.plan import resolve_plan
+from tokentape._src.plan.plan import Plan, resolve_plan
 from tokentape._src.plan.spec import load_plan_spec, parse_plan
 from tokentape._src.program import main
 from tokentape._src.store.atomic import write_atomic
@@ -28,6 +29,7 @@ from tokentape._src.store.tokenizers import Tokenizer, load_tokenizer, tokenizer
 from tokentape._src.store.writer import ShardWriter
 from tokentape._src.tokenize.driver import tokenize
 from tokentape._src.tokenize.job import TokenizeConfig
+from tokentape._src.train.partition import BatchConfig
 from tokentape._src.util.progress import Counters
 
 # --- a store written with the shard writer -----------------------------------------------------
@@ -359,3 +361,50 @@ def cli(capsys, *args: object) -> tuple[int, str, str]:
     code = main([str(a) for a in args])
     out, err = capsys.readouterr()
     return code, out, err
+
+
+# --- a run for the report: three plans, resumes, a phase, an excision, a loss log --------------
+
+REPORT_PHASE = "\n[[phase]]\nstart_samples = 60\nweights = { web = 1, code = 1, math = 2 }\n"
+REPORT_SPIKE = 17
+"""The step whose loss the report run's loss log lifts by 1.5."""
+
+
+def _report_steps(plan, config, log, losses, start, until, checkpoint=None) -> dict[int, dict]:
+    """Steps ``start``..``until - 1`` on rank 0 (the rank that writes the step log), each with a
+    loss line; the data state after every step."""
+    states = {}
+    names = [src.name for src in plan.sources]
+    with tokentape.Loader(plan, 0, config, step_log=log) as loader:
+        if checkpoint is not None:
+            loader.load_state_dict(checkpoint)
+        assert loader.state.step == start
+        for step in range(start, until):
+            s = loader.step()
+            loader.commit()
+            states[step + 1] = loader.state_dict()
+            by = {n: 2.0 + 0.1 * d + 0.01 * (step % 3) for d, n in enumerate(names)}
+            loss = 4.0 - 0.05 * step + (1.5 if step == REPORT_SPIKE else 0.0) + 0.01 * (step % 3)
+            line = {"step": step, "consumed": s.consumed, "loss": loss, "loss_by_source": by}
+            with open(losses, "a") as f:
+                f.write(json.dumps(line) + "\n")
+    return states
+
+
+def report_run(root: Path) -> tuple[Plan, int]:
+    """A run under three plans, in ``root`` (``steps.jsonl``, ``loss.jsonl``, ``plan.json``: the
+    plan it ended under): steps 0-9 on the small plan (dp 2 x micro 2), a crash losing steps
+    7-9, a resume at step 7 on the plan with a phase appended (dp 1 x micro 2 x accum 4) up to
+    step 16, then an excision of two documents from step 14's checkpoint, resumed there and
+    trained to step 26. Returns the last plan and the excision's ``from_consumed``."""
+    small_shard_stores(root)
+    first = plan_of(root)
+    phased = plan_of(root, PLAN + REPORT_PHASE)
+    log, losses = root / "steps.jsonl", root / "loss.jsonl"
+    states = _report_steps(first, BatchConfig(2, 2, 1), log, losses, 0, 10)
+    states |= _report_steps(phased, BatchConfig(1, 2, 4), log, losses, 7, 16, states[7])
+    at = states[14]["consumed"]
+    excised = phased.excise(at, docs=[("web", 3), ("math", 2)])
+    excised.save(root / "plan.json")
+    _report_steps(excised, BatchConfig(1, 2, 4), log, losses, 14, 26, states[14])
+    return excised, at

@@ -29,7 +29,15 @@ from tokentape.errors import (
 )
 
 if TYPE_CHECKING:
-    from tokentape._src.api import excise, find_documents, locate, replay, tokenize, verify
+    from tokentape._src.api import (
+        excise,
+        find_documents,
+        locate,
+        replay,
+        report,
+        tokenize,
+        verify,
+    )
     from tokentape._src.megatron.source import MegatronSource
     from tokentape._src.objects.ranged import FetchConfig
     from tokentape._src.plan.load import load_plan
@@ -63,6 +71,7 @@ _LAZY = {
     "locate": "tokentape._src.api",
     "find_documents": "tokentape._src.api",
     "excise": "tokentape._src.api",
+    "report": "tokentape._src.api",
     "verify": "tokentape._src.api",
     "TokenizeSummary": "tokentape._src.tokenize.driver",
     "__version__": "tokentape._src.util.version",
@@ -120,6 +129,7 @@ __all__ = [
     "locate",
     "open_source",
     "replay",
+    "report",
     "tokenize",
     "verify",
 ]

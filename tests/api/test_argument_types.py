@@ -97,6 +97,11 @@ class Context:
         build(self.prefix, random_docs(5, 20, 300, 299, max_seqs=1), np.uint16)
         with tokentape.Loader(self.plan, 0, self.config, prefetch=0, segments=True) as loader:
             self.step = loader.step()
+        self.step_log = root / "steps.jsonl"
+        with tokentape.Loader(self.plan, 0, self.config, step_log=self.step_log) as loader:
+            for _ in range(3):
+                loader.step()
+                loader.commit()
         self.batch = self.step.micro_batches[0]
 
     def fresh(self) -> Path:
@@ -182,6 +187,10 @@ VALID: dict[str, Args] = {
     "tokentape.excise": lambda c: {
         "plan": c.plan, "from_consumed": 3, "docs": [("web", 1)], "ids": (), "steps": None,
         "step_log": None,
+    },
+    "tokentape.report": lambda c: {
+        "step_log": c.step_log, "plan": c.plan, "loss_log": None, "spike_window": 51,
+        "spike_z": 6.0, "top": 10,
     },
     "tokentape.find_documents": lambda c: {
         "plan": c.plan, "id": None, "input": "web.jsonl", "record": 2, "source": "web",

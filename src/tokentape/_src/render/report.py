@@ -16,8 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
-           "#17becf", "#7f7f7f", "#bcbd22")  # fmt: skip
+PALETTE = ("#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#17becf", "#e377c2",
+           "#7f7f7f", "#bcbd22", "#aec7e8")  # fmt: skip
+SPIKE_COLOUR = "#d62728"
 EVENT_COLOURS = {"start": "#555", "resume": "#d62728", "shape": "#1f77b4", "plan": "#9467bd",
                  "phase": "#2ca02c", "excision": "#ff7f0e"}  # fmt: skip
 WIDTH, HEIGHT = 960, 280
@@ -146,6 +147,7 @@ class _Chart:
     label_y: str
     kind: str
     height: int = HEIGHT
+    y_ticks: bool = True
     items: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -212,7 +214,7 @@ class _Chart:
     def svg(self) -> str:
         h = self.height
         grid = []
-        for v in _ticks(self.y0, self.y1):
+        for v in _ticks(self.y0, self.y1) if self.y_ticks else []:
             y = self.y(v)
             grid.append(
                 f'<line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{y:.1f}" y2="{y:.1f}" '
@@ -319,7 +321,7 @@ def _identity(data: dict[str, Any]) -> str:
 def _timeline(data: dict[str, Any]) -> str:
     t = data["timeline"]
     steps = t["steps"]
-    strip = _Chart(0, steps, 0, 1, "step", "", "timeline", height=150)
+    strip = _Chart(0, steps, 0, 1, "step", "", "timeline", height=150, y_ticks=False)
     for i, s in enumerate(t["shapes"]):
         x0, x1 = strip.x(s["step"]), strip.x(s["until_step"])
         label = f"dp {s['dp']} × micro {s['micro']} × accum {s['accum']}"
@@ -420,7 +422,8 @@ def _repetition(data: dict[str, Any], colours: dict[str, str]) -> str:
     top = max([max(s["horizon_passes"], s["passes"], s["max_repeats"]) for s in sources] + [1])
     bar_h, gap = 18, 14
     height = TOP + BOTTOM + len(sources) * (2 * bar_h + gap)
-    chart = _Chart(0, top * 1.05, 0, 1, "passes over the source", "", "repetition", height)
+    chart = _Chart(0, top * 1.05, 0, 1, "passes over the source", "", "repetition", height,
+                   y_ticks=False)  # fmt: skip
     for i, s in enumerate(sources):
         y = TOP + i * (2 * bar_h + gap)
         c = colours.get(s["source"], "#888")
@@ -500,8 +503,9 @@ def _loss(data: dict[str, Any], names: list[str], colours: dict[str, str]) -> st
     for series in by.values():
         lo += [v for v in series["mean"] if math.isfinite(v)]
         hi += [v for v in series["mean"] if math.isfinite(v)]
-    chart = _Chart(0, max(1, steps - 1), min(lo, default=0), max(hi, default=1), "step", "loss",
-                   "loss")  # fmt: skip
+    y0, y1 = min(lo, default=0.0), max(hi, default=1.0)
+    pad = 0.04 * (y1 - y0)
+    chart = _Chart(0, max(1, steps - 1), y0 - pad, y1 + pad, "step", "loss", "loss")
     if s["step"] and s["min"] != s["mean"]:
         chart.band(s["step"], s["min"], s["max"], "#444")
     for n in names:
@@ -510,7 +514,7 @@ def _loss(data: dict[str, Any], names: list[str], colours: dict[str, str]) -> st
     chart.line(s["step"], s["mean"], "#222", "loss", width=1.6)
     for sp in loss["spikes"]:
         title = f"step {sp['step']:,}: loss {sp['loss']:.4g}, z {sp['z']:.1f}"
-        chart.dot(sp["step"], sp["loss"], "#d62728", title, "spike")
+        chart.dot(sp["step"], sp["loss"], SPIKE_COLOUR, title, "spike")
     items = [("loss", "#222", False)] + [(f"{n}", colours[n], False) for n in names if n in by]
     out = (
         '<h2 id="loss">Loss</h2>'
@@ -518,7 +522,7 @@ def _loss(data: dict[str, Any], names: list[str], colours: dict[str, str]) -> st
         f"{_num(loss['flagged'], 'loss.flagged')} flagged. {_e(data['rules']['spikes'])} "
         f"{_e(data['rules']['downsampling'])}</p>"
         + chart.svg()
-        + _legend([*items, ("flagged step", "#d62728", False)])
+        + _legend([*items, ("flagged step", SPIKE_COLOUR, False)])
     )
     if loss["non_finite"]["count"]:
         shown = ", ".join(f"{x:,}" for x in loss["non_finite"]["steps"][:20])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import PLAN, plan_of, small_shard_stores
+from helpers import REPORT_SPIKE, report_run
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,51 +27,15 @@ from tokentape._src.audit.report import (
     run_report,
 )
 from tokentape._src.audit.runinfo import plan_json
-from tokentape._src.train.partition import BatchConfig
 
-PHASE = "\n[[phase]]\nstart_samples = 60\nweights = { web = 1, code = 1, math = 2 }\n"
-SPIKE = 17
-
-
-def _train(plan, config, log, losses, start, until, checkpoint=None):
-    """Steps ``start``..``until - 1`` on rank 0 (the rank that writes the step log), each with a
-    loss line; the data state after every step."""
-    states = {}
-    with tokentape.Loader(plan, 0, config, step_log=log) as loader:
-        if checkpoint is not None:
-            loader.load_state_dict(checkpoint)
-        assert loader.state.step == start
-        for step in range(start, until):
-            s = loader.step()
-            loader.commit()
-            states[step + 1] = loader.state_dict()
-            names = [src.name for src in plan.sources]
-            by = {n: 2.0 + 0.1 * d + 0.01 * (step % 3) for d, n in enumerate(names)}
-            loss = 4.0 - 0.05 * step + (1.5 if step == SPIKE else 0.0) + 0.01 * (step % 3)
-            line = {"step": step, "consumed": s.consumed, "loss": loss, "loss_by_source": by}
-            with open(losses, "a") as f:
-                f.write(json.dumps(line) + "\n")
-    return states
+SPIKE = REPORT_SPIKE
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """A run under three plans: steps 0-9 on the plan (dp 2 x micro 2), a crash losing steps
-    7-9, a resume at step 7 on the plan with a phase appended (dp 1 x micro 2 x accum 4) up to
-    step 16, then an excision of two documents from step 14's checkpoint, resumed there and
-    trained to step 26."""
     root = tmp_path_factory.mktemp("report")
-    small_shard_stores(root)
-    first = plan_of(root)
-    phased = plan_of(root, PLAN + PHASE)
-    log, losses = root / "steps.jsonl", root / "loss.jsonl"
-    states = _train(first, BatchConfig(2, 2, 1), log, losses, 0, 10)
-    states |= _train(phased, BatchConfig(1, 2, 4), log, losses, 7, 16, states[7])
-    at = states[14]["consumed"]
-    excised = phased.excise(at, docs=[("web", 3), ("math", 2)])
-    excised.save(root / "plan.json")
-    _train(excised, BatchConfig(1, 2, 4), log, losses, 14, 26, states[14])
-    return root, excised, at
+    plan, at = report_run(root)
+    return root, plan, at
 
 
 @pytest.fixture(scope="module")

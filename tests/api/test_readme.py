@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import json
 import re
 import shutil
 import sys
@@ -22,6 +23,7 @@ DOCS = [
     "docs/plan.md",
     "docs/audit.md",
     "docs/locate.md",
+    "docs/report.md",
     "docs/train.md",
     "docs/errors.md",
 ]
@@ -44,7 +46,8 @@ def python_blocks(doc: str) -> list[tuple[int, str]]:
 def workdir(tmp_path_factory) -> Path:
     """What the blocks name, built with the public API: the built-in corpora; ``data/web``
     and ``stores/web`` (as the README's tokenize block makes it), ``stores/math``;
-    ``mix.json`` over them; a run's step log ``run/steps.jsonl``."""
+    ``mix.json`` over them; a run's step log ``run/steps.jsonl`` and loss log
+    ``run/loss.jsonl`` (a trainer's: a decaying loss, per source)."""
     root = tmp_path_factory.mktemp("readme")
     corpora = write_builtin_corpora(root / "corpora")
     shutil.copytree(corpora["prose"], root / "data" / "web")
@@ -58,9 +61,13 @@ def workdir(tmp_path_factory) -> Path:
     config = tokentape.BatchConfig(dp_size=1, micro=4, accum=2)
     (root / "run").mkdir()
     with tokentape.Loader(plan, 0, config, step_log=root / "run" / "steps.jsonl") as loader:
-        for _ in range(10):
-            loader.step()
-            loader.commit()
+        with open(root / "run" / "loss.jsonl", "w") as losses:
+            for i in range(10):
+                loader.step()
+                loader.commit()
+                by = {"web": 3.0 - 0.1 * i, "math": 3.2 - 0.1 * i}
+                line = {"step": i, "loss": 3.1 - 0.1 * i, "loss_by_source": by}
+                losses.write(json.dumps(line) + "\n")
         loader.state_dict()
     return root
 

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tokentape._src.audit.losslog import read_loss_log
+from tokentape._src.audit.losschild import LossReader
+from tokentape._src.audit.losslog import read_loss_lines, read_loss_log
 from tokentape.errors import InputError
 
 NAMES = ["web", "code"]
@@ -113,3 +114,57 @@ def test_a_bad_line_is_named_by_file_line_and_field(tmp_path, text, said):
 def test_a_missing_loss_log_is_one_line(tmp_path):
     with pytest.raises(InputError, match="cannot read the loss log"):
         read_loss_log(tmp_path / "nope.jsonl", NAMES, 3)
+
+
+# --- a big log, read in a second process ---------------------------------------------------------
+
+
+def _log(tmp_path, lines: list[str]):
+    path = tmp_path / "loss.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def _same(a, b) -> None:
+    for name in ("step", "loss", "by_source", "tokens"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert (x is None) == (y is None), name
+        if x is not None:
+            assert np.array_equal(x, y, equal_nan=True), name
+    assert a.lines == b.lines
+
+
+def test_a_log_read_in_a_second_process_is_the_same(tmp_path):
+    lines = [json.dumps({"step": s % 7 if i > 20 else s, "loss": 1.0 / (i + 1),
+                         "loss_by_source": {"web": float(i)}, "tokens_by_source": {"code": i}})
+             for i, s in enumerate(range(40))]  # fmt: skip
+    path = _log(tmp_path, lines)
+    reader = LossReader(str(path), NAMES, background=0)
+    assert reader.child is not None  # it did start
+    _same(reader.lines(), read_loss_lines(path, NAMES))
+
+
+def test_a_refusal_from_the_second_process_is_the_same_line(tmp_path):
+    path = _log(tmp_path, ['{"step": 0, "loss": 1}', '{"step": 1, "loss": "x"}'])
+    with pytest.raises(InputError) as here:
+        read_loss_lines(path, NAMES)
+    reader = LossReader(str(path), NAMES, background=0)
+    with pytest.raises(InputError) as there:
+        reader.lines()
+    assert str(there.value) == str(here.value)
+
+
+def test_a_second_process_that_dies_is_not_trusted(tmp_path):
+    path = _log(tmp_path, [json.dumps({"step": s, "loss": float(s)}) for s in range(50)])
+    reader = LossReader(str(path), NAMES, background=0)
+    assert reader.child is not None
+    reader.child.kill()  # whatever it wrote, its exit says it did not finish: read here
+    _same(reader.lines(), read_loss_lines(path, NAMES))
+
+
+def test_close_stops_a_second_process_still_reading(tmp_path):
+    path = _log(tmp_path, [json.dumps({"step": s, "loss": float(s)}) for s in range(50)])
+    reader = LossReader(str(path), NAMES, background=0)
+    child = reader.child
+    reader.close()
+    assert child is not None and child.poll() is not None and reader.child is None

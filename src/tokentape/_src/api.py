@@ -27,7 +27,14 @@ from tokentape._src.audit.locate import Located
 from tokentape._src.audit.locate import locate as _locate
 from tokentape._src.audit.replay import Replayed
 from tokentape._src.audit.replay import replay as _replay
-from tokentape._src.audit.report import SPIKE_WINDOW, SPIKE_Z, TOP_DOCS, ReportConfig, run_report
+from tokentape._src.audit.report import (
+    MAX_SPIKE_WINDOW,
+    SPIKE_WINDOW,
+    SPIKE_Z,
+    TOP_DOCS,
+    ReportConfig,
+    run_report,
+)
 from tokentape._src.audit.runinfo import step_log_path
 from tokentape._src.audit.runs import Batching, batching, log_schedule
 from tokentape._src.objects.client import check_storage_options
@@ -752,7 +759,7 @@ def report_config(
     spike_window: int, spike_z: float, top: int, named: Callable[[str], str] = as_parameter
 ) -> ReportConfig:
     """``report``'s settings, checked; ``named`` spells a parameter (the command line: a flag)."""
-    check_int(named("spike_window"), spike_window, 5, 1001)
+    check_int(named("spike_window"), spike_window, 5, MAX_SPIKE_WINDOW)
     if spike_window % 2 == 0:
         raise ArgumentError(f"{named('spike_window')} must be odd, got {spike_window}")
     check_number(named("spike_z"), spike_z, 0.0, positive=True)

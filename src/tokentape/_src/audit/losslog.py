@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from tokentape._src.util.files import open_regular
+from tokentape._src.util.jsonline import loads_line
 from tokentape.errors import InputError
 
 
@@ -102,28 +103,39 @@ def _collect(path: Path, names: dict[str, int]) -> _Lines:
     except OSError as exc:
         raise InputError(f"{path}: cannot read the loss log ({exc.strerror})") from None
     out = _Lines()
-    loads = json.loads
-    steps, losses = out.step, out.loss
-    fields = [(fld, out.count[fld], out.keys[fld], out.values[fld]) for fld in _FIELDS]
+    loads = loads_line
+    step_add, loss_add = out.step.append, out.loss.append
+    (count_l, keys_l, values_l), (count_t, keys_t, values_t) = (
+        (out.count[f].append, out.keys[f].extend, out.values[f].extend) for f in _FIELDS
+    )
+    field_l, field_t = _FIELDS
     with f:
         for raw in f:
             try:
-                data = loads(raw)
-            except (ValueError, RecursionError):
+                data = loads(raw.decode())
+            except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
                 if not raw.endswith(b"\n"):
                     break  # a torn last line: the writer died mid-append
                 if not raw.strip():
                     continue
                 raise _first_bad(path, names) from None
-            try:
-                steps.append(data.get("step"))
-                losses.append(data.get("loss"))
-                for name, count, keys, values in fields:
-                    given = data.get(name)
-                    count.append(0 if given is None else len(given))
-                    if given:
-                        keys.extend(given)
-                        values.extend(given.values())
+            try:  # the two fields by hand: this loop is the reader's cost
+                step_add(data.get("step"))
+                loss_add(data.get("loss"))
+                given = data.get(field_l)
+                if given:
+                    count_l(len(given))
+                    keys_l(given)
+                    values_l(given.values())
+                else:
+                    count_l(0)
+                given = data.get(field_t)
+                if given:
+                    count_t(len(given))
+                    keys_t(given)
+                    values_t(given.values())
+                else:
+                    count_t(0)
             except (AttributeError, TypeError):  # not an object, or a field not one
                 raise _first_bad(path, names) from None
     return out
@@ -134,7 +146,7 @@ def _first_bad(path: Path, names: dict[str, int]) -> InputError:
     with open_regular(path) as f:
         for line_no, raw in enumerate(f, 1):
             try:
-                data = json.loads(raw)
+                data = json.loads(raw.decode())
             except (ValueError, RecursionError):
                 if raw.endswith(b"\n") and raw.strip():
                     return InputError(f"{path}:{line_no}: not a JSON line")
@@ -155,9 +167,32 @@ def _numbers(values: list[Any]) -> np.ndarray | None:
         return None
 
 
-def read_loss_log(path: str | os.PathLike[str], names: list[str], steps: int) -> LossLog:
-    """The loss log at ``path`` for a run of ``steps`` steps whose plan's sources are ``names``
-    (a source name that is not one of them is refused, naming it)."""
+@dataclass(frozen=True)
+class LossLines:
+    """A loss log's lines that survive the redo rule, in step order (steps ascending), each
+    with its loss and the losses and tokens per source it gives (NaN where it gives none)."""
+
+    step: np.ndarray  # int64 (n,)
+    loss: np.ndarray  # float64 (n,)
+    by_source: np.ndarray | None  # float64 (n, sources); None when no line has the field
+    tokens: np.ndarray | None  # float64 (n, sources)
+    lines: int  # every record line read
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        out = {"step": self.step, "loss": self.loss, "lines": np.asarray([self.lines])}
+        for name, table in (("by_source", self.by_source), ("tokens", self.tokens)):
+            if table is not None:
+                out[name] = table
+        return out
+
+    @classmethod
+    def from_arrays(cls, a: dict[str, np.ndarray]) -> LossLines:
+        return cls(a["step"], a["loss"], a.get("by_source"), a.get("tokens"), int(a["lines"][0]))
+
+
+def read_loss_lines(path: str | os.PathLike[str], names: list[str]) -> LossLines:
+    """The effective lines of the loss log at ``path`` whose plan's sources are ``names`` (a
+    source name that is not one of them is refused, naming it)."""
     p = Path(path)
     index = {n: i for i, n in enumerate(names)}
     lines = _collect(p, index)
@@ -171,15 +206,10 @@ def read_loss_log(path: str | os.PathLike[str], names: list[str], steps: int) ->
     if loss is None:
         raise _first_bad(p, index)
     # A line survives when every later line has a higher step (a later line for step s
-    # supersedes the lines of step s and after).
+    # supersedes the lines of step s and after): the survivors' steps ascend.
     later_min = np.minimum.accumulate(step[::-1])[::-1]
     survives = np.ones(step.size, dtype=bool)
     survives[:-1] = step[:-1] < later_min[1:]
-    inside = survives & (step < steps)
-    out_loss = np.full(steps, np.nan)
-    has = np.zeros(steps, dtype=bool)
-    out_loss[step[inside]] = loss[inside]
-    has[step[inside]] = True
     tables: dict[str, np.ndarray | None] = {}
     for field in _FIELDS:
         keys, values = lines.keys[field], lines.values[field]
@@ -196,15 +226,39 @@ def read_loss_log(path: str | os.PathLike[str], names: list[str], steps: int) ->
         )):  # fmt: skip
             raise _first_bad(p, index)
         owner = np.repeat(np.arange(step.size), np.array(lines.count[field], dtype=np.int64))
-        keep = inside[owner]
-        table = np.full((steps, len(names)), np.nan)
-        table[step[owner[keep]], d[keep]] = v[keep]
+        keep = survives[owner]
+        row = np.cumsum(survives) - 1  # each surviving line's row
+        table = np.full((int(survives.sum()), len(names)), np.nan)
+        table[row[owner[keep]], d[keep]] = v[keep]
         tables[field] = table
-    beyond = int(np.count_nonzero(survives & (step >= steps)))
-    return LossLog(
-        str(p), out_loss, tables["loss_by_source"], tables["tokens_by_source"], int(step.size),
-        beyond, has,
-    )  # fmt: skip
+    return LossLines(step[survives], loss[survives], tables["loss_by_source"],
+                     tables["tokens_by_source"], int(step.size))  # fmt: skip
 
 
-__all__ = ["LossLog", "read_loss_log"]
+def place_lines(path: str, lines: LossLines, steps: int) -> LossLog:
+    """The lines of steps [0, steps) at their steps (the others counted as beyond)."""
+    inside = lines.step < steps
+    at = lines.step[inside]
+    loss = np.full(steps, np.nan)
+    has = np.zeros(steps, dtype=bool)
+    loss[at] = lines.loss[inside]
+    has[at] = True
+    placed: list[np.ndarray | None] = []
+    for table in (lines.by_source, lines.tokens):
+        if table is None:
+            placed.append(None)
+            continue
+        out = np.full((steps, table.shape[1]), np.nan)
+        out[at] = table[inside]
+        placed.append(out)
+    beyond = int(lines.step.size - at.size)
+    return LossLog(str(path), loss, placed[0], placed[1], lines.lines, beyond, has)
+
+
+def read_loss_log(path: str | os.PathLike[str], names: list[str], steps: int) -> LossLog:
+    """The loss log at ``path`` for a run of ``steps`` steps whose plan's sources are ``names``
+    (``read_loss_lines``, placed at their steps)."""
+    return place_lines(str(path), read_loss_lines(path, names), steps)
+
+
+__all__ = ["LossLines", "LossLog", "place_lines", "read_loss_lines", "read_loss_log"]

@@ -20,7 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from tokentape._src.audit.losslog import LossLog, read_loss_log
+from tokentape._src.audit.losschild import LossReader
+from tokentape._src.audit.losslog import LossLog, place_lines
 from tokentape._src.audit.replay import preview, replay, top_documents
 from tokentape._src.audit.runinfo import plan_json
 from tokentape._src.audit.runs import open_step_log
@@ -39,6 +40,7 @@ MAX_POINTS = 2000
 STRETCHES = 400
 """The mixture over the run is counted in at most this many stretches of whole steps."""
 SPIKE_WINDOW = 51
+MAX_SPIKE_WINDOW = 1001
 SPIKE_Z = 6.0
 """About 5 steps in 10**6 of Gaussian noise score this high with a window of 51."""
 SHOWN_SPIKES = 12
@@ -69,8 +71,10 @@ class ReportConfig:
 
     def __post_init__(self) -> None:
         w = self.spike_window
-        if type(w) is not int or w < 5 or w % 2 == 0 or w > 100_001:
-            raise ArgumentError(f"spike window must be an odd integer in [5, 100001], got {w!r}")
+        if type(w) is not int or w < 5 or w % 2 == 0 or w > MAX_SPIKE_WINDOW:
+            raise ArgumentError(
+                f"spike window must be an odd integer in [5, {MAX_SPIKE_WINDOW}], got {w!r}"
+            )
         z = self.spike_z
         if type(z) not in (int, float) or not math.isfinite(z) or z <= 0:
             raise ArgumentError(f"spike z must be a positive number, got {z!r}")
@@ -99,11 +103,19 @@ def run_report(
     """The report of the run whose step log is ``log_path`` under ``plan`` (the plan it ended
     under, ``plan_path`` as the caller named it), with the loss log ``loss_path`` when given."""
     config = config or ReportConfig()
-    log = open_step_log(log_path, plan, trace=True)
+    names = [s.name for s in plan.sources]
+    # A big loss log is read in a second process while this one reads the step log.
+    reader = None if loss_path is None else LossReader(loss_path, names)
+    losses: LossLog | None = None
+    try:
+        log = open_step_log(log_path, plan, trace=True)
+        if reader is not None and loss_path is not None:
+            losses = place_lines(loss_path, reader.lines(), log.steps)
+    finally:
+        if reader is not None:
+            reader.close()
     tape = plan.tape()
     batcher = Batcher(plan, hash_dtype(plan))
-    names = [s.name for s in plan.sources]
-    losses = None if loss_path is None else read_loss_log(loss_path, names, log.steps)
     run = _Run(plan, tape, log, batcher, config, plan_path, log_path)
     data: dict[str, Any] = finite_json(
         {
@@ -536,9 +548,9 @@ def rolling_median(x: np.ndarray, window: int) -> np.ndarray:
     out = np.empty(m)
     if m > 2 * h:
         view = np.lib.stride_tricks.sliding_window_view(x, 2 * h + 1)
-        for a in range(0, view.shape[0], 1 << 15):
-            chunk = view[a : a + (1 << 15)]
-            out[h + a : h + a + chunk.shape[0]] = np.median(chunk, axis=1)
+        for a in range(0, view.shape[0], 1 << 14):  # an odd window's median: its middle value
+            chunk = np.partition(view[a : a + (1 << 14)], h, axis=1)[:, h]
+            out[h + a : h + a + chunk.shape[0]] = chunk
     for i in [*range(min(h, m)), *range(max(h, m - h), m)]:
         half = min(i, m - 1 - i, h)
         out[i] = np.median(x[i - half : i + half + 1])
@@ -671,6 +683,7 @@ def _kept_draws(
 __all__ = [
     "DOWNSAMPLING",
     "MAX_POINTS",
+    "MAX_SPIKE_WINDOW",
     "REPORT_VERSION",
     "ReportConfig",
     "finite_json",

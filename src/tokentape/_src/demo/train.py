@@ -62,7 +62,8 @@ def stand_in_losses(tokens: np.ndarray, step: int) -> np.ndarray:
     repetitive = distinct < REPETITIVE
     penalty = BURST_PENALTY if repetitive.mean() > BURST else 2.0
     noise = float(np.random.default_rng(step).normal(0.0, 0.01))
-    return 2.3 + 1.7 * float(np.exp(-step / 25)) + penalty * repetitive + noise
+    base = 2.3 + 1.7 * float(np.exp(-step / 25)) + noise
+    return np.asarray(base + penalty * repetitive.astype(np.float64), dtype=np.float64)
 
 
 def loss_line(whole: Batch, step: int, names: list[str], seq_len: int) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from tokentape._src.train.partition import BatchConfig
 from tokentape._src.train.schedule import Schedule
 from tokentape._src.train.state import BatchChange
 from tokentape._src.util.files import open_regular
+from tokentape._src.util.jsonline import loads_line
 from tokentape.errors import PlanError
 
 _COUNTS = ("step", "consumed")  # integers >= 0
@@ -172,7 +173,7 @@ class _Scan:
             f = open_regular(p)  # closed below; the error names the log
         except OSError as exc:
             raise PlanError(f"{p}: cannot read the step log ({exc.strerror})") from None
-        loads, keep_all, wanted = json.loads, self.keep_all, self.wanted
+        loads, keep_all, wanted, isfinite = loads_line, self.keep_all, self.wanted, math.isfinite
         with f:
             for line_no, raw in enumerate(f, 1):
                 try:
@@ -216,7 +217,7 @@ class _Scan:
                     and type(b) is int
                     and b == dp * micro * accum
                     and consumed + b <= MAX_POSITION
-                    and _time_ok(t)
+                    and ((type(t) is float and isfinite(t)) or _time_ok(t))  # float: the usual
                 ):
                     raise PlanError(f"{p}:{line_no}: {_problem(data)}")
                 if self.trace:

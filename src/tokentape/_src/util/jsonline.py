@@ -21,7 +21,7 @@ def loads_line(text: str) -> Any:
         value, end = _scan_once(text, 0)
     except (StopIteration, ValueError):  # not a value at the first character, or malformed
         return json.loads(text)
-    if end != len(text) and not text[end:].isspace():
+    if end != len(text) and text[end:].strip(" \t\n\r"):  # JSON's whitespace, no other
         return json.loads(text)  # what follows the value: json.loads says what is wrong
     return value
 

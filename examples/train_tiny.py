@@ -14,7 +14,9 @@ What it shows:
 - rank 0 writes the step log (``run/steps.jsonl``) and a loss log (``run/loss.jsonl``), one
   line a step: ``{"step", "consumed", "loss", "loss_by_source": {name: mean token loss},
   "tokens_by_source": {name: tokens}, "time"}``; every row of a batch carries its source
-  (``to_torch(...)["source"]``), so the loss per source costs one ``all_reduce`` a step.
+  (``to_torch(...)["source"]``), so the loss per source costs one ``all_reduce`` a step;
+- rank 0 saves the plan beside them (``run/plan.json``): ``tokentape report run/ --out
+  report.html`` draws the run (docs/report.md).
 
 Run without ``torchrun`` it trains as a single rank.
 """
@@ -182,6 +184,8 @@ def train(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     plan = load_plan(args.plan)
+    if rank == 0:  # beside the logs: `tokentape report run/` reads the plan the run is under
+        plan.save(out / "plan.json")
     config = batch_config(args.global_batch, args.micro, dp)
     model = TinyGPT(plan.vocab_size, plan.seq_len, args.width, args.layers, args.heads)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr)

@@ -90,6 +90,6 @@ def test_the_worst_step_is_the_largest_jump_and_redone_steps_replace_losses(tmp_
     lines = [(0, 3.0), (1, 2.9), (2, 2.8), (3, 9.0), (4, 2.6), (5, 8.0), (2, 2.7), (3, 2.6)]
     lines += [(4, 3.5)]
     log.write_text("".join(f'{{"step": {s}, "loss": {v}}}\n' for s, v in lines))
-    losses = read_losses(log)
+    losses = read_losses(log, ["web", "code", "math"])
     assert losses == {0: 3.0, 1: 2.9, 2: 2.7, 3: 2.6, 4: 3.5}
     assert worst_step(losses) == (4, 2.6, 3.5)

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from helpers import small_plan_json
 
+import tokentape
 from tokentape._src.plan.load import load_plan
 from tokentape._src.train.batch import Batcher
 from tokentape._src.train.loader import step_tokens_hash
@@ -136,6 +137,13 @@ def test_kill_two_ranks_and_resume_with_one(plan_path, tmp_path):
         assert x["tokens_by_source"] == {n: c * plan.seq_len for n, c in rows.items()}
         mean = sum(x["loss_by_source"][n] * c for n, c in rows.items()) / GLOBAL_BATCH
         assert mean == pytest.approx(x["loss"], rel=1e-3)  # the overall loss, regathered
+    # the run directory reports as it stands (the example saved its plan beside the logs): the
+    # tokens the trainer logged per source, over the steps applied, are the plan's own counts
+    data = tokentape.report(run, run / "plan.json", loss_log=run / "loss.jsonl")
+    assert data["run"]["steps"] == steps and data["loss"]["logged_steps"] == steps
+    assert data["run"]["resumes"] == (1 if len(logged_before) > saved["step"] else 0)
+    planned = {t["source"]: t["tokens"] for t in data["mixture"]["totals"] if t["tokens"]}
+    assert data["loss"]["tokens_by_source"] == planned
 
 
 def test_checkpoint_round_trip_restores_model_and_optimizer(tmp_path):

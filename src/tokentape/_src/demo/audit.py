@@ -65,7 +65,7 @@ def loss_spike_story(root: Path, plan: Plan, trained: Trained) -> Spike:
     log = str(trained.step_log)
 
     heading(8, "A loss spike: the worst step in the loss log")
-    losses = read_losses(trained.loss_log)
+    losses = read_losses(trained.loss_log, [s.name for s in plan.sources])
     step, before, at = worst_step(losses)
     around = [s for s in range(step - 3, step + 4) if s in losses]
     print(table(["step", "loss"], [[s, f"{losses[s]:.3f}"] for s in around]))

@@ -69,7 +69,8 @@ def excise_story(n: int, root: Path, plan: Plan, trained: Trained, spike: Spike)
         replay(excised, step, schedule, batcher).tokens_hash == records[step].tokens_hash
         for step in range(at)
     )
-    old, new = read_losses(trained.loss_log), read_losses(losses)
+    names = [s.name for s in excised.sources]
+    old, new = read_losses(trained.loss_log, names), read_losses(losses, names)
     print(
         f"\n  steps {at}..{spike.step + AFTER - 1} replayed on the excised plan: no window of "
         f"{spike.source} #{spike.doc}: {'yes' if clean else 'NO'}"

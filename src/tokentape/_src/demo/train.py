@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from tokentape._src.audit.losslog import read_loss_lines
 from tokentape._src.plan.plan import Plan
 from tokentape._src.train.batch import Batch
 from tokentape._src.train.loader import Loader, Step, step_tokens_hash
@@ -81,17 +82,11 @@ def loss_line(whole: Batch, step: int, names: list[str], seq_len: int) -> dict[s
             "tokens_by_source": tokens}  # fmt: skip
 
 
-def read_losses(path: Path) -> dict[int, float]:
-    """step → loss of the steps applied: as in the step log, a line for step s supersedes every
-    earlier line of step s or later (steps lost in a crash and redone, or never redone)."""
-    losses: dict[int, float] = {}
-    for line in path.read_text().splitlines():
-        record = json.loads(line)
-        step = int(record["step"])
-        for later in [s for s in losses if s >= step]:
-            del losses[later]
-        losses[step] = float(record["loss"])
-    return losses
+def read_losses(path: Path, names: list[str]) -> dict[int, float]:
+    """step → loss of the steps applied (the loss log's reader: a line for step s supersedes
+    every earlier line of step s or later, as in the step log)."""
+    lines = read_loss_lines(path, names)
+    return dict(zip(lines.step.tolist(), lines.loss.tolist(), strict=True))
 
 
 def _whole_step(steps: list[Step]) -> Batch:

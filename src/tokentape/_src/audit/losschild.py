@@ -20,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 
-import tokentape
 from tokentape._src.audit.losslog import LossLines, read_loss_lines
 from tokentape.errors import InputError
 
@@ -78,7 +77,7 @@ class LossReader:
 
 def _path_with_package() -> str:
     """``PYTHONPATH`` with the directory this ``tokentape`` is imported from first."""
-    here = str(Path(tokentape.__file__).resolve().parents[1])
+    here = str(Path(__file__).resolve().parents[3])  # .../tokentape/_src/audit/this file
     rest = os.environ.get("PYTHONPATH", "")
     return here + (os.pathsep + rest if rest else "")
 

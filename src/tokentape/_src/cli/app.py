@@ -27,6 +27,7 @@ from tokentape._src.cli import (
     excise,
     info,
     locate,
+    megatron,
     plan,
     replay,
     report,
@@ -115,6 +116,7 @@ COMMANDS = (
     locate,
     excise,
     convert,
+    megatron,
     corpora,
 )
 """The command modules, in ``--help`` order: each has ``add_parser(sub)``."""

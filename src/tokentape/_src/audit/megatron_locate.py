@@ -1,0 +1,217 @@
+"""Every sample of a Megatron-LM run's horizon a document lands in, through an inverted map.
+
+For each dataset of the run the map holds, built once from its cache arrays (and checked while
+built: the shuffle is a permutation, every sequence of the split appears once per epoch, the
+sample starts never go back, the blend draws each dataset's samples in order):
+
+- ``doc_offsets``, ``doc_order``: the positions of the document index holding each sequence
+  (8 bytes per position, 8 per sequence of the split);
+- ``starts``: the position each sample starts at (8 bytes per sample);
+- ``inverse_shuffle``: where each unshuffled sample is read (8 bytes per sample);
+- ``global``: the run's global sample of each of its samples the blend draws (8 bytes each).
+
+A document at position ``p`` is read by the unshuffled samples whose span of positions holds
+``p`` (a contiguous range), minus those that read none of its tokens; then each goes through
+the inverse shuffle and the blend to its global sample. Saved under ``--map-dir`` (one folder
+per dataset, named by a hash of its cache description, its prefix's files and the extra-token
+flag; each array's sha256 in a manifest written last), the map is read back, checked, on the
+next call: nothing is written anywhere else, and no link is followed there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from tokentape._src.megatron.run import GptSamples, MegatronRun
+from tokentape._src.store.atomic import write_atomic
+from tokentape._src.util.text import fmt_int
+from tokentape.errors import OutputError, StoreError
+
+MAP_FORMAT = "tokentape.megatron-map/1"
+ARRAYS = ("doc_offsets", "doc_order", "starts", "inverse_shuffle", "global")
+
+
+@dataclass(frozen=True)
+class DatasetMap:
+    doc_offsets: np.ndarray
+    doc_order: np.ndarray
+    starts: np.ndarray
+    inverse_shuffle: np.ndarray
+    global_: np.ndarray  # empty for a single-dataset run (the global sample is the sample)
+
+
+@dataclass(frozen=True)
+class Landing:
+    """One sample a document lands in."""
+
+    g: int | None  # the run's global sample; None: a surplus sample the blend never draws
+    sample: int  # the dataset's sample
+    occurrence: int  # which appearance of the document in the document index (its pass)
+    tokens: int  # its tokens read into the sample
+
+
+def map_key(run: MegatronRun, d: int) -> str:
+    """The folder name of dataset ``d``'s map."""
+    ds = run.datasets[d]
+    keys = ds.prefix.index.keys
+    parts = [
+        MAP_FORMAT,
+        ds.description.md5,
+        run.description.md5 if run.description else "rebuilt",
+        str(len(run)),
+        str(ds.extra),
+        ""
+        if keys is None
+        else f"{keys.idx.size}:{keys.idx.mtime_ns}:{keys.bin.size}:{keys.bin.mtime_ns}",
+    ]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+
+
+def build_map(run: MegatronRun, d: int) -> DatasetMap:
+    """Dataset ``d``'s map, from its arrays, checking them whole."""
+    ds = run.datasets[d]
+    doc_index = np.asarray(ds.document_index, dtype=np.int64)
+    docs = ds.end - ds.begin
+    counts = np.bincount(doc_index - ds.begin, minlength=docs)
+    if counts.size != docs or np.any(counts != ds.epochs):
+        bad = int(np.flatnonzero(counts != ds.epochs)[0]) + ds.begin
+        raise StoreError(
+            f"{ds.description.array_path('document_index')}: sequence {bad} appears "
+            f"{int(counts[bad - ds.begin])} times, not once per epoch ({ds.epochs})"
+        )
+    offsets = np.zeros(docs + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    order = np.argsort(doc_index, kind="stable").astype(np.int64)
+    starts = np.ascontiguousarray(ds.sample_index[:, 0], dtype=np.int64)
+    if np.any(np.diff(starts) < 0) or starts[0] < 0 or starts[-1] >= len(doc_index):
+        raise StoreError(
+            f"{ds.description.array_path('sample_index')}: the samples' start positions go "
+            f"back, or leave 0..{len(doc_index) - 1}"
+        )
+    shuffle = np.asarray(ds.shuffle_index, dtype=np.int64)
+    inverse = np.full(ds.n_samples, -1, dtype=np.int64)
+    if shuffle.size and (shuffle.min() < 0 or shuffle.max() >= ds.n_samples):
+        raise StoreError(f"{ds.description.array_path('shuffle_index')}: an entry out of range")
+    inverse[shuffle] = np.arange(ds.n_samples, dtype=np.int64)
+    if np.any(inverse < 0):
+        raise StoreError(
+            f"{ds.description.array_path('shuffle_index')}: not a permutation (sample "
+            f"{int(np.flatnonzero(inverse < 0)[0])} is never read)"
+        )
+    if run.dataset_index is None:
+        global_ = np.zeros(0, dtype=np.int64)
+    else:
+        global_ = np.flatnonzero(np.asarray(run.dataset_index) == d).astype(np.int64)
+        nth = np.asarray(run.dataset_sample_index)[global_]
+        if np.any(nth != np.arange(global_.size)):
+            where = run.description.path if run.description else "the rebuilt blend"
+            raise StoreError(
+                f"{where}: dataset {d}'s samples are not drawn in order (not megatron-core's blend)"
+            )
+        if global_.size > ds.n_samples:
+            raise StoreError(
+                f"{where if run.description else 'the blend'}: draws {fmt_int(global_.size)} "
+                f"samples of dataset {d}, which has {fmt_int(ds.n_samples)}"
+            )
+    return DatasetMap(offsets, order, starts, inverse, global_)
+
+
+def _read_nofollow(path: Path) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        return f.read()
+
+
+def _load_saved(folder: Path) -> DatasetMap | None:
+    """The map saved in ``folder``, or None when absent, incomplete, or not as saved."""
+    try:
+        manifest = json.loads(_read_nofollow(folder / "manifest.json"))
+        if not isinstance(manifest, dict) or manifest.get("format") != MAP_FORMAT:
+            return None
+        arrays = []
+        for name in ARRAYS:
+            data = _read_nofollow(folder / f"{name}.npy")
+            if hashlib.sha256(data).hexdigest() != manifest["sha256"][name]:
+                return None
+            array = np.load(io.BytesIO(data), allow_pickle=False)
+            if array.dtype != np.int64 or array.ndim != 1:
+                return None
+            arrays.append(array)
+        return DatasetMap(*arrays)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _save(folder: Path, m: DatasetMap) -> None:
+    try:
+        os.mkdir(folder)
+    except FileExistsError:
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            raise OutputError(f"{folder}: exists and is not a folder; remove it") from None
+    hashes = {}
+    for name, array in zip(
+        ARRAYS, (m.doc_offsets, m.doc_order, m.starts, m.inverse_shuffle, m.global_), strict=True
+    ):
+        buffer = io.BytesIO()
+        np.save(buffer, array, allow_pickle=False)
+        data = buffer.getvalue()
+        hashes[name] = hashlib.sha256(data).hexdigest()
+        write_atomic(folder / f"{name}.npy", data)
+    manifest = {"format": MAP_FORMAT, "sha256": hashes}
+    write_atomic(folder / "manifest.json", json.dumps(manifest, indent=1).encode())
+
+
+def dataset_map(run: MegatronRun, d: int, map_dir: Path | None) -> tuple[DatasetMap, bool]:
+    """Dataset ``d``'s map (and whether it was built now): read from ``map_dir`` when saved
+    there, else built (and saved when ``map_dir`` is given)."""
+    if map_dir is not None:
+        if not map_dir.is_dir():
+            raise OutputError(f"{map_dir}: no such folder (--map-dir: where the map is kept)")
+        folder = map_dir / map_key(run, d)
+        saved = _load_saved(folder)
+        if saved is not None:
+            return saved, False
+    built = build_map(run, d)
+    if map_dir is not None:
+        _save(map_dir / map_key(run, d), built)
+    return built, True
+
+
+def landings(run: MegatronRun, d: int, doc: int, m: DatasetMap) -> list[Landing]:
+    """Every sample of dataset ``d`` that reads tokens of its sequence ``doc``."""
+    ds: GptSamples = run.datasets[d]
+    if not ds.begin <= doc < ds.end:
+        return []
+    lengths = ds.prefix.index.sequence_lengths
+    length = int(lengths[doc])
+    k = doc - ds.begin
+    positions = np.sort(m.doc_order[m.doc_offsets[k] : m.doc_offsets[k + 1]])
+    out = []
+    for occurrence, p in enumerate(positions.tolist()):
+        # unshuffled samples u with starts[u] <= p <= starts[u + 1]
+        first = int(np.searchsorted(m.starts[1:], p, side="left"))
+        last = int(np.searchsorted(m.starts[:-1], p, side="right")) - 1
+        for u in range(first, last + 1):
+            (b, b_off), (e, e_off) = ds.sample_index[u], ds.sample_index[u + 1]
+            start = int(b_off) if int(b) == p else 0
+            stop = int(e_off) + ds.extra if int(e) == p else length
+            if stop <= start:
+                continue
+            j = int(m.inverse_shuffle[u])
+            if run.dataset_index is None:
+                g: int | None = j if j < len(run) else None
+            else:
+                g = int(m.global_[j]) if j < m.global_.size else None
+            out.append(Landing(g, j, occurrence, stop - start))
+    out.sort(key=lambda h: (h.g is None, h.g if h.g is not None else h.sample))
+    return out

@@ -1,0 +1,221 @@
+"""A Megatron-LM run's data cache (``--data-cache-path``), found and checked.
+
+megatron-core saves, for each dataset it builds, a description (the JSON of the dataset's
+identifying settings) and the index arrays, all named by the md5 of the description text::
+
+    <md5>-GPTDataset-<split>-description.txt       dataset_path, num_samples, seed, ...
+    <md5>-GPTDataset-<split>-document_index.npy    the split's sequences, shuffled, per epoch
+    <md5>-GPTDataset-<split>-sample_index.npy      (position, offset) where each sample starts
+    <md5>-GPTDataset-<split>-shuffle_index.npy     the order the samples are read in
+    <md5>-BlendedDataset-<split>-description.txt   the children's descriptions, weights, size
+    <md5>-BlendedDataset-<split>-dataset_index.npy          per sample: which child
+    <md5>-BlendedDataset-<split>-dataset_sample_index.npy   ... and which of its samples
+
+A blend's description holds each child's description, so the child's file names follow from it
+(the md5 of the child's description text, as megatron-core writes it). Without
+``--data-cache-path`` a run saves each prefix's arrays under ``PREFIX/cache/GPTDataset_indices``
+and never saves the blend's (``greedy`` rebuilds them).
+
+Everything here is read with ``allow_pickle=False`` and refused in one line naming the file when
+it is not what megatron-core writes: a name whose md5 is not its content's, a description that
+is not the JSON of a dataset, an array of another dtype or shape.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tokentape.errors import StoreError
+
+SPLITS = ("train", "valid", "test")
+NAME = re.compile(
+    r"^([0-9a-f]{32})-(GPTDataset|BlendedDataset)-(train|valid|test)-description\.txt$"
+)
+OLD_NAME = re.compile(r"^[0-9a-f]{32}-(GPTDataset|BlendedDataset)-description\.txt$")
+"""megatron-core 0.4-0.6 named its files without the split: a layout tokentape does not read."""
+MAX_DESCRIPTION_BYTES = 16 << 20
+"""A description is a few hundred bytes per child; anything near this is not one."""
+DEFAULT_DIR = Path("cache") / "GPTDataset_indices"
+"""Where a run without ``--data-cache-path`` saves a prefix's arrays, under ``PREFIX/``."""
+
+GPT_ARRAYS: dict[str, tuple[tuple[str, ...], int]] = {
+    "document_index": (("int32", "int64"), 1),
+    "sample_index": (("int32", "int64"), 2),
+    "shuffle_index": (("uint32", "int32", "int64"), 1),
+}
+"""Each GPTDataset array: the dtypes megatron-core writes it in, and its number of axes."""
+BLEND_ARRAYS: dict[str, tuple[tuple[str, ...], int]] = {
+    "dataset_index": (("int16", "uint8", "int32", "int64"), 1),
+    "dataset_sample_index": (("int64", "int32", "uint32"), 1),
+}
+
+
+@dataclass(frozen=True)
+class Description:
+    """One ``*-description.txt``: its file, md5, class, split and parsed settings."""
+
+    path: Path
+    md5: str
+    kind: str  # "GPTDataset" | "BlendedDataset"
+    split: str
+    settings: dict[str, Any]
+
+    def array_path(self, name: str) -> Path:
+        return self.path.with_name(f"{self.md5}-{self.kind}-{self.split}-{name}.npy")
+
+
+def description_text(settings: dict[str, Any]) -> str:
+    """The text megatron-core writes for a dataset's settings (its md5 names the files)."""
+    return json.dumps(settings, indent=4)
+
+
+def read_description(path: Path) -> Description:
+    """The description at ``path``, checked: its name's md5 is its bytes' md5, and it is the
+    JSON of a dataset of the class and split the name says."""
+    match = NAME.match(path.name)
+    if match is None:
+        raise StoreError(f"{path}: not a megatron-core description file name")
+    md5, kind, split = match.groups()
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_DESCRIPTION_BYTES + 1)
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read ({exc.strerror})") from None
+    if len(data) > MAX_DESCRIPTION_BYTES:
+        raise StoreError(f"{path}: over {MAX_DESCRIPTION_BYTES} bytes; not a description")
+    digest = hashlib.md5(data, usedforsecurity=False).hexdigest()
+    if digest != md5:
+        raise StoreError(
+            f"{path}: its content's md5 is {digest}, not the {md5} of its name: edited or renamed"
+        )
+    try:
+        settings = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise StoreError(f"{path}: not JSON ({exc})") from None
+    if not isinstance(settings, dict) or settings.get("class") != kind:
+        raise StoreError(f"{path}: not the description of a {kind} (its 'class' differs)")
+    _check_settings(path, kind, split, settings)
+    return Description(path, md5, kind, split, settings)
+
+
+def _check_settings(path: Path, kind: str, split: str, settings: dict[str, Any]) -> None:
+    if kind == "BlendedDataset":
+        children = settings.get("datasets")
+        if not isinstance(children, list) or not children:
+            raise StoreError(f"{path}: field 'datasets': expected a list of descriptions")
+        for child in children:
+            if not isinstance(child, dict) or child.get("class") != "GPTDataset":
+                raise StoreError(f"{path}: field 'datasets': a child is not a GPTDataset")
+            _check_settings(path, "GPTDataset", split, child)
+        weights = settings.get("weights")
+        if not isinstance(weights, list) or len(weights) != len(children):
+            raise StoreError(f"{path}: field 'weights': expected one number per dataset")
+        if not all(_number(w) and w > 0 for w in weights):
+            raise StoreError(f"{path}: field 'weights': expected positive numbers")
+        size = settings.get("size")
+        if size is not None and not (_integer(size) and size >= 0):
+            raise StoreError(f"{path}: field 'size': expected a count or null")
+        return
+    expected = {
+        "dataset_path": str,
+        "index_split": str,
+        "random_seed": int,
+        "sequence_length": int,
+    }
+    for field, kind_of in expected.items():
+        value = settings.get(field)
+        if not isinstance(value, kind_of) or isinstance(value, bool):
+            raise StoreError(f"{path}: field {field!r}: expected {kind_of.__name__}")
+    if settings["index_split"] != split:
+        raise StoreError(
+            f"{path}: field 'index_split' is {settings['index_split']!r}, its name says {split!r}"
+        )
+    if settings["sequence_length"] < 1:
+        raise StoreError(f"{path}: field 'sequence_length': expected a positive length")
+    samples = settings.get("num_samples")
+    if samples is not None and not (_integer(samples) and samples >= 0):
+        raise StoreError(f"{path}: field 'num_samples': expected a count or null")
+    split_range(path, settings, 1)  # checks split_matrix
+
+
+def _integer(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def split_range(path: Path, settings: dict[str, Any], n_sequences: int) -> tuple[int, int]:
+    """The sequences ``[begin, end)`` of ``n_sequences`` a GPTDataset's split covers, by
+    megatron-core's rule (``round(bound * n)``); all of them without a split matrix (a blend
+    per split)."""
+    matrix = settings.get("split_matrix")
+    if matrix is None:
+        return 0, n_sequences
+    index = SPLITS.index(settings["index_split"]) if settings["index_split"] in SPLITS else -1
+    bounds = matrix[index] if isinstance(matrix, list) and len(matrix) == 3 else "bad"
+    if not (
+        isinstance(bounds, list)
+        and len(bounds) == 2
+        and all(_number(b) and 0 <= b <= 1 for b in bounds)
+        and bounds[0] <= bounds[1]
+    ):
+        raise StoreError(
+            f"{path}: field 'split_matrix': expected three [begin, end] fractions "
+            f"(the {settings['index_split']} split's is {bounds!r})"
+        )
+    return round(bounds[0] * float(n_sequences)), round(bounds[1] * float(n_sequences))
+
+
+def descriptions(directory: Path) -> list[Description]:
+    """Every description in ``directory`` (a missing directory: none), checked."""
+    try:
+        names = sorted(p.name for p in directory.iterdir())
+    except FileNotFoundError:
+        return []
+    except NotADirectoryError:
+        raise StoreError(f"{directory}: not a directory (a megatron-core data cache)") from None
+    except OSError as exc:
+        raise StoreError(f"{directory}: cannot list ({exc.strerror})") from None
+    found = [read_description(directory / name) for name in names if NAME.match(name)]
+    if not found and any(OLD_NAME.match(name) for name in names):
+        raise StoreError(
+            f"{directory}: a megatron-core 0.6-or-older cache (no split in its file names); "
+            "tokentape reads the layout of megatron-core 0.7 and later"
+        )
+    return found
+
+
+def load_array(path: Path, kinds: tuple[str, ...], ndim: int, length: int | None = None) -> Any:
+    """The ``.npy`` at ``path`` memory-mapped read-only (never unpickled), checked to have one
+    of the dtypes ``kinds`` and ``ndim`` axes (the second of 2, length 2), and ``length``
+    entries along the first when given."""
+    try:
+        array = np.load(path, mmap_mode="r", allow_pickle=False)
+    except FileNotFoundError:
+        raise StoreError(f"{path}: missing (the cache holds the description but not it)") from None
+    except ValueError as exc:
+        pickled = "allow_pickle" in str(exc) or "Python objects" in str(exc)
+        what = "a pickled object array (never loaded)" if pickled else f"unreadable ({exc})"
+        raise StoreError(f"{path}: not an array megatron-core writes: {what}") from None
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read as .npy ({exc})") from None
+    if not isinstance(array, np.ndarray):
+        raise StoreError(f"{path}: not a single array")
+    if array.dtype.name not in kinds or array.dtype.byteorder not in "=|<":
+        raise StoreError(f"{path}: dtype {array.dtype.str}, expected one of {', '.join(kinds)}")
+    if array.ndim != ndim or (ndim == 2 and array.shape[1] != 2):
+        raise StoreError(
+            f"{path}: shape {array.shape}, expected {'(n, 2)' if ndim == 2 else '(n,)'}"
+        )
+    if length is not None and array.shape[0] != length:
+        raise StoreError(f"{path}: {array.shape[0]} entries, expected {length}")
+    return array

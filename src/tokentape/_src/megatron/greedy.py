@@ -1,0 +1,57 @@
+"""megatron-core's blend, rebuilt where a run never saved it (no ``--data-cache-path``).
+
+The rule (``helpers.cpp: build_blending_indices``), for sample ``t = 0, 1, ...`` of a blend of
+``size`` samples over datasets with weights ``w``: the error of dataset ``i`` is
+``w[i] * max(t, 1) - drawn[i]`` (IEEE doubles); the sample goes to the dataset of the largest
+error, the lowest index on a tie, and is that dataset's ``drawn[i]``-th sample.
+
+The sizes, as ``BlendedMegatronDatasetBuilder`` (megatron-core 0.16) sets them for a blend with
+weights and a requested number of samples ``T``: the weights are normalised (``w / sum(w)`` in
+float64), the blend has ``sum(ceil(T * w[i]))`` samples, and ``BlendedDataset`` normalises the
+weights once more before the rule runs. Each dataset was built with ``ceil(ceil(T * w[i]) *
+(1 + surplus))`` samples (``mid_level_dataset_surplus``, 0.005 by default).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def normalize(weights: list[float]) -> list[float]:
+    """megatron-core's ``normalize``: each weight over their float64 sum."""
+    w = np.asarray(weights, dtype=np.float64)
+    return (w / np.sum(w)).tolist()  # type: ignore[no-any-return]
+
+
+def blend_sizes(
+    weights: list[float], samples: int, surplus: float = 0.005
+) -> tuple[int, list[int]]:
+    """For a blend of ``weights`` asked for ``samples``: the blend's size and the number of
+    samples each dataset was built with."""
+    w = normalize(weights)
+    targets = [math.ceil(samples * x) for x in w]
+    built = [math.ceil(math.ceil(samples * x) * (1 + surplus)) for x in w]
+    return sum(targets), built
+
+
+def blending_indices(weights: list[float], size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(dataset_index, dataset_sample_index)`` of a blend of ``size`` samples with the
+    (already normalised) ``weights``, by megatron-core's greedy rule."""
+    w = [float(x) for x in weights]
+    drawn = [0] * len(w)
+    which = np.empty(size, dtype=np.int16)
+    nth = np.empty(size, dtype=np.int64)
+    order = range(1, len(w))
+    for t in range(size):
+        scale = max(float(t), 1.0)
+        best, best_error = 0, w[0] * scale - float(drawn[0])
+        for i in order:
+            error = w[i] * scale - float(drawn[i])
+            if error > best_error:
+                best, best_error = i, error
+        which[t] = best
+        nth[t] = drawn[best]
+        drawn[best] += 1
+    return which, nth

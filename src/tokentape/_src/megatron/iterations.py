@@ -1,0 +1,207 @@
+"""Which samples a Megatron-LM iteration trained on.
+
+Iteration ``N`` (as its log counts them, from 1) trains on the global samples ``[C, C + B)``,
+where ``C`` is the samples consumed by iterations ``1 .. N - 1`` and ``B`` the running global
+batch size at ``C``. Within it, micro-batch ``m`` of data-parallel rank ``r`` holds samples
+``C + m * mbs * dp + r * mbs + [0, mbs)`` (megatron-core's ``MegatronPretrainingSampler``).
+
+The running global batch size at ``C`` (megatron-core's num-microbatches calculators):
+
+- constant: ``--global-batch-size``;
+- ``--rampup-batch-size START INCREMENT SAMPLES``: ``START + INCREMENT * int(C / (SAMPLES /
+  n))`` while ``C <= SAMPLES`` (``n = (B - START) / INCREMENT`` increments), then ``B``;
+- ``--decrease-batch-size-if-needed``: that, rounded down to a multiple of ``mbs * dp``.
+
+Iterations skipped with ``--iterations-to-skip`` still consume their samples, so they change
+nothing here. A run's log gives ``C`` directly: each logged line has the samples consumed after
+its iteration (plus, where the log counts them apart, the ``skipped samples``) and the global
+batch size.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from dataclasses import dataclass
+
+from tokentape._src.util.text import fmt_int
+from tokentape.errors import ArgumentError, InputError
+
+
+@dataclass(frozen=True)
+class Rampup:
+    start: int
+    increment: int
+    samples: int
+
+
+@dataclass(frozen=True)
+class BatchSchedule:
+    """The global batch size over the run, as megatron-core computes it."""
+
+    global_batch: int
+    rampup: Rampup | None = None
+    decrease_if_needed: bool = False
+    micro_batch: int | None = None
+    dp: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.global_batch < 1:
+            raise ArgumentError("--global-batch: expected a positive batch size")
+        r = self.rampup
+        if r is not None:
+            if r.start < 1 or r.increment < 1 or r.samples < 1:
+                raise ArgumentError("--rampup: expected START >= 1, INCREMENT >= 1, SAMPLES >= 1")
+            diff = self.global_batch - r.start
+            if diff <= 0 or diff % r.increment:
+                raise ArgumentError(
+                    f"--rampup: the global batch {self.global_batch} minus the start {r.start} "
+                    f"is not a positive multiple of the increment {r.increment}"
+                )
+        if self.decrease_if_needed and self.unit() is None:
+            raise ArgumentError("--decrease-batch-size-if-needed needs --micro-batch and --dp")
+
+    def unit(self) -> int | None:
+        if self.micro_batch is None or self.dp is None:
+            return None
+        return self.micro_batch * self.dp
+
+    def batch_at(self, consumed: int) -> int:
+        """The running global batch size of the iteration starting at ``consumed`` samples."""
+        size = self.global_batch
+        r = self.rampup
+        if r is not None and consumed <= r.samples:
+            per_increment = r.samples / ((self.global_batch - r.start) // r.increment)
+            size = r.start + int(consumed / per_increment) * r.increment
+        unit = self.unit()
+        if self.decrease_if_needed and unit is not None:
+            size = (size // unit) * unit
+        if size < 1:
+            raise ArgumentError(
+                f"the running global batch size at {fmt_int(consumed)} samples is {size}: "
+                "--micro-batch x --dp is larger than the batch"
+            )
+        return size
+
+    def segments(self) -> tuple[list[int], list[int], list[int]]:
+        """Where the batch size changes: first iteration, samples consumed before it, size."""
+        iterations, consumed, sizes = [1], [0], [self.batch_at(0)]
+        if self.rampup is None:
+            return iterations, consumed, sizes
+        limit = self.rampup.samples
+        while consumed[-1] <= limit:
+            c, b = consumed[-1], sizes[-1]
+            # the first k with batch_at(c + k * b) != b (monotone in k), by bisection
+            low, high = 1, (limit - c) // b + 2
+            while low < high:
+                mid = (low + high) // 2
+                if self.batch_at(c + mid * b) != b:
+                    high = mid
+                else:
+                    low = mid + 1
+            iterations.append(iterations[-1] + low)
+            consumed.append(c + low * b)
+            sizes.append(self.batch_at(consumed[-1]))
+        return iterations, consumed, sizes
+
+    def consumed_before(self, iteration: int) -> tuple[int, int]:
+        """(samples consumed before ``iteration``, its global batch size)."""
+        if iteration < 1:
+            raise ArgumentError(f"--iteration {iteration}: iterations count from 1, as logged")
+        its, consumed, sizes = self.segments()
+        k = bisect_right(its, iteration) - 1
+        return consumed[k] + (iteration - its[k]) * sizes[k], sizes[k]
+
+    def iteration_of(self, sample: int) -> tuple[int, int, int]:
+        """(iteration, samples consumed before it, its batch size) of global ``sample``."""
+        its, consumed, sizes = self.segments()
+        k = bisect_right(consumed, sample) - 1
+        n = (sample - consumed[k]) // sizes[k]
+        return its[k] + n, consumed[k] + n * sizes[k], sizes[k]
+
+
+LOG_LINE = re.compile(r"\biteration\s+(\d+)\s*/\s*\d+\s*\|")
+CONSUMED = re.compile(r"\bconsumed samples:\s*(\d+)")
+BATCH = re.compile(r"\bglobal batch size:\s*(\d+)")
+SKIPPED = re.compile(r"\bskipped samples:\s*(\d+)")
+
+
+@dataclass(frozen=True)
+class LoggedSchedule:
+    """Iterations and samples as a run's log printed them (the last line of each iteration
+    wins: a run resumed from a checkpoint logs its redone iterations again)."""
+
+    path: str
+    iterations: list[int]  # ascending
+    consumed_after: list[int]
+    batches: list[int | None]
+
+    def consumed_before(self, iteration: int) -> tuple[int, int]:
+        """(samples consumed before ``iteration``, its global batch size)."""
+        if iteration < 1:
+            raise ArgumentError(f"--iteration {iteration}: iterations count from 1, as logged")
+        k = bisect_right(self.iterations, iteration) - 1
+        if k >= 0 and self.iterations[k] == iteration and self.batches[k] is not None:
+            size = self.batches[k]
+            assert size is not None
+            return self.consumed_after[k] - size, size
+        if k + 1 < len(self.iterations):
+            later, after = self.iterations[k + 1], self.consumed_after[k + 1]
+            size = self.batches[k + 1]
+            before_it, before = (0, 0) if k < 0 else (self.iterations[k], self.consumed_after[k])
+            span = later - before_it
+            if size is not None and after - before == span * size:
+                return before + (iteration - 1 - before_it) * size, size
+        raise InputError(
+            f"{self.path}: iteration {iteration} is not logged, and the batch size around it "
+            "is not constant between the lines that are: give --consumed"
+        )
+
+    def iteration_of(self, sample: int) -> tuple[int, int, int]:
+        """(iteration, samples consumed before it, its batch size) of global ``sample``."""
+        k = bisect_right(self.consumed_after, sample)
+        if k == len(self.iterations):
+            raise InputError(
+                f"{self.path}: sample {fmt_int(sample)} is past the log's last line (iteration "
+                f"{self.iterations[-1]}, {fmt_int(self.consumed_after[-1])} samples consumed)"
+            )
+        size, after, it = self.batches[k], self.consumed_after[k], self.iterations[k]
+        before_it, before = (
+            (0, 0) if k == 0 else (self.iterations[k - 1], self.consumed_after[k - 1])
+        )
+        if size is not None and after - before == (it - before_it) * size:
+            n = (sample - before) // size
+            return before_it + 1 + n, before + n * size, size
+        if size is not None and after - size <= sample:
+            return it, after - size, size
+        raise InputError(
+            f"{self.path}: the batch size between iterations {before_it} and {it} is not "
+            f"constant: sample {fmt_int(sample)}'s iteration is not known from the log"
+        )
+
+
+def read_megatron_log(path: str) -> LoggedSchedule:
+    """The iterations, samples consumed and batch sizes of a Megatron-LM training log."""
+    seen: dict[int, tuple[int, int | None]] = {}
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                it, consumed = LOG_LINE.search(line), CONSUMED.search(line)
+                if it is None or consumed is None:
+                    continue
+                batch, skipped = BATCH.search(line), SKIPPED.search(line)
+                seen[int(it.group(1))] = (
+                    int(consumed.group(1)) + (int(skipped.group(1)) if skipped else 0),
+                    int(batch.group(1)) if batch else None,
+                )
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file (a Megatron-LM training log)") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    if not seen:
+        raise InputError(
+            f"{path}: no line 'iteration N/ M | consumed samples: C |': not a Megatron-LM "
+            "training log (it needs log lines with the consumed samples)"
+        )
+    order = sorted(seen)
+    return LoggedSchedule(path, order, [seen[i][0] for i in order], [seen[i][1] for i in order])

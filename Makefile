@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-load lint format bench fuzz soak gpu-check clean
+.PHONY: demo test test-load lint format bench fuzz soak gpu-check mcore06 clean
 
 $(STAMP): pyproject.toml setup.py src/tokentape/_src/tape/_cwalk.c Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -49,5 +49,15 @@ bench: $(STAMP)
 gpu-check: $(STAMP)  ## needs a CUDA device; exits 2 with one line without one
 	$(BIN)/python benchmarks/gpu_check.py
 
+# megatron-core 0.6.0, whose data cache layout differs (no split in the file names), in its own
+# environment, never in .venv: tests/megatron/test_megatron_versions.py builds caches with it.
+MCORE06 := .venv-mcore06
+$(MCORE06)/.installed:
+	$(PYTHON) -m venv $(MCORE06)
+	$(MCORE06)/bin/pip install --quiet --disable-pip-version-check torch==2.13.0 numpy megatron-core==0.6.0
+	touch $@
+
+mcore06: $(MCORE06)/.installed
+
 clean:
-	rm -rf $(VENV) demo-out bench-out
+	rm -rf $(VENV) $(MCORE06) demo-out bench-out

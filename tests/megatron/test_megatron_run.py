@@ -163,9 +163,9 @@ def test_a_blend_never_saved_is_rebuilt_with_megatron_cores_rule(world, tmp_path
     with pytest.raises(Exception, match="never saves its blend; give --weights and --samples"):
         open_run(_query(first_cache, prefixes))
     run = open_run(_query(first_cache, prefixes, weights=(2, 1, 1), samples=700))
-    assert run.rebuilt and len(run) == len(peer)
-    assert np.array_equal(run.dataset_index, peer.dataset_index)
-    for g in range(0, len(peer), 7):
+    assert run.rebuilt and len(run) == 700 <= len(peer)  # the samples asked for
+    assert np.array_equal(run.dataset_index, peer.dataset_index[:700])
+    for g in range(0, len(run), 7):
         assert np.array_equal(_tokens(run, g), peer[g]["tokens"].numpy()), g
 
 

@@ -36,10 +36,9 @@ from tokentape.errors import StoreError
 
 SPLITS = ("train", "valid", "test")
 NAME = re.compile(
-    r"^([0-9a-f]{32})-(GPTDataset|BlendedDataset)-(train|valid|test)-description\.txt$"
+    r"^([0-9a-f]{32})-(GPTDataset|BlendedDataset)(?:-(train|valid|test))?-description\.txt$"
 )
-OLD_NAME = re.compile(r"^[0-9a-f]{32}-(GPTDataset|BlendedDataset)-description\.txt$")
-"""megatron-core 0.4-0.6 named its files without the split: a layout tokentape does not read."""
+"""megatron-core 0.7 and later name the split; 0.4-0.6 did not (it is in the description)."""
 MAX_DESCRIPTION_BYTES = 16 << 20
 """A description is a few hundred bytes per child; anything near this is not one."""
 DEFAULT_DIR = Path("cache") / "GPTDataset_indices"
@@ -66,9 +65,11 @@ class Description:
     kind: str  # "GPTDataset" | "BlendedDataset"
     split: str
     settings: dict[str, Any]
+    named_split: bool = True  # the file names hold the split (megatron-core 0.7 and later)
 
     def array_path(self, name: str) -> Path:
-        return self.path.with_name(f"{self.md5}-{self.kind}-{self.split}-{name}.npy")
+        split = f"-{self.split}" if self.named_split else ""
+        return self.path.with_name(f"{self.md5}-{self.kind}{split}-{name}.npy")
 
 
 def description_text(settings: dict[str, Any]) -> str:
@@ -82,7 +83,7 @@ def read_description(path: Path) -> Description:
     match = NAME.match(path.name)
     if match is None:
         raise StoreError(f"{path}: not a megatron-core description file name")
-    md5, kind, split = match.groups()
+    md5, kind, named = match.groups()
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_DESCRIPTION_BYTES + 1)
@@ -101,8 +102,21 @@ def read_description(path: Path) -> Description:
         raise StoreError(f"{path}: not JSON ({exc})") from None
     if not isinstance(settings, dict) or settings.get("class") != kind:
         raise StoreError(f"{path}: not the description of a {kind} (its 'class' differs)")
+    split = named or _split_of(path, kind, settings)
     _check_settings(path, kind, split, settings)
-    return Description(path, md5, kind, split, settings)
+    return Description(path, md5, kind, split, settings, named is not None)
+
+
+def _split_of(path: Path, kind: str, settings: dict[str, Any]) -> str:
+    """The split of a description whose file name does not say it (megatron-core 0.4-0.6)."""
+    child = settings
+    if kind == "BlendedDataset":
+        children = settings.get("datasets")
+        child = children[0] if isinstance(children, list) and children else {}
+    split = child.get("index_split") if isinstance(child, dict) else None
+    if split not in SPLITS:
+        raise StoreError(f"{path}: field 'index_split': expected one of {', '.join(SPLITS)}")
+    return str(split)
 
 
 def _check_settings(path: Path, kind: str, split: str, settings: dict[str, Any]) -> None:
@@ -123,6 +137,8 @@ def _check_settings(path: Path, kind: str, split: str, settings: dict[str, Any])
         if size is not None and not (_integer(size) and size >= 0):
             raise StoreError(f"{path}: field 'size': expected a count or null")
         return
+    if "dataset_path" not in settings and "path_prefix" in settings:  # megatron-core 0.4
+        settings["dataset_path"] = settings["path_prefix"]
     expected = {
         "dataset_path": str,
         "index_split": str,
@@ -185,13 +201,7 @@ def descriptions(directory: Path) -> list[Description]:
         raise StoreError(f"{directory}: not a directory (a megatron-core data cache)") from None
     except OSError as exc:
         raise StoreError(f"{directory}: cannot list ({exc.strerror})") from None
-    found = [read_description(directory / name) for name in names if NAME.match(name)]
-    if not found and any(OLD_NAME.match(name) for name in names):
-        raise StoreError(
-            f"{directory}: a megatron-core 0.6-or-older cache (no split in its file names); "
-            "tokentape reads the layout of megatron-core 0.7 and later"
-        )
-    return found
+    return [read_description(directory / name) for name in names if NAME.match(name)]
 
 
 def load_array(path: Path, kinds: tuple[str, ...], ndim: int, length: int | None = None) -> Any:

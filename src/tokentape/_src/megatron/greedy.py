@@ -5,11 +5,13 @@ The rule (``helpers.cpp: build_blending_indices``), for sample ``t = 0, 1, ...``
 ``w[i] * max(t, 1) - drawn[i]`` (IEEE doubles); the sample goes to the dataset of the largest
 error, the lowest index on a tie, and is that dataset's ``drawn[i]``-th sample.
 
-The sizes, as ``BlendedMegatronDatasetBuilder`` (megatron-core 0.16) sets them for a blend with
-weights and a requested number of samples ``T``: the weights are normalised (``w / sum(w)`` in
-float64), the blend has ``sum(ceil(T * w[i]))`` samples, and ``BlendedDataset`` normalises the
-weights once more before the rule runs. Each dataset was built with ``ceil(ceil(T * w[i]) *
-(1 + surplus))`` samples (``mid_level_dataset_surplus``, 0.005 by default).
+The sizes, as ``BlendedMegatronDatasetBuilder`` sets them for a blend with weights and a
+requested number of samples ``T``: the weights are normalised (``w / sum(w)`` in float64) and
+``BlendedDataset`` normalises them once more before the rule runs. From megatron-core 0.11 the
+blend has ``sum(ceil(T * w[i]))`` samples and each dataset was built with ``ceil(ceil(T * w[i])
+* (1 + surplus))`` (``mid_level_dataset_surplus``, 0.005 by default); up to 0.10 each dataset
+had ``ceil(T * w[i] * 1.005)`` and the blend their sum. The rule being the same, the two agree
+on every sample they both have.
 """
 
 from __future__ import annotations
@@ -26,11 +28,15 @@ def normalize(weights: list[float]) -> list[float]:
 
 
 def blend_sizes(
-    weights: list[float], samples: int, surplus: float = 0.005
+    weights: list[float], samples: int, surplus: float = 0.005, before_0_11: bool = False
 ) -> tuple[int, list[int]]:
     """For a blend of ``weights`` asked for ``samples``: the blend's size and the number of
-    samples each dataset was built with."""
+    samples each dataset was built with, by megatron-core 0.11 and later, or (``before_0_11``)
+    by 0.4-0.10: each dataset ``ceil(samples * w * 1.005)``, the blend their sum."""
     w = normalize(weights)
+    if before_0_11:
+        built = [math.ceil(samples * x * 1.005) for x in w]
+        return sum(built), built
     targets = [math.ceil(samples * x) for x in w]
     built = [math.ceil(math.ceil(samples * x) * (1 + surplus)) for x in w]
     return sum(targets), built

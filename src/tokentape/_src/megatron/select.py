@@ -162,6 +162,20 @@ def _not_a_child(found: list[Description], single: Description, query: RunQuery)
             )
 
 
+def _built_with(
+    found: list[Description], query: RunQuery, prefix: PrefixData, samples: int
+) -> list[Description]:
+    """The GPTDatasets of ``prefix`` built with ``samples`` samples."""
+    return [
+        d
+        for d in found
+        if d.kind == "GPTDataset"
+        and _matches(d.settings["dataset_path"], prefix.prefix)
+        and d.settings.get("num_samples") == samples
+        and (query.cache_id is None or d.md5.startswith(query.cache_id))
+    ]
+
+
 def _nothing(query: RunQuery, dirs: list[Path]) -> str:
     names = ", ".join(p.name for p in query.prefixes)
     where = ", ".join(str(d) for d in dirs)
@@ -201,24 +215,27 @@ def _rebuilt(
         )
     if not all(w > 0 for w in query.weights):
         raise ArgumentError("--weights: expected positive weights")
-    size, built = blend_sizes(list(query.weights), query.samples, query.surplus)
-    datasets = []
-    for prefix, want in zip(prefixes, built, strict=True):
+    tried = []
+    for before_0_11 in (False, True):
+        _, built = blend_sizes(list(query.weights), query.samples, query.surplus, before_0_11)
         options = [
-            d
-            for d in found
-            if d.kind == "GPTDataset"
-            and _matches(d.settings["dataset_path"], prefix.prefix)
-            and d.settings.get("num_samples") == want
+            _built_with(found, query, prefix, want)
+            for prefix, want in zip(prefixes, built, strict=True)
         ]
-        if query.cache_id is not None:
-            options = [d for d in options if d.md5.startswith(query.cache_id)]
-        if len(options) != 1:
-            raise StoreError(
-                f"{prefix.prefix}: {len(options) or 'no'} {query.split} datasets of "
-                f"{fmt_int(want)} samples (the weight's share of --samples, with the surplus) "
-                f"in {', '.join(str(d) for d in dirs)}"
-            )
-        datasets.append(GptSamples(options[0], prefix, query.extra_token))
-    which, nth = blending_indices(normalize(normalize(list(query.weights))), size)
+        tried.append(built)
+        if all(len(o) == 1 for o in options):
+            break
+    else:
+        counts = " or ".join("/".join(fmt_int(n) for n in b) for b in tried)
+        raise StoreError(
+            f"{query.cache_dirs[0]}: no {query.split} datasets of {counts} samples for "
+            f"{', '.join(p.prefix.name for p in prefixes)} (the weights' shares of --samples, "
+            f"with megatron-core's surplus) in {', '.join(str(d) for d in dirs)}, one each"
+        )
+    datasets = [
+        GptSamples(o[0], p, query.extra_token) for o, p in zip(options, prefixes, strict=True)
+    ]
+    # megatron-core builds a few more than the samples asked for (how many depends on its
+    # version); no iteration reads past them, and the rule gives the same samples either way
+    which, nth = blending_indices(normalize(normalize(list(query.weights))), query.samples)
     return MegatronRun(datasets, None, which, nth, True, query.extra_token)

@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test test-load lint format bench fuzz soak gpu-check mcore06 clean
 
-$(STAMP): pyproject.toml setup.py src/tokentape/_src/tape/_cwalk.c Makefile
+$(STAMP): pyproject.toml setup.py src/tokentape/_src/tape/_cwalk.c src/tokentape/_src/megatron/_cgreedy.c Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,plot,torch,megatron,ray,s3]'
 	touch $(STAMP)

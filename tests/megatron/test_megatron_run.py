@@ -3,11 +3,15 @@
 Every cache here is built by megatron-core's own ``BlendedMegatronDatasetBuilder`` over
 prefixes its ``IndexedDatasetBuilder`` wrote; the expected tokens are what its datasets return
 (``dataset[g]["tokens"]``) and the expected document lists what its GPTDataset reports for each
-sample; the batch-size schedules are checked against its num-microbatches calculators.
+sample (with the extra token every document it lists gives the sample at least one token;
+without it megatron-core also lists a document a sample starts exactly at the end of, which
+reads none of it and which tokentape leaves out); the batch-size schedules are checked
+against its num-microbatches calculators.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -268,15 +272,39 @@ def test_locate_agrees_with_a_scan_of_every_sample(world, tmp_path):
             assert found == sorted(scan.get((d, doc), [])), (d, doc)
 
 
-def test_a_tampered_map_is_rebuilt_not_trusted(world, tmp_path):
+@pytest.mark.parametrize(
+    ("name", "damage"),
+    [
+        ("inverse_shuffle", lambda a: a[::-1].copy()),
+        ("global", lambda a: a + 1),
+        ("starts", lambda a: a[:3].copy()),
+        ("doc_offsets", lambda a: a[:0].copy()),
+        ("doc_order", lambda a: np.roll(a, 1)),
+    ],
+)
+def test_a_tampered_map_is_rebuilt_not_trusted(world, tmp_path, name, damage):
+    """A map changed in --map-dir, its manifest's hash updated to match, is checked against
+    the cache on reading and built again: never a wrong answer, never a crash."""
     root, prefixes, _ = world
     run = open_run(_query(root / "cache", prefixes))
     m, _ = dataset_map(run, 0, tmp_path)
     (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    bad = m.inverse_shuffle[::-1].copy()
-    np.save(folder / "inverse_shuffle.npy", bad)
+    path = folder / f"{name}.npy"
+    np.save(path, damage(np.load(path)))
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["sha256"][name] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (folder / "manifest.json").write_text(json.dumps(manifest))
     again, built = dataset_map(run, 0, tmp_path)
-    assert built and np.array_equal(again.inverse_shuffle, m.inverse_shuffle)
+    assert built
+    pairs = zip(m.__dict__.values(), again.__dict__.values(), strict=True)
+    assert all(np.array_equal(a, b) for a, b in pairs)
+
+
+def test_links_and_fifos_in_the_map_folder(world, tmp_path):
+    root, prefixes, _ = world
+    run = open_run(_query(root / "cache", prefixes))
+    dataset_map(run, 0, tmp_path)
+    (folder,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     # a link planted in the map folder is not followed (the map is rebuilt over it)
     target = tmp_path / "elsewhere.npy"
     target.write_bytes(b"keep")
@@ -284,6 +312,11 @@ def test_a_tampered_map_is_rebuilt_not_trusted(world, tmp_path):
     os.symlink(target, folder / "starts.npy")
     _, built = dataset_map(run, 0, tmp_path)
     assert built and target.read_bytes() == b"keep"
+    # a FIFO in place of the manifest is not waited on: the map is built again
+    os.remove(folder / "manifest.json")
+    os.mkfifo(folder / "manifest.json")
+    _, built = dataset_map(run, 0, tmp_path)
+    assert built
 
 
 # --- the commands -----------------------------------------------------------------------------
@@ -450,3 +483,131 @@ def test_one_of_a_blends_datasets_alone_is_refused_unless_chosen(world, capsys):
     rc, out, err = _replay(capsys, root, prefixes[:1], "--cache-id", md5, "--json")
     assert rc == 0, err
     assert json.loads(out)["run"]["datasets"] == [str(prefixes[0])]
+
+
+@pytest.mark.parametrize(
+    ("damage", "pattern"),
+    [
+        (lambda p: p.write_bytes(b""), r"sample_index\.npy: not a \.npy file"),
+        (lambda p: p.write_bytes(b"hello world, not numpy"), r"not a \.npy file"),
+        (lambda p: (p.unlink(), os.mkfifo(p)), r"sample_index\.npy: not a regular file"),
+        (
+            lambda p: p.write_bytes(
+                p.read_bytes()[:10]
+                + b"{'descr': '<i8', 'fortran_order': False, 'shape': "
+                b"(4611686018427387904, 4611686018427387904), }".ljust(p.read_bytes()[8] - 2)
+                + b"\n"
+            ),
+            r"sample_index\.npy: ",
+        ),
+    ],
+    ids=["empty", "not-npy", "fifo", "lying-shape"],
+)
+def test_a_damaged_array_file_is_one_line(copy, capsys, damage, pattern):
+    root, prefixes = copy
+    damage(_files(root / "cache", "*-GPTDataset-train-sample_index.npy")[0])
+    _one_line_error(*_replay(capsys, root, prefixes), pattern)
+
+
+def _rename_to_md5(path: Path, text: str) -> None:
+    """Write ``text`` as a description named by its own md5 (so only its content is bad)."""
+    md5 = hashlib.md5(text.encode()).hexdigest()
+    path.unlink()
+    (path.parent / (md5 + path.name[32:])).write_text(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "pattern"),
+    [
+        ("[" * 100000 + "]" * 100000, r"not JSON \(RecursionError"),
+        ('{"class": "BlendedDataset", "size": ' + "9" * 5000 + "}", r"not JSON"),
+        ("{}", r"not the description of a BlendedDataset"),
+    ],
+    ids=["deep", "huge-number", "empty-object"],
+)
+def test_a_hostile_description_is_one_line(copy, capsys, text, pattern):
+    root, prefixes = copy
+    _rename_to_md5(_files(root / "cache", "*-BlendedDataset-train-description.txt")[0], text)
+    _one_line_error(*_replay(capsys, root, prefixes), pattern)
+
+
+def test_infinite_weights_in_a_description_are_refused(copy, capsys):
+    root, prefixes = copy
+    path = _files(root / "cache", "*-BlendedDataset-train-description.txt")[0]
+    settings = json.loads(path.read_text())
+    settings["weights"][0] = float("inf")
+    _rename_to_md5(path, json.dumps(settings, indent=4))
+    _one_line_error(*_replay(capsys, root, prefixes), r"'weights': expected positive finite")
+
+
+@pytest.mark.parametrize(
+    ("extra", "pattern"),
+    [
+        (["--consumed", "3", "--global-batch", "0"], r"--global-batch: expected a positive"),
+        (["--weights", "1,1,1", "--samples", "100"], r"the cache holds this run's blend"),
+        (["--weights", "nan,1,1", "--samples", "100"], r"--weights .*positive finite"),
+        (["--cache-id", ""], r"--cache-id '': expected the start of an md5"),
+        (["--micro-batch", "3", "--dp", "1"], r"not a multiple of --micro-batch 3"),
+    ],
+)
+def test_bad_flags_are_one_line(world, capsys, extra, pattern):
+    root, prefixes, _ = world
+    args = [*_args(root, prefixes), "--iteration", "1", *extra]
+    if "--global-batch" not in extra:
+        args += ["--global-batch", "8"]
+    _one_line_error(*cli(capsys, "megatron", "replay", *args), pattern)
+
+
+@pytest.mark.parametrize("doc", ["math:²", "math:٣", "math:" + "9" * 5000, "math", "nope:1"])
+def test_odd_document_names_are_one_line(world, capsys, doc):
+    root, prefixes, _ = world
+    args = ["megatron", "locate", *_args(root, prefixes), "--doc", doc, "--global-batch", "8"]
+    _one_line_error(*cli(capsys, *args), r"--doc ")
+
+
+def _log_line(it: int, consumed: int, batch: int) -> str:
+    return (
+        f" [2026-01-01 00:00:00] iteration {it:8d}/{1000:8d} | consumed samples: "
+        f"{consumed:12d} | global batch size: {batch:5d} | lm loss: 2.0E+00 |"
+    )
+
+
+@pytest.mark.parametrize(
+    ("lines", "pattern"),
+    [
+        (
+            [_log_line(1, 0, 0)],
+            r"line 1: iteration 1 with 0 samples consumed and a global batch of 0",
+        ),
+        ([_log_line(3, 2, 8)], r"line 1: .*not a training log's line"),
+        ([_log_line(1, 8, 8), _log_line(2, 8, 8)], r"line 2: iteration 2 has consumed 8 samples"),
+        (["iteration 1/ 10 | consumed samples: " + "9" * 5000 + " |"], r"no line 'iteration N/ M"),
+    ],
+)
+def test_a_bad_training_log_is_one_line(world, tmp_path, capsys, lines, pattern):
+    root, prefixes, _ = world
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(lines) + "\n")
+    args = ["megatron", "replay", *_args(root, prefixes), "--iteration", "1", "--log", str(log)]
+    _one_line_error(*cli(capsys, *args), pattern)
+
+
+def test_locate_with_a_log_shorter_than_the_cache(world, tmp_path, capsys):
+    """A live run's log ends before the cache's horizon: the landings it covers get their
+    iteration, the later ones are listed as not trained yet."""
+    root, prefixes, _ = world
+    log = tmp_path / "train.log"
+    log.write_text("\n".join(_log_line(it, it * 8, 8) for it in range(1, 51)) + "\n")
+    base = ["megatron", "locate", *_args(root, prefixes), "--doc", "math:3"]
+    rc, out, err = cli(capsys, *base, "--global-batch", "8", "--json")
+    assert rc == 0, err
+    full = json.loads(out)["landings"]
+    rc, out, err = cli(capsys, *base, "--log", str(log), "--json")
+    assert rc == 0, err
+    short = json.loads(out)["landings"]
+    assert [h["sample"] for h in short] == [h["sample"] for h in full]
+    for a, b in zip(short, full, strict=True):
+        assert a["iteration"] == (b["iteration"] if b["sample"] < 400 else None)
+    assert any(h["iteration"] is None for h in short) and any(h["iteration"] for h in short)
+    rc, out, _ = cli(capsys, *base, "--log", str(log))
+    assert rc == 0 and "past the log's last line: not trained yet" in out

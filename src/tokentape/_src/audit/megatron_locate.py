@@ -14,8 +14,9 @@ A document at position ``p`` is read by the unshuffled samples whose span of pos
 ``p`` (a contiguous range), minus those that read none of its tokens; then each goes through
 the inverse shuffle and the blend to its global sample. Saved under ``--map-dir`` (one folder
 per dataset, named by a hash of its cache description, its prefix's files and the extra-token
-flag; each array's sha256 in a manifest written last), the map is read back, checked, on the
-next call: nothing is written anywhere else, and no link is followed there.
+flag; each array's sha256 in a manifest written last), the map is read back on the next call
+and checked against the cache in linear time (a map that does not match is built again):
+nothing is written anywhere else, and no link is followed there.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tokentape._src.megatron.cache import BLEND_ARRAYS, GPT_ARRAYS
 from tokentape._src.megatron.run import GptSamples, MegatronRun
 from tokentape._src.store.atomic import write_atomic
 from tokentape._src.util.text import fmt_int
@@ -58,19 +60,29 @@ class Landing:
     tokens: int  # its tokens read into the sample
 
 
+def _file_key(path: Path) -> str:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "-"
+    return f"{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}"
+
+
 def map_key(run: MegatronRun, d: int) -> str:
-    """The folder name of dataset ``d``'s map."""
+    """The folder name of dataset ``d``'s map: a hash of what it is built from (the
+    descriptions, the arrays' and the ``.idx``'s sizes and times, the extra-token flag)."""
     ds = run.datasets[d]
-    keys = ds.prefix.index.keys
+    files = [ds.description.array_path(name) for name in GPT_ARRAYS]
+    if run.description is not None and run.dataset_index is not None:
+        files += [run.description.array_path(name) for name in BLEND_ARRAYS]
     parts = [
         MAP_FORMAT,
         ds.description.md5,
         run.description.md5 if run.description else "rebuilt",
         str(len(run)),
         str(ds.extra),
-        ""
-        if keys is None
-        else f"{keys.idx.size}:{keys.idx.mtime_ns}:{keys.bin.size}:{keys.bin.mtime_ns}",
+        _file_key(Path(f"{ds.prefix.prefix}.idx")),
+        *(_file_key(f) for f in files),
     ]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
@@ -125,11 +137,45 @@ def build_map(run: MegatronRun, d: int) -> DatasetMap:
 
 
 def _read_nofollow(path: Path) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             raise OSError(f"{path}: not a regular file")
         return f.read()
+
+
+def matches(run: MegatronRun, d: int, m: DatasetMap) -> bool:
+    """Whether ``m`` is dataset ``d``'s map, checked against the cache in linear time (a map
+    read back is never trusted on its name or its manifest alone)."""
+    ds = run.datasets[d]
+    docs, n_pos, n = ds.end - ds.begin, len(ds.document_index), ds.n_samples
+    if not np.array_equal(m.doc_offsets, np.arange(docs + 1, dtype=np.int64) * ds.epochs):
+        return False
+    order = m.doc_order
+    if order.size != n_pos or (n_pos and (order.min() < 0 or order.max() >= n_pos)):
+        return False
+    if np.any(np.bincount(order, minlength=n_pos) != 1):
+        return False
+    expected = np.repeat(np.arange(ds.begin, ds.end, dtype=np.int64), ds.epochs)
+    if not np.array_equal(np.asarray(ds.document_index)[order], expected):
+        return False
+    if not np.array_equal(m.starts, np.asarray(ds.sample_index[:, 0], dtype=np.int64)):
+        return False
+    inverse = m.inverse_shuffle
+    if inverse.size != n or (n and (inverse.min() < 0 or inverse.max() >= n)):
+        return False
+    if not np.array_equal(np.asarray(ds.shuffle_index)[inverse], np.arange(n)):
+        return False
+    if run.dataset_index is None:
+        return m.global_.size == 0
+    g = m.global_
+    which = np.asarray(run.dataset_index)
+    if g.size != np.count_nonzero(which == d) or g.size > n:
+        return False
+    if g.size and (g.min() < 0 or g.max() >= len(run)):
+        return False
+    nth = np.asarray(run.dataset_sample_index)
+    return bool(np.all(which[g] == d) and np.array_equal(nth[g], np.arange(g.size)))
 
 
 def _load_saved(folder: Path) -> DatasetMap | None:
@@ -179,7 +225,7 @@ def dataset_map(run: MegatronRun, d: int, map_dir: Path | None) -> tuple[Dataset
             raise OutputError(f"{map_dir}: no such folder (--map-dir: where the map is kept)")
         folder = map_dir / map_key(run, d)
         saved = _load_saved(folder)
-        if saved is not None:
+        if saved is not None and matches(run, d, saved):
             return saved, False
     built = build_map(run, d)
     if map_dir is not None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
 from pathlib import Path
 from typing import Any
 
-from tokentape._src.audit.megatron_locate import dataset_map, landings
+from tokentape._src.audit.megatron_locate import Landing, dataset_map, landings
 from tokentape._src.audit.megatron_replay import Iteration, Shape, check_shape, replay_iteration
 from tokentape._src.audit.replay import EOD_MARK
 from tokentape._src.megatron.iterations import (
@@ -157,9 +159,12 @@ def _weights(text: str | None) -> tuple[float, ...] | None:
     if text is None:
         return None
     try:
-        return tuple(float(w) for w in text.split(","))
+        weights = tuple(float(w) for w in text.split(","))
     except ValueError:
         raise InputError(f"--weights {text!r}: expected numbers separated by commas") from None
+    if not all(0 < w < math.inf for w in weights):
+        raise InputError(f"--weights {text!r}: expected positive finite numbers")
+    return weights
 
 
 def _open(args: argparse.Namespace) -> MegatronRun:
@@ -174,7 +179,17 @@ def _open(args: argparse.Namespace) -> MegatronRun:
     )
     if (query.weights is None) != (query.samples is None):
         raise InputError("--weights and --samples go together (to rebuild a blend never saved)")
-    return open_run(query)
+    if query.samples is not None and query.samples < 1:
+        raise InputError("--samples must be >= 1")
+    if args.cache_id is not None and not re.fullmatch(r"[0-9a-f]{1,32}", args.cache_id):
+        raise InputError(f"--cache-id {args.cache_id!r}: expected the start of an md5 (hex)")
+    run = open_run(query)
+    if query.weights is not None and not run.rebuilt:
+        raise InputError(
+            "--weights and --samples rebuild a blend never saved; the cache holds this run's "
+            "blend: drop them"
+        )
+    return run
 
 
 def _schedule(args: argparse.Namespace) -> BatchSchedule | LoggedSchedule:
@@ -260,6 +275,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
             raise InputError("--consumed goes with --global-batch (not --log)")
         if args.consumed < 0:
             raise InputError("--consumed must be >= 0")
+        if args.global_batch < 1:
+            raise InputError("--global-batch: expected a positive batch size")
         consumed, batch = args.consumed, args.global_batch
     else:
         consumed, batch = _schedule(args).consumed_before(args.iteration)
@@ -374,10 +391,10 @@ def _replay_text(
 
 
 def _doc_arg(run: MegatronRun, text: str) -> tuple[int, int]:
-    name, colon, number = text.rpartition(":")
-    if not colon or not number.isdigit():
+    match = re.fullmatch(r"(.*):([0-9]{1,18})", text)
+    if match is None:
         raise InputError(f"--doc {text!r}: expected PREFIX:N (a prefix and a sequence number)")
-    doc = int(number)
+    name, doc = match.group(1), int(match.group(2))
     for d, ds in enumerate(run.datasets):
         p = ds.prefix.prefix
         if name in (str(p), p.name, str(d)):
@@ -392,37 +409,20 @@ def _doc_arg(run: MegatronRun, text: str) -> tuple[int, int]:
 def cmd_locate(args: argparse.Namespace) -> int:
     schedule = _schedule(args)
     shape = Shape(args.micro_batch, args.dp)
+    if isinstance(schedule, BatchSchedule) and schedule.rampup is None:
+        check_shape(shape, schedule.batch_at(0), 1)
     run = _open(args)
     d, doc = _doc_arg(run, args.doc)
     map_dir = None if args.map_dir is None else Path(args.map_dir)
     m, built = dataset_map(run, d, map_dir)
     ds = run.datasets[d]
-    found = landings(run, d, doc, m)
-    hits = []
-    for h in found:
-        row: dict[str, Any] = {
-            "sample": h.g,
-            "dataset_sample": h.sample,
-            "pass": h.occurrence,
-            "tokens": h.tokens,
-        }
-        if h.g is not None:
-            iteration, consumed, batch = schedule.iteration_of(h.g)
-            row["iteration"] = iteration
-            place = shape.place(h.g - consumed) if shape.known() else None
-            if place is not None:
-                check_shape(shape, batch, iteration)
-                row |= {"rank": place[0], "micro_batch": place[1], "row": place[2]}
-        hits.append(row)
+    hits = [_landing(h, schedule, shape) for h in landings(run, d, doc, m)]
     in_run = [h for h in hits if h["sample"] is not None]
+    later = [h for h in in_run if h.get("iteration") is None]
+    length = int(ds.prefix.index.sequence_lengths[doc])
     if args.json:
         out = {
-            "doc": {
-                "prefix": str(ds.prefix.prefix),
-                "dataset": d,
-                "doc": doc,
-                "length": int(ds.prefix.index.sequence_lengths[doc]),
-            },
+            "doc": {"prefix": str(ds.prefix.prefix), "dataset": d, "doc": doc, "length": length},
             "run": _run_json(run),
             "map": {"built": built, "dir": args.map_dir},
             "landings": in_run,
@@ -431,26 +431,32 @@ def cmd_locate(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=2))
         return 0
     lines = [
-        f"{_doc_name(run, d, doc)} ({fmt_int(int(ds.prefix.index.sequence_lengths[doc]))} tokens): "
-        f"in {fmt_int(len(in_run))} sample(s) of the {fmt_int(len(run))} the cache holds",
+        f"{_doc_name(run, d, doc)} ({fmt_int(length)} tokens): in {fmt_int(len(in_run))} "
+        f"sample(s) of the {fmt_int(len(run))} the cache holds",
         _run_line(run),
         f"map: {'built now' if built else 'read from ' + str(args.map_dir)}"
         + ("" if args.map_dir else " (not kept: --map-dir DIR keeps it)"),
         "",
     ]
-    if in_run:
+    logged = [h for h in in_run if h.get("iteration") is not None]
+    if logged:
+        ranks = shape.known()
         head = (
             ["iteration", "sample"]
-            + (["rank", "micro", "row"] if shape.known() else [])
+            + (["rank", "micro", "row"] if ranks else [])
             + ["pass", "tokens"]
         )
         body = [
             [fmt_int(h["iteration"]), fmt_int(h["sample"])]
-            + ([str(h["rank"]), str(h["micro_batch"]), str(h["row"])] if shape.known() else [])
+            + ([str(h["rank"]), str(h["micro_batch"]), str(h["row"])] if ranks else [])
             + [str(h["pass"]), str(h["tokens"])]
-            for h in in_run
+            for h in logged
         ]
         lines.append(table(head, body))
+    if later:
+        samples = ", ".join(fmt_int(h["sample"]) for h in later[:10])
+        more = f" and {len(later) - 10} more" if len(later) > 10 else ""
+        lines.append(f"(and samples {samples}{more}, past the log's last line: not trained yet)")
     surplus = len(hits) - len(in_run)
     if surplus:
         lines.append(
@@ -458,3 +464,27 @@ def cmd_locate(args: argparse.Namespace) -> int:
         )
     print("\n".join(lines))
     return 0
+
+
+def _landing(h: Landing, schedule: BatchSchedule | LoggedSchedule, shape: Shape) -> dict[str, Any]:
+    """One landing as a row: its sample, pass, tokens and, where the schedule knows it, its
+    iteration and rank (a landing past a log's last line has no iteration yet: null)."""
+    row: dict[str, Any] = {
+        "sample": h.g,
+        "dataset_sample": h.sample,
+        "pass": h.occurrence,
+        "tokens": h.tokens,
+    }
+    if h.g is None:
+        return row
+    if isinstance(schedule, LoggedSchedule) and not schedule.covers(h.g):
+        row["iteration"] = None
+        return row
+    iteration, consumed, batch = schedule.iteration_of(h.g)
+    row["iteration"] = iteration
+    if shape.known():
+        check_shape(shape, batch, iteration)
+        place = shape.place(h.g - consumed)
+        assert place is not None
+        row |= {"rank": place[0], "micro_batch": place[1], "row": place[2]}
+    return row

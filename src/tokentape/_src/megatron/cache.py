@@ -25,7 +25,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
 import re
+import stat
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +39,7 @@ import numpy as np
 from tokentape.errors import StoreError
 
 SPLITS = ("train", "valid", "test")
+NPY_MAGIC = b"\x93NUMPY"
 NAME = re.compile(
     r"^([0-9a-f]{32})-(GPTDataset|BlendedDataset)(?:-(train|valid|test))?-description\.txt$"
 )
@@ -84,11 +89,7 @@ def read_description(path: Path) -> Description:
     if match is None:
         raise StoreError(f"{path}: not a megatron-core description file name")
     md5, kind, named = match.groups()
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_DESCRIPTION_BYTES + 1)
-    except OSError as exc:
-        raise StoreError(f"{path}: cannot read ({exc.strerror})") from None
+    data = read_regular(path, MAX_DESCRIPTION_BYTES + 1)
     if len(data) > MAX_DESCRIPTION_BYTES:
         raise StoreError(f"{path}: over {MAX_DESCRIPTION_BYTES} bytes; not a description")
     digest = hashlib.md5(data, usedforsecurity=False).hexdigest()
@@ -98,13 +99,31 @@ def read_description(path: Path) -> Description:
         )
     try:
         settings = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise StoreError(f"{path}: not JSON ({exc})") from None
+    except (ValueError, RecursionError) as exc:  # bad UTF-8 or JSON, nesting, huge numbers
+        raise StoreError(f"{path}: not JSON ({type(exc).__name__}: {exc})") from None
     if not isinstance(settings, dict) or settings.get("class") != kind:
         raise StoreError(f"{path}: not the description of a {kind} (its 'class' differs)")
     split = named or _split_of(path, kind, settings)
     _check_settings(path, kind, split, settings)
     return Description(path, md5, kind, split, settings, named is not None)
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """Up to ``limit`` bytes of the regular file at ``path`` (a FIFO or device is refused
+    without blocking on it; a link is followed, as the user may have made it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise StoreError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise StoreError(f"{path}: cannot read ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise StoreError(f"{path}: not a regular file")
+        try:
+            return f.read(limit)
+        except OSError as exc:
+            raise StoreError(f"{path}: cannot read ({exc.strerror})") from None
 
 
 def _split_of(path: Path, kind: str, settings: dict[str, Any]) -> str:
@@ -131,8 +150,8 @@ def _check_settings(path: Path, kind: str, split: str, settings: dict[str, Any])
         weights = settings.get("weights")
         if not isinstance(weights, list) or len(weights) != len(children):
             raise StoreError(f"{path}: field 'weights': expected one number per dataset")
-        if not all(_number(w) and w > 0 for w in weights):
-            raise StoreError(f"{path}: field 'weights': expected positive numbers")
+        if not all(_number(w) and 0 < w < math.inf for w in weights):
+            raise StoreError(f"{path}: field 'weights': expected positive finite numbers")
         size = settings.get("size")
         if size is not None and not (_integer(size) and size >= 0):
             raise StoreError(f"{path}: field 'size': expected a count or null")
@@ -209,15 +228,23 @@ def load_array(path: Path, kinds: tuple[str, ...], ndim: int, length: int | None
     of the dtypes ``kinds`` and ``ndim`` axes (the second of 2, length 2), and ``length``
     entries along the first when given."""
     try:
-        array = np.load(path, mmap_mode="r", allow_pickle=False)
-    except FileNotFoundError:
-        raise StoreError(f"{path}: missing (the cache holds the description but not it)") from None
+        head = read_regular(path, len(NPY_MAGIC))
+    except StoreError as exc:
+        if "no such file" in str(exc):
+            raise StoreError(f"{path}: missing (the cache holds the description, not it)") from None
+        raise
+    if head != NPY_MAGIC:
+        raise StoreError(f"{path}: not a .npy file (it does not start with numpy's magic)")
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")  # numpy's overflow warning on a lying header
+            array = np.load(path, mmap_mode="r", allow_pickle=False)
     except ValueError as exc:
         pickled = "allow_pickle" in str(exc) or "Python objects" in str(exc)
         what = "a pickled object array (never loaded)" if pickled else f"unreadable ({exc})"
         raise StoreError(f"{path}: not an array megatron-core writes: {what}") from None
-    except OSError as exc:
-        raise StoreError(f"{path}: cannot read as .npy ({exc})") from None
+    except (OSError, EOFError, OverflowError, MemoryError) as exc:
+        raise StoreError(f"{path}: cannot read as .npy ({type(exc).__name__}: {exc})") from None
     if not isinstance(array, np.ndarray):
         raise StoreError(f"{path}: not a single array")
     if array.dtype.name not in kinds or array.dtype.byteorder not in "=|<":

@@ -20,6 +20,19 @@ import math
 
 import numpy as np
 
+try:
+    from tokentape._src.megatron import _cgreedy
+except ImportError:  # not built (no C compiler at install): the Python loop, same results
+    _cgreedy = None  # type: ignore[assignment]
+
+KERNEL_ABI = 1
+"""The compiled module's interface version this code calls (``ABI`` in ``_cgreedy.c``)."""
+
+
+def compiled() -> bool:
+    """Whether the compiled rule is there (and of this code's interface)."""
+    return getattr(_cgreedy, "ABI", None) == KERNEL_ABI
+
 
 def normalize(weights: list[float]) -> list[float]:
     """megatron-core's ``normalize``: each weight over their float64 sum."""
@@ -42,13 +55,19 @@ def blend_sizes(
     return sum(targets), built
 
 
-def blending_indices(weights: list[float], size: int) -> tuple[np.ndarray, np.ndarray]:
+def blending_indices(
+    weights: list[float], size: int, use_compiled: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
     """``(dataset_index, dataset_sample_index)`` of a blend of ``size`` samples with the
-    (already normalised) ``weights``, by megatron-core's greedy rule."""
-    w = [float(x) for x in weights]
-    drawn = [0] * len(w)
+    (already normalised) ``weights``, by megatron-core's greedy rule (compiled when built;
+    ``use_compiled=False``: the Python loop, about 1 µs a sample for three datasets)."""
     which = np.empty(size, dtype=np.int16)
     nth = np.empty(size, dtype=np.int64)
+    w = [float(x) for x in weights]
+    if use_compiled and compiled():
+        _cgreedy.blend(np.asarray(w, dtype=np.float64).tobytes(), size, which, nth)
+        return which, nth
+    drawn = [0] * len(w)
     order = range(1, len(w))
     for t in range(size):
         scale = max(float(t), 1.0)

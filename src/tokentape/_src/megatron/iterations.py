@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from dataclasses import dataclass
+from itertools import pairwise
 
 from tokentape._src.util.text import fmt_int
 from tokentape.errors import ArgumentError, InputError
@@ -120,10 +121,10 @@ class BatchSchedule:
         return its[k] + n, consumed[k] + n * sizes[k], sizes[k]
 
 
-LOG_LINE = re.compile(r"\biteration\s+(\d+)\s*/\s*\d+\s*\|")
-CONSUMED = re.compile(r"\bconsumed samples:\s*(\d+)")
-BATCH = re.compile(r"\bglobal batch size:\s*(\d+)")
-SKIPPED = re.compile(r"\bskipped samples:\s*(\d+)")
+LOG_LINE = re.compile(r"\biteration\s+([0-9]{1,18})\s*/\s*[0-9]+\s*\|")
+CONSUMED = re.compile(r"\bconsumed samples:\s*([0-9]{1,18})\b")
+BATCH = re.compile(r"\bglobal batch size:\s*([0-9]{1,18})\b")
+SKIPPED = re.compile(r"\bskipped samples:\s*([0-9]{1,18})\b")
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,11 @@ class LoggedSchedule:
             "is not constant between the lines that are: give --consumed"
         )
 
+    def covers(self, sample: int) -> bool:
+        """Whether the log reaches ``sample`` (it was consumed by a logged iteration or one
+        before it)."""
+        return sample < self.consumed_after[-1]
+
     def iteration_of(self, sample: int) -> tuple[int, int, int]:
         """(iteration, samples consumed before it, its batch size) of global ``sample``."""
         k = bisect_right(self.consumed_after, sample)
@@ -182,18 +188,22 @@ class LoggedSchedule:
 
 def read_megatron_log(path: str) -> LoggedSchedule:
     """The iterations, samples consumed and batch sizes of a Megatron-LM training log."""
-    seen: dict[int, tuple[int, int | None]] = {}
+    seen: dict[int, tuple[int, int | None, int]] = {}
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
+            for number, line in enumerate(f, 1):
                 it, consumed = LOG_LINE.search(line), CONSUMED.search(line)
                 if it is None or consumed is None:
                     continue
                 batch, skipped = BATCH.search(line), SKIPPED.search(line)
-                seen[int(it.group(1))] = (
-                    int(consumed.group(1)) + (int(skipped.group(1)) if skipped else 0),
-                    int(batch.group(1)) if batch else None,
-                )
+                after = int(consumed.group(1)) + (int(skipped.group(1)) if skipped else 0)
+                size = int(batch.group(1)) if batch else None
+                if int(it.group(1)) < 1 or size == 0 or (size is not None and after < size):
+                    raise InputError(
+                        f"{path}, line {number}: iteration {it.group(1)} with {after} samples "
+                        f"consumed and a global batch of {size}: not a training log's line"
+                    )
+                seen[int(it.group(1))] = (after, size, number)
     except FileNotFoundError:
         raise InputError(f"{path}: no such file (a Megatron-LM training log)") from None
     except OSError as exc:
@@ -204,4 +214,11 @@ def read_megatron_log(path: str) -> LoggedSchedule:
             "training log (it needs log lines with the consumed samples)"
         )
     order = sorted(seen)
+    for before, later in pairwise(order):
+        if seen[later][0] <= seen[before][0]:
+            raise InputError(
+                f"{path}, line {seen[later][2]}: iteration {later} has consumed "
+                f"{seen[later][0]} samples, no more than iteration {before} (line "
+                f"{seen[before][2]}): the lines disagree"
+            )
     return LoggedSchedule(path, order, [seen[i][0] for i in order], [seen[i][1] for i in order])

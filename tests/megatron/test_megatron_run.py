@@ -611,3 +611,16 @@ def test_locate_with_a_log_shorter_than_the_cache(world, tmp_path, capsys):
     assert any(h["iteration"] is None for h in short) and any(h["iteration"] for h in short)
     rc, out, _ = cli(capsys, *base, "--log", str(log))
     assert rc == 0 and "past the log's last line: not trained yet" in out
+
+
+def test_replay_with_a_step_batch_size_schedule(world, capsys):
+    """Token thresholds become samples by the run's sequence length (32): 4K tokens is sample
+    125, so iterations 1-8 take 16 (to 128) and the 9th on take 32: the 10th starts at 160."""
+    root, prefixes, _ = world
+    args = ["megatron", "replay", *_args(root, prefixes), "--step-batch-size-schedule"]
+    rc, out, err = cli(capsys, *args, "0:16 4K:32", "--iteration", "10", "--json")
+    assert rc == 0, err
+    data = json.loads(out)
+    assert (data["consumed"], data["global_batch"]) == (160, 32)
+    rc, out, err = cli(capsys, *args, "0:16 4K:32", "--global-batch", "32", "--iteration", "1")
+    _one_line_error(rc, out, err, r"drop --global-batch")

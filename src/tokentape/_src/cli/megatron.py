@@ -16,6 +16,7 @@ from tokentape._src.megatron.iterations import (
     BatchSchedule,
     LoggedSchedule,
     Rampup,
+    parse_steps,
     read_megatron_log,
 )
 from tokentape._src.megatron.run import MegatronRun
@@ -37,6 +38,7 @@ the run (docs/megatron.md, "Replay a Megatron-LM run"):
 
 the schedule (one of):
   --global-batch B [--rampup START INCREMENT SAMPLES] [--decrease-batch-size-if-needed]
+  --step-batch-size-schedule "0:768 250B:1536"  Megatron-LM's steps (thresholds in tokens)
   --log FILE      the run's training log (its 'consumed samples' column)
   --consumed C    samples consumed before the iteration (replay; with --global-batch)
   iterations count from 1, as the log prints them; --micro-batch and --dp place each sample
@@ -144,6 +146,12 @@ def _run_args(p: argparse.ArgumentParser) -> None:
         help="--rampup-batch-size",
     )
     p.add_argument(
+        "--step-batch-size-schedule",
+        dest="steps",
+        metavar="SPEC",
+        help='Megatron-LM\'s "0:768 250B:1536 ..." (token thresholds: global batch)',
+    )
+    p.add_argument(
         "--decrease-batch-size-if-needed",
         action="store_true",
         help="the run rounded its batch down to a multiple of --micro-batch x --dp",
@@ -192,13 +200,31 @@ def _open(args: argparse.Namespace) -> MegatronRun:
     return run
 
 
-def _schedule(args: argparse.Namespace) -> BatchSchedule | LoggedSchedule:
+def _schedule(args: argparse.Namespace, seq_len: int) -> BatchSchedule | LoggedSchedule:
+    """The run's batch schedule from the flags (``seq_len``: the run's, for the token
+    thresholds of ``--step-batch-size-schedule``)."""
+    given = [args.global_batch is not None, args.rampup is not None, args.steps is not None]
     if args.log is not None:
-        if args.global_batch is not None or args.rampup is not None:
-            raise InputError("--log gives the batch sizes: drop --global-batch and --rampup")
+        if any(given):
+            raise InputError(
+                "--log gives the batch sizes: drop --global-batch, --rampup and "
+                "--step-batch-size-schedule"
+            )
         return read_megatron_log(args.log)
+    if args.steps is not None:
+        if args.global_batch is not None:
+            raise InputError(
+                "--step-batch-size-schedule sets the batch sizes: drop --global-batch (Megatron-LM "
+                "ignores --global-batch-size with it)"
+            )
+        steps = parse_steps(args.steps, seq_len)
+        return BatchSchedule(
+            steps[-1][1], None, args.decrease_batch_size_if_needed, args.micro_batch, args.dp, steps
+        )
     if args.global_batch is None:
-        raise InputError("the schedule: give --global-batch B or --log FILE")
+        raise InputError(
+            "the schedule: give --global-batch B, --step-batch-size-schedule or --log FILE"
+        )
     rampup = None if args.rampup is None else Rampup(*args.rampup)
     return BatchSchedule(
         args.global_batch, rampup, args.decrease_batch_size_if_needed, args.micro_batch, args.dp
@@ -277,12 +303,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
             raise InputError("--consumed must be >= 0")
         if args.global_batch < 1:
             raise InputError("--global-batch: expected a positive batch size")
-        consumed, batch = args.consumed, args.global_batch
-    else:
-        consumed, batch = _schedule(args).consumed_before(args.iteration)
-    check_shape(shape, batch, args.iteration)
     tok = _tokenizer(args)
     run = _open(args)
+    if args.consumed is not None:
+        consumed, batch = args.consumed, args.global_batch
+    else:
+        consumed, batch = _schedule(args, run.seq_len).consumed_before(args.iteration)
+    check_shape(shape, batch, args.iteration)
     it = replay_iteration(run, args.iteration, consumed, batch, shape, args.rank)
     print(
         json.dumps(_replay_json(run, it, tok, args), indent=2)
@@ -407,11 +434,11 @@ def _doc_arg(run: MegatronRun, text: str) -> tuple[int, int]:
 
 
 def cmd_locate(args: argparse.Namespace) -> int:
-    schedule = _schedule(args)
-    shape = Shape(args.micro_batch, args.dp)
-    if isinstance(schedule, BatchSchedule) and schedule.rampup is None:
-        check_shape(shape, schedule.batch_at(0), 1)
     run = _open(args)
+    schedule = _schedule(args, run.seq_len)
+    shape = Shape(args.micro_batch, args.dp)
+    if isinstance(schedule, BatchSchedule) and schedule.rampup is None and not schedule.steps:
+        check_shape(shape, schedule.batch_at(0), 1)
     d, doc = _doc_arg(run, args.doc)
     map_dir = None if args.map_dir is None else Path(args.map_dir)
     m, built = dataset_map(run, d, map_dir)

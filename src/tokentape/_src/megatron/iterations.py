@@ -10,7 +10,9 @@ The running global batch size at ``C`` (megatron-core's num-microbatches calcula
 - constant: ``--global-batch-size``;
 - ``--rampup-batch-size START INCREMENT SAMPLES``: ``START + INCREMENT * int(C / (SAMPLES /
   n))`` while ``C <= SAMPLES`` (``n = (B - START) / INCREMENT`` increments), then ``B``;
-- ``--decrease-batch-size-if-needed``: that, rounded down to a multiple of ``mbs * dp``.
+- ``--decrease-batch-size-if-needed``: that, rounded down to a multiple of ``mbs * dp``;
+- Megatron-LM's ``--step-batch-size-schedule "T0:B0 T1:B1 ..."``: the batch of the last
+  threshold (tokens // sequence length, in samples) at or below ``C``.
 
 Iterations skipped with ``--iterations-to-skip`` still consume their samples, so they change
 nothing here. A run's log gives ``C`` directly: each logged line has the samples consumed after
@@ -36,17 +38,61 @@ class Rampup:
     samples: int
 
 
+SUFFIXES = {"K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
+STEP_ENTRY = re.compile(r"([0-9]+(?:\.[0-9]*)?)([KMBT]?)", re.IGNORECASE)
+
+
+def _step_number(text: str, entry: str) -> int:
+    match = STEP_ENTRY.fullmatch(text.strip())
+    if match is None or len(text) > 30:
+        raise ArgumentError(
+            f"--step-batch-size-schedule: {entry!r}: expected THRESHOLD:BATCH, numbers with an "
+            "optional K, M, B or T"
+        )
+    return int(float(match.group(1)) * SUFFIXES.get(match.group(2).upper(), 1))
+
+
+def parse_steps(text: str, seq_len: int | None) -> tuple[tuple[int, int], ...]:
+    """Megatron-LM's ``--step-batch-size-schedule "0:768 250B:1536 ..."``: (threshold in
+    samples, global batch) pairs, ascending. Thresholds are tokens when ``seq_len`` is given
+    (Megatron-LM passes ``--seq-length``: ``tokens // seq_len`` samples), else samples."""
+    steps = []
+    for entry in text.replace(",", " ").split():
+        threshold, colon, batch = entry.partition(":")
+        if not colon:
+            raise ArgumentError(f"--step-batch-size-schedule: {entry!r}: expected THRESHOLD:BATCH")
+        at, size = _step_number(threshold, entry), _step_number(batch, entry)
+        steps.append((at // seq_len if seq_len else at, size))
+    steps.sort()
+    if not steps or steps[0][0] != 0:
+        raise ArgumentError("--step-batch-size-schedule: the first threshold must be 0")
+    if any(a == b for (a, _), (b, _) in pairwise(steps)) or any(b < 1 for _, b in steps):
+        raise ArgumentError(
+            "--step-batch-size-schedule: thresholds must differ and batch sizes be positive"
+        )
+    return tuple(steps)
+
+
 @dataclass(frozen=True)
 class BatchSchedule:
-    """The global batch size over the run, as megatron-core computes it."""
+    """The global batch size over the run, as megatron-core computes it (``steps``: Megatron-LM's
+    ``--step-batch-size-schedule``, which then sets the batch; ``global_batch`` is ignored)."""
 
     global_batch: int
     rampup: Rampup | None = None
     decrease_if_needed: bool = False
     micro_batch: int | None = None
     dp: int | None = None
+    steps: tuple[tuple[int, int], ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.steps is not None:
+            if self.rampup is not None or self.decrease_if_needed:
+                raise ArgumentError(
+                    "--step-batch-size-schedule goes with neither --rampup nor "
+                    "--decrease-batch-size-if-needed (as in Megatron-LM)"
+                )
+            return
         if self.global_batch < 1:
             raise ArgumentError("--global-batch: expected a positive batch size")
         r = self.rampup
@@ -69,6 +115,8 @@ class BatchSchedule:
 
     def batch_at(self, consumed: int) -> int:
         """The running global batch size of the iteration starting at ``consumed`` samples."""
+        if self.steps is not None:
+            return self.steps[bisect_right([t for t, _ in self.steps], consumed) - 1][1]
         size = self.global_batch
         r = self.rampup
         if r is not None and consumed <= r.samples:
@@ -87,6 +135,16 @@ class BatchSchedule:
     def segments(self) -> tuple[list[int], list[int], list[int]]:
         """Where the batch size changes: first iteration, samples consumed before it, size."""
         iterations, consumed, sizes = [1], [0], [self.batch_at(0)]
+        if self.steps is not None:
+            for threshold, _ in self.steps[1:]:
+                c, b = consumed[-1], sizes[-1]
+                if threshold <= c:
+                    continue
+                k = -(-(threshold - c) // b)  # the first iteration starting at >= threshold
+                iterations.append(iterations[-1] + k)
+                consumed.append(c + k * b)
+                sizes.append(self.batch_at(consumed[-1]))
+            return iterations, consumed, sizes
         if self.rampup is None:
             return iterations, consumed, sizes
         limit = self.rampup.samples

@@ -27,6 +27,7 @@ from helpers import cli
 
 from tokentape._src.audit.megatron_locate import dataset_map, landings
 from tokentape._src.audit.megatron_replay import Shape, replay_iteration
+from tokentape._src.audit.replay import EOD_MARK
 from tokentape._src.megatron.iterations import BatchSchedule, Rampup, read_megatron_log
 from tokentape._src.megatron.select import RunQuery, open_run
 
@@ -105,7 +106,7 @@ def world(tmp_path_factory):
     root = tmp_path_factory.mktemp("mcore")
     _process_group(root)
     prefixes = _write_prefixes(root)
-    blend = _build(prefixes, [0.5, 0.3, 0.2], [1200, 60, 60], root / "cache")
+    blend = _build(prefixes, [0.5, 0.3, 0.2], [3000, 60, 60], root / "cache")
     return root, prefixes, blend
 
 
@@ -624,3 +625,38 @@ def test_replay_with_a_step_batch_size_schedule(world, capsys):
     assert (data["consumed"], data["global_batch"]) == (160, 32)
     rc, out, err = cli(capsys, *args, "0:16 4K:32", "--global-batch", "32", "--iteration", "1")
     _one_line_error(rc, out, err, r"drop --global-batch")
+
+
+def test_show_text_decodes_each_sample_marking_document_ends(tmp_path, capsys, world):
+    """Byte-level data (ids 0-255, EOD 256) cached by megatron-core, decoded with the bytes
+    tokenizer: each sample's text is its L + 1 tokens as megatron-core returns them (tokens,
+    then the last label), cut at every EOD id and joined with the marker."""
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
+    rng = np.random.default_rng(3)
+    prefix = tmp_path / "prose"
+    builder = indexed.IndexedDatasetBuilder(f"{prefix}.bin", dtype=np.uint16)
+    for _ in range(60):
+        text = " ".join(rng.choice(words, int(rng.integers(1, 12)))).encode()
+        doc = np.append(np.frombuffer(text, dtype=np.uint8).astype(np.int64), 256)
+        builder.add_document(torch.from_numpy(doc), [len(doc)])
+    builder.finalize(f"{prefix}.idx")
+    peer = _build([prefix], None, [40, 0, 0], tmp_path / "cache", split="100,0,0")[0]
+    args = [str(tmp_path / "cache"), "--prefix", str(prefix), "--iteration", "2"]
+    rc, out, err = cli(
+        capsys, "megatron", "replay", *args, "--global-batch", "8", "--tokenizer", "bytes",
+        "--show-text", "--json",
+    )  # fmt: skip
+    assert rc == 0, err
+    for s in json.loads(out)["samples"]:
+        item = peer[s["sample"]]
+        ids = [*item["tokens"].tolist(), int(item["labels"][-1])]
+        parts, current = [], []
+        for i in ids:
+            if i == 256:
+                parts.append(bytes(current).decode() + EOD_MARK)
+                current = []
+            else:
+                current.append(i)
+        assert s["text"] == "".join(parts) + bytes(current).decode()
+    rc, out, err = cli(capsys, "megatron", "replay", *args, "--global-batch", "8", "--show-text")
+    _one_line_error(rc, out, err, r"--show-text needs --tokenizer")

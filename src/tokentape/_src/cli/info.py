@@ -64,12 +64,7 @@ def _kind(path: str) -> str:
         return "store"  # reading the manifest says what is missing
     if p.suffix == ".jsonl":
         return "run"
-    if p.suffix == ".toml":
-        raise InputError(
-            f"{path}: a plan file; `tokentape plan {path}` resolves and shows it, `--out "
-            "PLAN.json` saves the resolved plan that `tokentape info` reads"
-        )
-    return "plan" if p.is_file() or p.suffix == ".json" else "store"
+    return "plan" if p.is_file() or p.suffix in (".json", ".toml") else "store"
 
 
 def _load_plan(path: str) -> Plan:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import tomllib
 from typing import Any
 
 from tokentape._src.megatron.identity import MegatronRecord
@@ -280,10 +281,20 @@ def load_plan(path: str | os.PathLike[str]) -> Plan:
     """
     check_path("path", path)
     try:
-        data = json.loads(read_regular(path).decode("utf-8"))
+        raw = read_regular(path)
     except FileNotFoundError:
         raise PlanError(f"plan '{path}': no such file") from None
-    except (OSError, ValueError, RecursionError) as exc:  # ValueError: also bad UTF-8, JSON
+    except OSError as exc:
+        raise PlanError(f"plan '{path}': not a readable JSON plan ({exc})") from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # ValueError: also bad UTF-8, JSON
+        if _is_spec(path, raw):
+            raise PlanError(
+                f"plan '{path}': a plan spec (TOML), not a resolved plan: `tokentape plan "
+                f"{os.fspath(path)} --out PLAN.json` resolves it (hashing its stores once); "
+                "give PLAN.json here"
+            ) from None
         why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
         raise PlanError(f"plan '{path}': not a readable JSON plan ({why})") from None
     if not isinstance(data, dict) or data.pop("format", None) != PLAN_FORMAT:
@@ -305,6 +316,17 @@ def load_plan(path: str | os.PathLike[str]) -> Plan:
         )
     _check_derived(path, plan, data["sources"], ["draws", "passes"])
     return plan
+
+
+def _is_spec(path: str | os.PathLike[str], raw: bytes) -> bool:
+    """Whether ``raw`` is a plan spec: TOML with sources (or a ``.toml`` file at all)."""
+    if os.fspath(path).lower().endswith(".toml"):
+        return True
+    try:
+        spec = tomllib.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return False
+    return "source" in spec
 
 
 def _check_derived(

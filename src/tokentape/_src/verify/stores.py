@@ -298,6 +298,8 @@ def _expand(raw: str, storage_options: dict[str, Any]) -> list[Target]:
     try:
         plan = load_plan(path)
     except TokentapeError as exc:
+        if "a plan spec (TOML)" in str(exc):
+            raise  # what to run is the whole message
         raise InputError(
             f"'{raw}' is neither a token store directory nor a resolved plan JSON "
             f"(tokentape plan --out): {exc}"

@@ -37,6 +37,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tokentape._src.objects.client import ObjectInfo, ObjectStore, join, redact
 from tokentape._src.store.format import (
@@ -51,6 +52,7 @@ from tokentape._src.store.format import (
 )
 from tokentape._src.store.output import is_store_file
 from tokentape._src.store.provenance import ShardProvenance
+from tokentape._src.store.rerun import other_job
 from tokentape._src.store.safedir import check_directory
 from tokentape._src.util.faults import crashpoint
 from tokentape._src.util.progress import ProgressCallback, tally
@@ -89,7 +91,14 @@ def _listing(store: ObjectStore, url: str) -> dict[str, ObjectInfo]:
     return {i.url[len(prefix) :]: i for i in store.find(url) if i.url.startswith(prefix)}
 
 
-def inspect_remote(store: ObjectStore, url: str, job_hash: str, overwrite: bool) -> Manifest | None:
+def inspect_remote(
+    store: ObjectStore,
+    url: str,
+    job_hash: str,
+    overwrite: bool,
+    identity: dict[str, Any] | None = None,
+    tokenizer: str = "",
+) -> Manifest | None:
     """This job's complete store at ``url`` (its manifest), or None when the job's store is
     to be uploaded there.
 
@@ -101,7 +110,7 @@ def inspect_remote(store: ObjectStore, url: str, job_hash: str, overwrite: bool)
         ObjectStorageError: listing or reading failed after retries.
     """
     with _refusals(url, "listing"):
-        return _inspect(store, url, job_hash, overwrite)
+        return _inspect(store, url, job_hash, overwrite, (identity or {}, tokenizer))
 
 
 @contextmanager
@@ -115,7 +124,13 @@ def _refusals(url: str, what: str) -> Iterator[None]:
         raise OutputError(f"--out '{url}': {what} failed ({reason})") from None
 
 
-def _inspect(store: ObjectStore, url: str, job_hash: str, overwrite: bool) -> Manifest | None:
+def _inspect(
+    store: ObjectStore,
+    url: str,
+    job_hash: str,
+    overwrite: bool,
+    job: tuple[dict[str, Any], str] = ({}, ""),
+) -> Manifest | None:
     if store.info(url) is not None:
         raise OutputError(f"--out '{url}': an object, not a prefix; choose another URL")
     found = _listing(store, url)
@@ -131,7 +146,7 @@ def _inspect(store: ObjectStore, url: str, job_hash: str, overwrite: bool) -> Ma
     _check_claimed(store, url, found, data)
     if data is None:
         return None  # nothing there, or an unfinished upload: resumed object by object
-    problem = _problem(data, manifest_url, url, job_hash, found)
+    problem = _problem(data, manifest_url, url, job_hash, found, job)
     if isinstance(problem, Manifest):
         return problem
     if not overwrite:
@@ -166,7 +181,12 @@ def _check_claimed(
 
 
 def _problem(
-    data: bytes, manifest_url: str, url: str, job_hash: str, found: dict[str, ObjectInfo]
+    data: bytes,
+    manifest_url: str,
+    url: str,
+    job_hash: str,
+    found: dict[str, ObjectInfo],
+    job: tuple[dict[str, Any], str] = ({}, ""),
 ) -> Manifest | str:
     """The manifest ``data`` when it is this job's complete store, else why the store under
     ``url`` must be replaced (a refusal without ``--overwrite``)."""
@@ -180,10 +200,7 @@ def _problem(
     except StoreError as exc:
         return f"{exc}; pass --overwrite to replace the store"
     if manifest.job != job_hash:
-        return (
-            f"--out '{url}': holds a store made from other inputs or settings; "
-            "pass --overwrite to replace it"
-        )
+        return other_job(f"--out '{url}'", manifest, *job)
     damage = remote_damage(manifest, found)
     if damage is not None:
         return (

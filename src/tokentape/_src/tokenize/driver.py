@@ -400,7 +400,13 @@ def _to_url(job: _Job, url: str, progress: ProgressCallback | None) -> TokenizeS
     if scratch:
         check_upload_work_dir(local)
     with output_lock(local, "tokenize"):
-        remote = _complete(inspect_remote(store, url, job.job_hash, config.overwrite), url, config)
+        remote = _complete(
+            inspect_remote(
+                store, url, job.job_hash, config.overwrite, job.identity, config.tokenizer
+            ),
+            url,
+            config,
+        )
         if remote is not None:
             if scratch:
                 discard_store(local)  # what a run killed after its upload left behind
@@ -419,7 +425,13 @@ def _to_url(job: _Job, url: str, progress: ProgressCallback | None) -> TokenizeS
             early.close()
         crashpoint("before-upload")
         # Looked at again: the build may have taken hours, and the lock is not the bucket's.
-        remote = _complete(inspect_remote(store, url, job.job_hash, config.overwrite), url, config)
+        remote = _complete(
+            inspect_remote(
+                store, url, job.job_hash, config.overwrite, job.identity, config.tokenizer
+            ),
+            url,
+            config,
+        )
         if remote is None:
             report = upload_store(store, local, url, progress=progress)
             crashpoint("after-upload")
@@ -479,7 +491,9 @@ def _run(
     files move when it is swapped in)."""
     config, units = job.config, job.units
     stored = job.tokenizer.stored_file()
-    plan = inspect_out(out, job.job_hash, job.resume_key, overwrite, stored)
+    plan = inspect_out(
+        out, job.job_hash, job.resume_key, overwrite, stored, job.identity, job.config.tokenizer
+    )
     build = plan.build
     work_dir = build / WORK_DIR
     if plan.state is OutState.COMPLETE:

@@ -33,6 +33,7 @@ from tokentape._src.store.output import (
     discard_store,
     survey,
 )
+from tokentape._src.store.rerun import other_job
 from tokentape._src.tokenize.inputs import InputFile
 from tokentape._src.tokenize.records import ID_KEY_AUTO, check_id_key
 from tokentape._src.util.checks import check_count, check_mb, check_path, check_text
@@ -288,10 +289,13 @@ def inspect_out(
     resume_key: dict[str, Any],
     overwrite: bool,
     stored: tuple[str, bytes] | None = None,
+    identity: dict[str, Any] | None = None,
+    tokenizer: str = "",
 ) -> OutPlan:
     """Decide what to do with ``out``; refuse a directory that is not ours or not this job's,
     and a store of this job that is damaged (without ``overwrite``). ``stored`` is the
-    tokenizer copy this job writes (checked in a complete store).
+    tokenizer copy this job writes (checked in a complete store); ``identity`` (the job's, with
+    its ``tokenizer`` spec) lets a refusal say what differs from the store found.
 
     Whatever is in ``out`` that tokentape cannot tell is its own (``store.output.survey``) is
     refused, with or without ``overwrite``: nothing would remove it."""
@@ -328,10 +332,7 @@ def inspect_out(
                     "pass --overwrite to rebuild it"
                 )
             else:
-                refusal = (
-                    f"--out '{out}': holds a store made from other inputs or settings; "
-                    "pass --overwrite to replace it"
-                )
+                refusal = other_job(f"--out '{out}'", manifest, identity or {}, tokenizer)
         _check_staging(staging)  # where --overwrite builds the replacement
         if not overwrite:
             raise OutputError(refusal)

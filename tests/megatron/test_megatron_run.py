@@ -460,8 +460,10 @@ class _Boom:
 
 def test_a_description_that_does_not_match_the_prefixes(copy, capsys):
     root, prefixes = copy
+    order = r"give all its prefixes, in order \(--prefix web --prefix code --prefix math\)"
     wrong = [prefixes[1], prefixes[0], prefixes[2]]
-    _one_line_error(*_replay(capsys, root, wrong), r"no train dataset of the prefixes|blend")
+    _one_line_error(*_replay(capsys, root, wrong), order)
+    _one_line_error(*_replay(capsys, root, prefixes[:2]), order)
     # the right names, other data: the sample counts give it away
     other = root / "other"
     other.mkdir()

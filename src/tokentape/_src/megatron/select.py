@@ -204,6 +204,16 @@ def _rebuilt(
 ) -> MegatronRun:
     """The blend of a run that never saved it: rebuilt from its weights and sample count."""
     if query.weights is None or query.samples is None:
+        given = {p.name for p in query.prefixes}
+        for d in found:
+            names = [Path(str(c.get("dataset_path"))).name for c in d.settings.get("datasets", [])]
+            if d.kind == "BlendedDataset" and given & set(names):
+                flags = " ".join(f"--prefix {n}" for n in names)
+                raise StoreError(
+                    f"{d.path}: the cache's {query.split} blend {d.md5} is of "
+                    f"{', '.join(names)}, not of the prefixes given: give all its prefixes, "
+                    f"in order ({flags})"
+                )
         raise StoreError(
             _nothing(query, dirs).replace(" dataset ", " blend ", 1)
             + ": a run without --data-cache-path never saves its blend; give --weights and "

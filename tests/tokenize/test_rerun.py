@@ -65,3 +65,17 @@ def test_changed_inputs_are_named(done, capsys):
         f.write('{"text": "grown"}\n')
     err = _refusal(capsys, done, done / "a.jsonl", done / "b.jsonl")
     assert re.search(r"INPUT: \S*b\.jsonl \d+ -> \d+ bytes", err), err
+
+
+def test_without_tokenizer_the_summary_says_it_made_a_byte_level_store(tmp_path, capsys):
+    """The default stays the byte tokenizer (no file to fetch, every text tokenizes), and the
+    summary says that it was the default and how to choose a model's tokenizer."""
+    (tmp_path / "a.jsonl").write_text('{"text": "hi"}\n')
+    code, out, err = cli(capsys, "tokenize", tmp_path / "a.jsonl", "--out", tmp_path / "st")
+    assert code == 0, err
+    assert "bytes, the default: a byte-level store" in out and "--tokenizer tokenizer.json" in out
+    code, out, err = cli(
+        capsys, "tokenize", tmp_path / "a.jsonl", "--out", tmp_path / "s2", "--tokenizer", "bytes"
+    )
+    assert code == 0, err
+    assert "the default" not in out and re.search(r"tokenizer\s+bytes\n", out)

@@ -79,7 +79,12 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         metavar="DIR",
         help="output store directory, or an object URL (s3://bucket/prefix)",
     )
-    p.add_argument("--tokenizer", default="bytes", metavar="SPEC", help="default: bytes")
+    p.add_argument(
+        "--tokenizer",
+        metavar="SPEC",
+        help="default: bytes (a byte-level store: UTF-8 bytes as ids 0-255, EOD 256; the "
+        "summary says so)",
+    )
     p.add_argument(
         "--eod-token",
         metavar="TOKEN",
@@ -174,11 +179,18 @@ def _id_keys_text(id_keys: dict[str, int]) -> str:
     return ", ".join(words)
 
 
-def summary_text(s: TokenizeSummary) -> str:
+BYTES_DEFAULT = (
+    "bytes, the default: a byte-level store (UTF-8 bytes as ids); --tokenizer tokenizer.json "
+    "(or tiktoken:PATH) tokenizes for a model's vocabulary"
+)
+"""The summary's tokenizer row when ``--tokenizer`` was not given."""
+
+
+def summary_text(s: TokenizeSummary, default_tokenizer: bool = False) -> str:
     rate = s.text_bytes / s.seconds / 1e6 if s.seconds > 0 else 0.0
     rows = [
         ("store", f"{s.out} ({s.status})"),
-        ("tokenizer", str(s.tokenizer["source"])),
+        ("tokenizer", BYTES_DEFAULT if default_tokenizer else str(s.tokenizer["source"])),
         ("end of document", f"id {s.tokenizer['eod_choice']}"),
         ("documents read", fmt_int(s.docs_in)),
         ("documents kept", fmt_int(s.n_docs)),
@@ -198,7 +210,7 @@ def cmd(args: argparse.Namespace) -> int:
     config = api.tokenize_config(
         args.inputs,
         args.out,
-        tokenizer=args.tokenizer,
+        tokenizer="bytes" if args.tokenizer is None else args.tokenizer,
         eod_token=args.eod_token,
         text_key=args.text_key,
         id_key=args.id_key,
@@ -215,5 +227,6 @@ def cmd(args: argparse.Namespace) -> int:
         wording=FLAGS,
     )
     summary = tokenize(config, progress=terminal_bar(quiet=args.json))
-    print(json.dumps(summary.to_json(), indent=2) if args.json else summary_text(summary))
+    default = args.tokenizer is None
+    print(json.dumps(summary.to_json(), indent=2) if args.json else summary_text(summary, default))
     return 0

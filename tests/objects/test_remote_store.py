@@ -317,3 +317,22 @@ def test_a_bucket_store_names_where_each_document_came_from(tmp_path, s3):
     first = local.manifest.shards[0].n_docs
     with pytest.raises(tokentape.ObjectStorageError, match=r"part-00001\.ids"):
         fresh.provenance(first)
+
+
+def test_info_of_a_store_in_the_bucket(stores, s3, capsys):
+    """``tokentape info s3://.../store`` reads the store where it is (its manifest and inputs
+    table), and says what ``info`` of the same store on disk says (the URL kept whole)."""
+    url = f"{s3.url}/stores/web"
+    code, out, err = cli(capsys, "info", url, "--json")
+    assert code == 0, err
+    code, local, err = cli(capsys, "info", stores / "stores" / "web", "--json")
+    assert code == 0, err
+    assert json.loads(out) == json.loads(local)
+    code, out, err = cli(capsys, "info", url)
+    assert code == 0, err
+    _, local, _ = cli(capsys, "info", stores / "stores" / "web")
+    assert url in out and "s3:/" + url.removeprefix("s3://") not in out
+    assert out.replace(url, "STORE") == local.replace(str(stores / "stores" / "web"), "STORE")
+    code, out, err = cli(capsys, "info", f"{s3.url}/stores/nothing-here")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert f"{s3.url}/stores/nothing-here" in err

@@ -8,12 +8,13 @@ import json
 from pathlib import Path
 
 from tokentape._src.audit.runinfo import STEP_LOG_NAME, plan_json, run_info, run_json
+from tokentape._src.objects.client import is_url
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan
 from tokentape._src.render.runinfo import plan_info_text, run_info_text
 from tokentape._src.render.text import manifest_text
 from tokentape._src.store.format import MANIFEST_NAME, read_manifest
-from tokentape._src.store.reader import Source
+from tokentape._src.store.reader import Source, source_at_url
 from tokentape.errors import InputError, PlanError
 
 EPILOG = f"""\
@@ -56,7 +57,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _kind(path: str) -> str:
-    """``store``, ``plan`` or ``run``: what ``path`` holds."""
+    """``store``, ``plan`` or ``run``: what ``path`` holds (an object URL: a store)."""
+    if is_url(path):
+        return "store"
     p = Path(path)
     if p.is_dir():
         if not (p / MANIFEST_NAME).exists() and (p / STEP_LOG_NAME).exists():
@@ -97,8 +100,12 @@ def cmd(args: argparse.Namespace) -> int:
             else plan_info_text(args.store, plan)
         )
         return 0
-    manifest = read_manifest(args.store)
-    inputs = Source(args.store).inputs()
+    if is_url(args.store):  # a store in a bucket: its manifest and inputs table, read there
+        remote = source_at_url(args.store)
+        manifest, inputs = remote.manifest, remote.inputs()
+    else:
+        manifest = read_manifest(args.store)
+        inputs = Source(args.store).inputs()
     if args.json:
         data = manifest.to_dict() | {"inputs_table": inputs}
         print(json.dumps(data, indent=2, ensure_ascii=False))

@@ -222,7 +222,7 @@ VALID: dict[str, Args] = {
         "eod_token": None, "text_key": "text", "filters": ["min-tokens:1"], "workers": 1,
         "executor": "local", "ray_address": None, "dtype": "auto", "shard_mb": 1.0,
         "unit_mb": 1.0, "overwrite": False, "progress": _progress, "storage_options": {},
-        "work_dir": None,
+        "work_dir": None, "on_bad_record": "fail", "max_bad_fraction": 0.01,
     },
     "tokentape.verify": lambda c: {
         "paths": [c.stores / "stores" / "math"], "quick": True, "blocks": 2,

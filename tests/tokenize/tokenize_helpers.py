@@ -14,7 +14,7 @@ import zstandard
 from helpers import make_documents
 
 from tokentape._src.tokenize import streams
-from tokentape._src.tokenize.inputs import expand_inputs, plan_units, read_documents
+from tokentape._src.tokenize.inputs import SKIP_HINT, expand_inputs, plan_units, read_documents
 from tokentape.errors import InputError
 
 UNIT = 2000  # bytes of decompressed text (or row-group bytes) per unit
@@ -73,10 +73,12 @@ def _starts(units) -> list[tuple[int, int]]:
 
 
 def _read_or_error(unit) -> str | None:
+    """The error reading ``unit`` gives (less the way past a bad record, which
+    test_bad_records.py tests), or None."""
     try:
         _read(unit)
     except InputError as exc:
-        return str(exc)
+        return str(exc).removesuffix(SKIP_HINT)
     return None
 
 

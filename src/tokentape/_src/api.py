@@ -138,6 +138,8 @@ def tokenize_config(
     overwrite: bool = False,
     storage_options: Mapping[str, Any] | None = None,
     work_dir: PathArg | None = None,
+    on_bad_record: str = "fail",
+    max_bad_fraction: float = 0.01,
     wording: Wording,
 ) -> TokenizeConfig:
     """The settings of a tokenize job, every argument checked.
@@ -180,6 +182,16 @@ def tokenize_config(
     options = check_storage_options(storage_options or {}, named("storage_options"))
     if work_dir is not None:
         check_path(named("work_dir"), work_dir)
+    _check_choice(named("on_bad_record"), on_bad_record, ("fail", "skip"))
+    if (
+        isinstance(max_bad_fraction, bool)
+        or not isinstance(max_bad_fraction, int | float)
+        or not 0 <= max_bad_fraction <= 1
+    ):
+        raise ArgumentError(
+            f"{named('max_bad_fraction')} must be a fraction between 0 and 1, got "
+            f"{shown(max_bad_fraction)}"
+        )
     return TokenizeConfig(
         inputs=tuple(paths),
         out=os.fspath(out),
@@ -197,6 +209,8 @@ def tokenize_config(
         overwrite=overwrite,
         storage_options=options,
         work_dir=None if work_dir is None else os.fspath(work_dir),
+        on_bad_record=on_bad_record,
+        max_bad_fraction=float(max_bad_fraction),
     )
 
 
@@ -353,6 +367,8 @@ def tokenize(
     progress: ProgressCallback | None = None,
     storage_options: Mapping[str, Any] | None = None,
     work_dir: PathArg | None = None,
+    on_bad_record: str = "fail",
+    max_bad_fraction: float = 0.01,
 ) -> TokenizeSummary:
     """Tokenize text files into a token store (``tokentape tokenize``), or resume the job.
 
@@ -392,6 +408,13 @@ def tokenize(
             profile. Never written to the store or printed.
         work_dir: With an object URL as ``out``: the local directory the store is built in
             (default ``~/.cache/tokentape/uploads/<hash of out>``).
+        on_bad_record: ``"fail"`` (a record that is not JSON, not valid UTF-8, or whose text
+            is missing, null or not a string stops the job, naming it) or ``"skip"`` (each is
+            counted, per input and reason, with the first locations, in the manifest and the
+            summary's ``bad_records``, and skipped; the store is byte-identical for any
+            ``workers``).
+        max_bad_fraction: With ``"skip"``: refuse the job at the end, writing no store, when
+            more than this fraction of the records were bad.
 
     Returns:
         The summary: counts, dropped documents per filter, content hash, status.
@@ -419,6 +442,8 @@ def tokenize(
         overwrite=overwrite,
         storage_options=storage_options,
         work_dir=work_dir,
+        on_bad_record=on_bad_record,
+        max_bad_fraction=max_bad_fraction,
         wording=PYTHON,
     )
     check_callback(progress)

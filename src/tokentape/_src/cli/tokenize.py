@@ -9,7 +9,7 @@ from tokentape._src import api
 from tokentape._src.cli.progress import terminal_bar
 from tokentape._src.cli.storage import add_storage_options
 from tokentape._src.cli.wording import FLAGS
-from tokentape._src.render.text import dropped_text
+from tokentape._src.render.text import bad_records_rows, dropped_text
 from tokentape._src.store.tokenizers import HF_EOD_CANDIDATES
 from tokentape._src.tokenize.driver import TokenizeSummary, tokenize
 from tokentape._src.util.text import fmt_bytes, fmt_int, key_values
@@ -154,6 +154,22 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="store_true",
         help="replace a store or unfinished run with other settings in --out",
     )
+    p.add_argument(
+        "--on-bad-record",
+        choices=("fail", "skip"),
+        default="fail",
+        help="a record that is not JSON, not UTF-8, or whose text is missing, null or not a "
+        "string: fail (stop, naming it; the default) or skip (count it per input and reason "
+        "in the manifest and summary, and go on)",
+    )
+    p.add_argument(
+        "--max-bad-fraction",
+        type=float,
+        default=0.01,
+        metavar="F",
+        help="with skip: refuse the store at the end when more than F of the records were bad "
+        "(default 0.01)",
+    )
     add_storage_options(p)
     p.add_argument(
         "--work-dir",
@@ -199,6 +215,7 @@ def summary_text(s: TokenizeSummary, default_tokenizer: bool = False) -> str:
         ("dropped by filter", dropped_text(s.dropped_docs, s.dropped_tokens)),
         ("input text", fmt_bytes(s.text_bytes)),
         ("ids", _id_keys_text(s.id_keys)),
+        *bad_records_rows(s.bad_records),
         ("units", f"{s.units} ({s.units_reused} reused from an earlier run)"),
         ("time", f"{s.seconds:.2f} s ({rate:.2f} MB/s of text)"),
         ("content hash", s.content_hash),
@@ -224,6 +241,8 @@ def cmd(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         storage_options=args.storage_options,
         work_dir=args.work_dir,
+        on_bad_record=args.on_bad_record,
+        max_bad_fraction=args.max_bad_fraction,
         wording=FLAGS,
     )
     summary = tokenize(config, progress=terminal_bar(quiet=args.json))

@@ -49,6 +49,7 @@ def manifest_text(directory: str, m: Manifest, inputs: list[dict[str, Any]] | No
                 dropped_text(stats.get("dropped_docs", {}), stats.get("dropped_tokens", {})),
             ),
             ("input files", fmt_int(len(m.inputs.get("files", [])))),
+            *bad_records_rows(m.extra.get("bad_records")),
         ]
     )
     shards = table(
@@ -56,6 +57,29 @@ def manifest_text(directory: str, m: Manifest, inputs: list[dict[str, Any]] | No
         [[s.name, s.n_tokens, s.n_docs, s.bin_sha256[:16]] for s in m.shards],
     )
     return f"{head}\n\n{shards}\n\n{inputs_text(inputs)}"
+
+
+def bad_records_rows(bad: object, shown: int = 3) -> list[tuple[str, str]]:
+    """Rows for the records a job skipped as bad (``--on-bad-record skip``): how many of how
+    many, per reason, and the first ``shown`` locations; none when it skipped none (or kept no
+    such record). What a manifest holds there is shown only as far as it is well formed."""
+    if not isinstance(bad, dict):
+        return []
+    skipped, records = bad.get("skipped"), bad.get("records")
+    if type(skipped) is not int or type(records) is not int:
+        return [("bad records", "recorded, not readable")]
+    share = f" ({skipped / records:.2%})" if records > 0 else ""
+    reasons = bad.get("reasons")
+    listed = ", ".join(
+        f"{k} {fmt_int(v)}" for k, v in (reasons.items() if isinstance(reasons, dict) else [])
+        if isinstance(k, str) and type(v) is int
+    )  # fmt: skip
+    first = bad.get("first")
+    where = [w for w in first if isinstance(w, str)] if isinstance(first, list) else []
+    head = f"{fmt_int(skipped)} skipped of {fmt_int(records)}{share}"
+    return [("bad records", head + (f": {listed}" if listed else ""))] + [
+        ("", escaped(w)) for w in where[:shown]
+    ]
 
 
 def inputs_text(inputs: list[dict[str, Any]] | None) -> str:

@@ -44,7 +44,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +96,8 @@ from tokentape._src.tokenize.inputs import (
 from tokentape._src.tokenize.job import (
     OutState,
     TokenizeConfig,
+    bad_record_stats,
+    check_bad_fraction,
     inspect_out,
     job_identity,
     summary_problem,
@@ -147,6 +149,8 @@ class TokenizeSummary:
             chosen: ``--eod-token``, the ``eos_token`` of ``tokenizer_config.json``, ...).
         id_keys: The fields the records' ids were read from, with how many inputs each
             (``""``: inputs without one); empty for a store that records no provenance.
+        bad_records: With ``on_bad_record="skip"``: the records skipped as bad (``skipped``,
+            per ``reasons``, ``by_input``, the ``first`` locations); empty otherwise.
     """
 
     out: str
@@ -167,6 +171,7 @@ class TokenizeSummary:
     content_hash: str
     tokenizer: dict[str, Any]
     id_keys: dict[str, int]
+    bad_records: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The summary as JSON-friendly data.
@@ -303,6 +308,7 @@ def _summary(
         content_hash=manifest.content_hash,
         tokenizer=tokenizer_report(tokenizer),
         id_keys=_id_keys(manifest),
+        bad_records=manifest.extra.get("bad_records", {}),
     )
 
 
@@ -525,6 +531,7 @@ def _run(
             id_limit=min(job.tokenizer.vocab_size, 2 ** (8 * itemsize)),
             work_dir=str(unit_dir),
             storage_options=dict(config.storage_options),
+            skip_bad=config.on_bad_record == "skip",
         )
         finished = {u.index: _finished(unit_dir, u, job.dtype) for u in units}
         pending = [u for u in units if finished[u.index] is None]
@@ -548,6 +555,9 @@ def _run(
         if missing:
             raise WorkerDied(_unfinished(missing, dead, unit_dir))
         done = [r for r in results if r is not None]  # every one: none is missing
+        bad = bad_record_stats(done, config.max_bad_fraction) if settings.skip_bad else None
+        if bad is not None:
+            check_bad_fraction(bad, config.inputs)
         clear_out(build, keep=(WORK_DIR,))  # what an interrupted assembly left behind
         # A build that replaces ``out`` is moved at the end: its files are uploaded from there.
         told = None if plan.replace else on_shard
@@ -568,6 +578,8 @@ def _run(
         write_atomic(build / INPUTS_NAME, table)
         manifest = _manifest(job, done, shards, n_tokens)
         manifest = replace(manifest, provenance=make_provenance(table, provenance))
+        if bad is not None:
+            manifest = replace(manifest, extra=manifest.extra | {"bad_records": bad})
         write_atomic(build / MANIFEST_NAME, manifest.to_json().encode())
         crashpoint("after-manifest")
         shutil.rmtree(work_dir, ignore_errors=True)

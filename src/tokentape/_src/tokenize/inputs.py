@@ -68,6 +68,7 @@ import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, BinaryIO
 
 import pyarrow as pa
@@ -505,15 +506,38 @@ def plan_units(files: Sequence[InputFile], unit_bytes: int) -> list[Unit]:
 # read_documents
 
 
+SKIP_HINT = " (--on-bad-record skip counts and skips such records)"
+"""What a bad record's error adds: the way past it."""
+FIRST_BAD = 10
+"""Locations of bad records kept (per unit, and per job: the first in input order)."""
+
+
+@dataclass
+class BadRecords:
+    """The records of a part skipped as bad (``--on-bad-record skip``): how many for each
+    reason, and where the first ``FIRST_BAD`` were (``file:line: what``)."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+    first: list[str] = field(default_factory=list)
+
+    def add(self, reason: str, where: Callable[[], str]) -> None:
+        """Count one; ``where()`` (its location, which may cost a scan) only for the first."""
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+        if len(self.first) < FIRST_BAD:
+            self.first.append(where())
+
+
 @dataclass
 class ReadPosition:
     """How far a reader of a part has got: ``done`` of ``extent`` (bytes of its text for jsonl,
-    rows for parquet, 1 for a whole ``.txt``; ``extent`` 0: unknown until the end)."""
+    rows for parquet, 1 for a whole ``.txt``; ``extent`` 0: unknown until the end); ``bad``:
+    where bad records are counted and skipped (None: the first one is an error)."""
 
     done: int = 0
     extent: int = 0
     lines: int = 0
     """jsonl: the lines of the part read so far (blank ones too)."""
+    bad: BadRecords | None = None
 
     def share(self, n_bytes: int) -> int:
         """The part's ``n_bytes`` in proportion to the position (all of it once done)."""
@@ -705,9 +729,11 @@ def _parquet_records(
             row = a
             for batch in batches:
                 array = batch.column(0)
-                if array.null_count:
+                if array.null_count and position.bad is None:
                     first_null = row + array.is_null().index(True).as_py()
-                    raise InputError(f"{path}: row {first_null}: field '{text_key}' is null")
+                    raise InputError(
+                        f"{path}: row {first_null}: field '{text_key}' is null{SKIP_HINT}"
+                    )
                 texts = array.to_pylist()
                 ids = (
                     [id_text(v, id_at[1:]) for v in batch.column(1).to_pylist()]
@@ -716,9 +742,18 @@ def _parquet_records(
                 )
                 for k, (text, id_) in enumerate(zip(texts, ids, strict=True)):
                     position.done += 1  # counted as handed out: progress inside a row group
+                    if text is None:  # a null text (only when bad records are skipped)
+                        assert position.bad is not None
+                        where = partial(_null_row, path, row + k, text_key)
+                        position.bad.add(f"'{text_key}' is null", where)
+                        continue
                     yield Record(text, row + k, i, id_)
                 row += len(texts)
         first += rows
+
+
+def _null_row(path: str, row: int, key: str) -> str:
+    return f"{path}: row {row}: field '{key}' is null"
 
 
 def _unreadable(path: str, i: int, err: BaseException) -> InputError:
@@ -903,7 +938,18 @@ class _JsonlContext:
         return _newlines_before(self.part) + line_in_part
 
     def fail(self, line_in_part: int, what: str) -> InputError:
-        return InputError(f"{self.part.file.path}:{self.line_number(line_in_part)}: {what}")
+        return InputError(
+            f"{self.part.file.path}:{self.line_number(line_in_part)}: {what}{SKIP_HINT}"
+        )
+
+    def bad(self, position: ReadPosition, line_in_part: int, problem: tuple[str, str]) -> None:
+        """Refuse the record (``problem``: its reason and what is wrong), or count and skip
+        it when the job skips bad records."""
+        reason, what = problem
+        if position.bad is None:
+            raise self.fail(line_in_part, what) from None
+        path = self.part.file.path
+        position.bad.add(reason, lambda: f"{path}:{self.line_number(line_in_part)}: {what}")
 
 
 def _newlines_before(part: UnitPart) -> int:
@@ -929,41 +975,40 @@ def _newlines_before(part: UnitPart) -> int:
     return count
 
 
-def _diagnose(ctx: _JsonlContext, raw: bytes, line_in_part: int) -> InputError | None:
-    """The error for a line the fast path rejected, or None when the line is blank."""
+def _diagnose(raw: bytes, text_key: str) -> tuple[str, str] | None:
+    """(reason, what is wrong) for a line the fast path rejected, or None when it is blank."""
     if not raw.strip():
         return None
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError:
-        return ctx.fail(line_in_part, "not valid UTF-8")
+        return "invalid UTF-8", "not valid UTF-8"
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as err:
-        return ctx.fail(line_in_part, f"invalid JSON ({err.msg} at column {err.colno})")
+        return "invalid JSON", f"invalid JSON ({err.msg} at column {err.colno})"
     except (ValueError, RecursionError) as err:
-        return ctx.fail(line_in_part, f"invalid JSON ({_one_line(err)})")
+        return "invalid JSON", f"invalid JSON ({_one_line(err)})"
     if not isinstance(obj, dict):
-        return ctx.fail(line_in_part, f"expected a JSON object, got {_json_type(obj)}")
-    key = ctx.text_key
-    if key not in obj:
+        return "not an object", f"expected a JSON object, got {_json_type(obj)}"
+    if text_key not in obj:
         names = list(obj)
         shown = ", ".join(names[:_MAX_FIELDS_SHOWN])
         if len(names) > _MAX_FIELDS_SHOWN:
             shown += f", ... ({len(names)} fields)"
-        return ctx.fail(
-            line_in_part, f"no field '{key}' (fields: {shown}); choose the field with --text-key"
+        return (
+            f"no field '{text_key}'",
+            f"no field '{text_key}' (fields: {shown}); choose the field with --text-key",
         )
-    return _field_error(ctx, obj[key], line_in_part)
+    return _field_problem(obj[text_key], text_key)
 
 
-def _field_error(ctx: _JsonlContext, value: object, line_in_part: int) -> InputError:
-    key = ctx.text_key
+def _field_problem(value: object, key: str) -> tuple[str, str]:
     if isinstance(value, str):
-        return ctx.fail(
-            line_in_part, f"field '{key}' has a lone surrogate escape, expected valid Unicode"
-        )
-    return ctx.fail(line_in_part, f"field '{key}' is {_json_type(value)}, expected a string")
+        what = f"field '{key}' has a lone surrogate escape, expected valid Unicode"
+        return "lone surrogate", what
+    kind = _json_type(value)
+    return f"'{key}' is {kind}", f"field '{key}' is {kind}, expected a string"
 
 
 def _read_jsonl(part: UnitPart, text_key: str, position: ReadPosition) -> Iterator[Record]:
@@ -994,23 +1039,24 @@ def _read_jsonl(part: UnitPart, text_key: str, position: ReadPosition) -> Iterat
             try:
                 text = line.decode("utf-8")
             except UnicodeDecodeError:
-                err = _diagnose(ctx, line, i)
-                if err is None:
-                    continue
-                raise err from None
+                problem = _diagnose(line, text_key)
+                if problem is not None:
+                    ctx.bad(position, i, problem)
+                continue
             lines[k] = b""  # decoded: a huge line's bytes are not kept beside its text
             del line
             try:
                 obj = loads(text)
                 value = obj[text_key]
             except (ValueError, KeyError, TypeError, IndexError, RecursionError):
-                err = _diagnose(ctx, text.encode("utf-8", "surrogateescape"), i)
-                if err is None:
-                    continue
-                raise err from None
+                problem = _diagnose(text.encode("utf-8", "surrogateescape"), text_key)
+                if problem is not None:
+                    ctx.bad(position, i, problem)
+                continue
             del text  # parsed: only the document's text is kept while it is tokenized
             if type(value) is not str or (check_surrogates and not is_utf8(value)):
-                raise _field_error(ctx, value, i)
+                ctx.bad(position, i, _field_problem(value, text_key))
+                continue
             yield Record(value, i, -1, id_text(obj, id_at) if id_at else "")
             del obj
         done += len(lines)

@@ -34,11 +34,11 @@ from tokentape._src.store.output import (
     survey,
 )
 from tokentape._src.store.rerun import other_job
-from tokentape._src.tokenize.inputs import InputFile
+from tokentape._src.tokenize.inputs import FIRST_BAD, InputFile
 from tokentape._src.tokenize.records import ID_KEY_AUTO, check_id_key
 from tokentape._src.util.checks import check_count, check_mb, check_path, check_text
 from tokentape._src.util.hashing import canonical_hash
-from tokentape.errors import ArgumentError, OutputError, StoreError, TokentapeError
+from tokentape.errors import ArgumentError, InputError, OutputError, StoreError, TokentapeError
 
 UNITS_PREFIX = "units-"
 """Unit files live in ``WORK_DIR/units-<hash of the resume key>/``: a helper of an earlier,
@@ -94,6 +94,12 @@ class TokenizeConfig:
     work_dir: str | None = None
     """With an object URL as ``out``: the local directory the store is built in before it is
     uploaded (None: ``~/.cache/tokentape/uploads/<hash of out>``)."""
+    on_bad_record: str = "fail"
+    """'fail': a bad record (not JSON, a null or non-string text, invalid UTF-8) stops the job;
+    'skip': it is counted (per input and reason, in the manifest) and skipped."""
+    max_bad_fraction: float = 0.01
+    """With 'skip': the job is refused at the end when more than this fraction of the records
+    were bad (the counts in the error)."""
 
     def __post_init__(self) -> None:
         inputs = self.inputs
@@ -126,6 +132,17 @@ class TokenizeConfig:
         check_mb("--shard-mb", self.shard_mb)
         if self.unit_mb is not None:
             check_mb("--unit-mb", self.unit_mb)
+        if self.on_bad_record not in ("fail", "skip"):
+            raise ArgumentError(f"--on-bad-record {self.on_bad_record!r}: expected fail or skip")
+        fraction = self.max_bad_fraction
+        if (
+            isinstance(fraction, bool)
+            or not isinstance(fraction, int | float)
+            or not (0 <= fraction <= 1)
+        ):
+            raise ArgumentError(
+                f"--max-bad-fraction {fraction!r}: expected a fraction between 0 and 1"
+            )
         if not isinstance(self.overwrite, bool):
             raise ArgumentError(f"overwrite: expected True or False, got {self.overwrite!r}")
         check_storage_options(self.storage_options, "--storage-options")
@@ -163,7 +180,7 @@ def job_identity(
             {"path": f.path, "kind": f.kind, "size": f.size, "id_key": f.id_key or None}
             for f in files
         ],
-    }
+    } | ({"on_bad_record": "skip"} if config.on_bad_record == "skip" else {})
 
 
 class OutState(Enum):
@@ -402,3 +419,42 @@ __all__ = [
     "summary_problem",
     "units_dir",
 ]
+
+
+def bad_record_stats(results: list[Any], max_fraction: float) -> dict[str, Any]:
+    """The manifest's record of the bad records a skipping job skipped: how many, per reason and
+    per input, the first locations (in input order: the same for any worker count), and the
+    fraction of the records read."""
+    reasons: dict[str, int] = {}
+    by_input: dict[str, dict[str, int]] = {}
+    first: list[str] = []
+    for r in results:  # unit order
+        for path, counts in r.bad_records.items():
+            mine = by_input.setdefault(path, {})
+            for reason, n in counts.items():
+                mine[reason] = mine.get(reason, 0) + n
+                reasons[reason] = reasons.get(reason, 0) + n
+        first += r.bad_first
+    skipped = sum(reasons.values())
+    records = skipped + sum(r.docs_in for r in results)
+    return {
+        "policy": "skip",
+        "skipped": skipped,
+        "records": records,
+        "max_fraction": max_fraction,
+        "reasons": dict(sorted(reasons.items())),
+        "by_input": {p: dict(sorted(c.items())) for p, c in sorted(by_input.items())},
+        "first": first[:FIRST_BAD],
+    }
+
+
+def check_bad_fraction(bad: dict[str, Any], inputs: tuple[str, ...]) -> None:
+    """Refuse a job whose share of bad records passed its limit (nothing is written)."""
+    skipped, records, limit = bad["skipped"], bad["records"], bad["max_fraction"]
+    if records and skipped / records > limit:
+        reasons = ", ".join(f"{k} {v}" for k, v in bad["reasons"].items())
+        first = f"; first: {bad['first'][0]}" if bad["first"] else ""
+        raise InputError(
+            f"inputs {', '.join(inputs)}: {skipped} of {records} records are bad "
+            f"({skipped / records:.2%}, over --max-bad-fraction {limit:g}): {reasons}{first}"
+        )

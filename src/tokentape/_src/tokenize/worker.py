@@ -27,7 +27,13 @@ from tokentape._src.store.index import array_offset
 from tokentape._src.store.tokenizers import Tokenizer
 from tokentape._src.store.writer import npy_bytes
 from tokentape._src.tokenize.filters import FilterSet
-from tokentape._src.tokenize.inputs import ReadPosition, Unit, read_records
+from tokentape._src.tokenize.inputs import (
+    FIRST_BAD,
+    BadRecords,
+    ReadPosition,
+    Unit,
+    read_records,
+)
 from tokentape._src.tokenize.pieces import encode_documents
 from tokentape._src.tokenize.records import Record
 from tokentape._src.util.progress import Counters
@@ -54,6 +60,8 @@ class WorkerSettings:
     work_dir: str
     storage_options: dict[str, Any] = field(default_factory=dict)
     """fsspec options for object URLs among the inputs (``TokenizeConfig.storage_options``)."""
+    skip_bad: bool = False
+    """Count and skip bad records (``--on-bad-record skip``) rather than stop at the first."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,10 @@ class UnitResult:
     """Per part of the unit: the lines read (jsonl, blank ones too; else 0)."""
     part_docs_in: list[int] = field(default_factory=list)
     """Per part of the unit: the documents read (kept or dropped)."""
+    bad_records: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Records skipped as bad, by input file and reason (``--on-bad-record skip``)."""
+    bad_first: list[str] = field(default_factory=list)
+    """Where the unit's first bad records were (``file:line: what``), in input order."""
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, sort_keys=True)
@@ -109,6 +121,10 @@ def _well_formed(r: UnitResult) -> bool:
         and all(isinstance(v, list) and all(map(count, v)) for v in per_part)
         and len(r.part_lines) == len(r.part_docs_in)
         and sum(r.part_docs_in) == r.docs_in
+        and isinstance(r.bad_records, dict)
+        and all(isinstance(k, str) and counts(v) for k, v in r.bad_records.items())
+        and isinstance(r.bad_first, list)
+        and all(isinstance(v, str) for v in r.bad_first)
     )
 
 
@@ -128,7 +144,7 @@ def _documents(
     """The unit's documents, each with the index of its part; ``positions`` gets each part's
     reading position, in order."""
     for k, part in enumerate(unit.parts):
-        position = ReadPosition()
+        position = ReadPosition(bad=BadRecords() if settings.skip_bad else None)
         positions.append(position)
         for record in read_records(part, settings.text_key, settings.storage_options, position):
             yield k, record
@@ -288,11 +304,29 @@ def tokenize_unit(
         dropped_tokens=dict(sorted(dropped_tokens.items())),
         part_lines=[p.lines for p in positions] + [0] * (len(unit.parts) - len(positions)),
         part_docs_in=part_docs_in,
+        **_bad_of(unit, positions),
     )
     write_atomic(marker, result.to_json().encode())
     if counters is not None:
         counters.add(input_bytes=unit.n_bytes - told)
     return result
+
+
+def _bad_of(unit: Unit, positions: list[ReadPosition]) -> dict[str, Any]:
+    """The unit's bad records, by input file and reason, and its first locations."""
+    by_input: dict[str, dict[str, int]] = {}
+    first: list[str] = []
+    for part, position in zip(unit.parts, positions, strict=False):
+        if position.bad is None or not position.bad.counts:
+            continue
+        mine = by_input.setdefault(part.file.path, {})
+        for reason, n in position.bad.counts.items():
+            mine[reason] = mine.get(reason, 0) + n
+        first += position.bad.first
+    return {
+        "bad_records": {f: dict(sorted(c.items())) for f, c in by_input.items()},
+        "bad_first": first[:FIRST_BAD],
+    }
 
 
 def _kept_records(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from tokentape._src.cli.progress import terminal_bar
+from tokentape._src.cli.progress import add_progress_arg, progress_callback
 from tokentape._src.cli.storage import add_storage_options
 from tokentape._src.megatron.convert import (
     ConvertSummary,
@@ -88,6 +88,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
     add_storage_options(p)
     p.add_argument("--json", action="store_true", help="print a JSON summary, no progress bar")
+    add_progress_arg(p)
     p.set_defaults(func=cmd)
 
 
@@ -102,7 +103,7 @@ def _named(field: str) -> str:
 
 
 def cmd(args: argparse.Namespace) -> int:
-    bar = terminal_bar(quiet=args.json)
+    bar = progress_callback(args.progress, quiet=args.json)
     if args.to:
         given = [f for f in _FROM_ONLY if getattr(args, f) not in (None, False)]
         if args.shard_mb is not None:

@@ -6,7 +6,7 @@ import argparse
 import os
 from contextlib import ExitStack
 
-from tokentape._src.cli.progress import terminal_bar
+from tokentape._src.cli.progress import add_progress_arg, progress_callback
 from tokentape._src.plan.plan import check_budgets, resolve_plan
 from tokentape._src.plan.spec import load_plan_spec
 from tokentape._src.render.text import plan_text
@@ -46,12 +46,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--out", metavar="PLAN.json", help="write the resolved plan (for the loader)")
     p.add_argument("--json", action="store_true", help="print the resolved plan as JSON")
     p.add_argument("--plot", metavar="PNG", help="draw shares and repeats (needs matplotlib)")
+    add_progress_arg(p)
     p.set_defaults(func=cmd)
 
 
 def cmd(args: argparse.Namespace) -> int:
     _refuse_one_file_twice(args.plan, [("--out", args.out), ("--plot", args.plot)])
-    plan = resolve_plan(load_plan_spec(args.plan), args.plan, terminal_bar(quiet=args.json))
+    plan = resolve_plan(
+        load_plan_spec(args.plan), args.plan, progress_callback(args.progress, quiet=args.json)
+    )
     for path in (args.out, args.plot):
         _check_output_file(path)  # both, before either is written
     drawing = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from tokentape._src.cli.progress import terminal_bar
+from tokentape._src.cli.progress import add_progress_arg, progress_callback
 from tokentape._src.cli.storage import add_storage_options
 from tokentape._src.plan.load import load_plan
 from tokentape._src.stage.stage import (
@@ -92,6 +92,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     )
     add_storage_options(p)
     p.add_argument("--json", action="store_true", help="print a JSON report, no progress bar")
+    add_progress_arg(p)
     p.set_defaults(func=cmd)
 
 
@@ -131,7 +132,7 @@ def cmd(args: argparse.Namespace) -> int:
         plan,
         args.cache,
         args.storage_options or None,  # none given: the plan's own storage_options
-        terminal_bar(quiet=args.json),
+        progress_callback(args.progress, quiet=args.json),
         args.workers,
         args.wait,
         verify=args.verify,

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from tokentape._src import api
-from tokentape._src.cli.progress import terminal_bar
+from tokentape._src.cli.progress import add_progress_arg, progress_callback
 from tokentape._src.cli.storage import add_storage_options
 from tokentape._src.cli.wording import FLAGS
 from tokentape._src.render.text import bad_records_rows, dropped_text
@@ -178,6 +178,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "upload (default ~/.cache/tokentape/uploads/<hash of --out>)",
     )
     p.add_argument("--json", action="store_true", help="print a JSON summary, no progress bar")
+    add_progress_arg(p)
     p.set_defaults(func=cmd)
 
 
@@ -245,7 +246,7 @@ def cmd(args: argparse.Namespace) -> int:
         max_bad_fraction=args.max_bad_fraction,
         wording=FLAGS,
     )
-    summary = tokenize(config, progress=terminal_bar(quiet=args.json))
+    summary = tokenize(config, progress=progress_callback(args.progress, quiet=args.json))
     default = args.tokenizer is None
     print(json.dumps(summary.to_json(), indent=2) if args.json else summary_text(summary, default))
     return 0

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from tokentape._src import api
-from tokentape._src.cli.progress import terminal_bar
+from tokentape._src.cli.progress import add_progress_arg, progress_callback
 from tokentape._src.cli.storage import add_storage_options
 from tokentape._src.cli.wording import FLAGS
 from tokentape._src.util.text import fmt_bytes, fmt_int
@@ -79,6 +79,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--eod-id", type=int, metavar="E", help="Megatron prefix: check every document ends with E"
     )
     p.add_argument("--json", action="store_true", help="print a JSON report, no progress bar")
+    add_progress_arg(p)
     p.set_defaults(func=cmd)
 
 
@@ -101,7 +102,7 @@ def cmd(args: argparse.Namespace) -> int:
         vocab_size=args.vocab_size,
         eod_id=args.eod_id,
         storage_options=args.storage_options,
-        progress=terminal_bar(quiet=args.json),
+        progress=progress_callback(args.progress, quiet=args.json),
         wording=FLAGS,
     )
     ok = all(r.ok for r in reports)

@@ -152,14 +152,21 @@ def _not_a_child(found: list[Description], single: Description, query: RunQuery)
     for blend in found:
         if blend.kind != "BlendedDataset":
             continue
-        children = blend.settings["datasets"]
-        if any(single.settings == child for child in children):
-            names = " ".join(f"--prefix {Path(str(c.get('dataset_path'))).name}" for c in children)
+        if any(single.settings == child for child in blend.settings["datasets"]):
             raise StoreError(
                 f"{single.path}: one of blend {blend.md5}'s datasets, which its run read through "
-                f"the blend: give all its prefixes, in order ({names}), or --cache-id "
+                f"the blend: give all its prefixes, in order ({_flags(blend)}), or --cache-id "
                 f"{single.md5[:8]} for this dataset alone"
             )
+
+
+def _names(blend: Description) -> list[str]:
+    """The file names of a blend's prefixes, in its order."""
+    return [Path(str(c.get("dataset_path"))).name for c in blend.settings.get("datasets", [])]
+
+
+def _flags(blend: Description) -> str:
+    return " ".join(f"--prefix {name}" for name in _names(blend))
 
 
 def _built_with(
@@ -206,13 +213,11 @@ def _rebuilt(
     if query.weights is None or query.samples is None:
         given = {p.name for p in query.prefixes}
         for d in found:
-            names = [Path(str(c.get("dataset_path"))).name for c in d.settings.get("datasets", [])]
-            if d.kind == "BlendedDataset" and given & set(names):
-                flags = " ".join(f"--prefix {n}" for n in names)
+            if d.kind == "BlendedDataset" and given & set(_names(d)):
                 raise StoreError(
                     f"{d.path}: the cache's {query.split} blend {d.md5} is of "
-                    f"{', '.join(names)}, not of the prefixes given: give all its prefixes, "
-                    f"in order ({flags})"
+                    f"{', '.join(_names(d))}, not of the prefixes given: give all its "
+                    f"prefixes, in order ({_flags(d)})"
                 )
         raise StoreError(
             _nothing(query, dirs).replace(" dataset ", " blend ", 1)

@@ -662,3 +662,20 @@ def test_show_text_decodes_each_sample_marking_document_ends(tmp_path, capsys, w
         assert s["text"] == "".join(parts) + bytes(current).decode()
     rc, out, err = cli(capsys, "megatron", "replay", *args, "--global-batch", "8", "--show-text")
     _one_line_error(rc, out, err, r"--show-text needs --tokenizer")
+
+
+def test_the_documents_of_an_iteration_are_counted_from_its_samples(world):
+    """Each document's samples and tokens, from megatron-core's own document ids per sample
+    (a document read twice by one sample is one sample)."""
+    root, prefixes, blend = world
+    run = open_run(_query(root / "cache", prefixes))
+    it = replay_iteration(run, 3, 64, 32, Shape())
+    expected: dict[tuple[int, int], set[int]] = defaultdict(set)
+    for g in range(64, 96):
+        d, j = int(blend[0].dataset_index[g]), int(blend[0].dataset_sample_index[g])
+        for doc in blend[0].datasets[d]._query_document_sample_shuffle_indices(j)[1].tolist():
+            expected[(d, doc)].add(g)
+    docs = it.documents()
+    assert {(h.dataset, h.doc): h.samples for h in docs} == {k: len(v) for k, v in expected.items()}
+    assert sum(h.tokens for h in docs) == 32 * (SEQ_LEN + 1)
+    assert [h.samples for h in docs] == sorted((h.samples for h in docs), reverse=True)

@@ -56,7 +56,6 @@ class DocShare:
     doc: int
     samples: int
     tokens: int  # tokens of it read into the iteration's samples
-    length: int  # the document's length
 
 
 @dataclass(frozen=True)
@@ -69,16 +68,17 @@ class Iteration:
 
     def documents(self) -> list[DocShare]:
         """The iteration's documents, most samples first, then most tokens, then by id."""
-        counts: dict[tuple[int, int], list[int]] = {}
-        for s in self.samples:
+        counts: dict[tuple[int, int], list[int]] = {}  # samples, tokens, the last sample
+        for k, s in enumerate(self.samples):
             for p in s.pieces:
-                if p.stop > p.start:
-                    entry = counts.setdefault((s.dataset, p.doc), [0, 0])
-                    entry[0] += 1
+                if p.stop > p.start:  # a document read twice in one sample counts once
+                    entry = counts.setdefault((s.dataset, p.doc), [0, 0, -1])
+                    entry[0] += entry[2] != k
                     entry[1] += p.stop - p.start
+                    entry[2] = k
         return [
-            DocShare(d, doc, n, t, 0)
-            for (d, doc), (n, t) in sorted(
+            DocShare(d, doc, n, t)
+            for (d, doc), (n, t, _) in sorted(
                 counts.items(), key=lambda kv: (-kv[1][0], -kv[1][1], kv[0])
             )
         ]

@@ -148,6 +148,21 @@ def _helper_main(
         conn.send(exc)  # our own exception, pickled: its subtype comes back
 
 
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored while a helper is started, so that it ignores it all its life: a Ctrl-C
+    (sent to the whole process group) reaches the run, which stops its helpers and prints the
+    one line, instead of each helper printing a traceback, even one still importing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread may set handlers; a helper started here keeps them
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @dataclass(frozen=True)
 class _Shared:
     """What the processes of one pool share: the next unit to claim, the abort flag and the
@@ -231,7 +246,8 @@ class Pool:
                 args=(*self._spec, theirs, self.shared, os.getpid()),
                 daemon=True,
             )
-            process.start()
+            with _sigint_ignored():  # the helper inherits it from its first instruction
+                process.start()
             theirs.close()
             self._helpers.append(_Helper(process, ours))
             self.started += 1
@@ -273,10 +289,13 @@ class Pool:
         # joined: every exit code is set
         return [code for h in working if (code := h.process.exitcode)]
 
-    def close(self, keep: int = 0) -> None:
-        """Kill the helpers from the ``keep``-th on, which were never handed work."""
+    def close(self, keep: int = 0, everyone: bool = False) -> None:
+        """Kill the helpers from the ``keep``-th on, which were never handed work (``everyone``:
+        those at work too: the run stops, its finished units kept for a resume)."""
+        if everyone:
+            self.shared.abort.value = 1
         for h in self._helpers[keep:]:
-            if not h.told:
+            if everyone or not h.told:
                 h.process.kill()
         for h in self._helpers[keep:]:
             h.finish()
@@ -285,8 +304,8 @@ class Pool:
     def __enter__(self) -> Pool:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        self.close(everyone=kind is not None)  # Ctrl-C, an error: no helper works on
 
 
 __all__ = [

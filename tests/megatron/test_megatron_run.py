@@ -279,7 +279,7 @@ def test_locate_agrees_with_a_scan_of_every_sample(world, tmp_path):
         ("inverse_shuffle", lambda a: a[::-1].copy()),
         ("global", lambda a: a + 1),
         ("starts", lambda a: a[:3].copy()),
-        ("doc_offsets", lambda a: a[:0].copy()),
+        ("doc_order", lambda a: a[:0].copy()),
         ("doc_order", lambda a: np.roll(a, 1)),
     ],
 )

@@ -4,8 +4,9 @@ For each dataset of the run the map holds, built once from its cache arrays (and
 built: the shuffle is a permutation, every sequence of the split appears once per epoch, the
 sample starts never go back, the blend draws each dataset's samples in order):
 
-- ``doc_offsets``, ``doc_order``: the positions of the document index holding each sequence
-  (8 bytes per position, 8 per sequence of the split);
+- ``doc_order``: the positions of the document index, grouped by the sequence they hold (8
+  bytes per position; every sequence appears once per epoch, so sequence ``begin + k`` holds
+  entries ``k * epochs`` to ``(k + 1) * epochs``);
 - ``starts``: the position each sample starts at (8 bytes per sample);
 - ``inverse_shuffle``: where each unshuffled sample is read (8 bytes per sample);
 - ``global``: the run's global sample of each of its samples the blend draws (8 bytes each).
@@ -34,16 +35,16 @@ import numpy as np
 from tokentape._src.megatron.cache import BLEND_ARRAYS, GPT_ARRAYS
 from tokentape._src.megatron.run import GptSamples, MegatronRun
 from tokentape._src.store.atomic import write_atomic
+from tokentape._src.util.files import read_regular
 from tokentape._src.util.text import fmt_int
 from tokentape.errors import OutputError, StoreError
 
-MAP_FORMAT = "tokentape.megatron-map/1"
-ARRAYS = ("doc_offsets", "doc_order", "starts", "inverse_shuffle", "global")
+MAP_FORMAT = "tokentape.megatron-map/2"
+ARRAYS = ("doc_order", "starts", "inverse_shuffle", "global")
 
 
 @dataclass(frozen=True)
 class DatasetMap:
-    doc_offsets: np.ndarray
     doc_order: np.ndarray
     starts: np.ndarray
     inverse_shuffle: np.ndarray
@@ -99,8 +100,6 @@ def build_map(run: MegatronRun, d: int) -> DatasetMap:
             f"{ds.description.array_path('document_index')}: sequence {bad} appears "
             f"{int(counts[bad - ds.begin])} times, not once per epoch ({ds.epochs})"
         )
-    offsets = np.zeros(docs + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
     order = np.argsort(doc_index, kind="stable").astype(np.int64)
     starts = np.ascontiguousarray(ds.sample_index[:, 0], dtype=np.int64)
     if np.any(np.diff(starts) < 0) or starts[0] < 0 or starts[-1] >= len(doc_index):
@@ -133,24 +132,14 @@ def build_map(run: MegatronRun, d: int) -> DatasetMap:
                 f"{where if run.description else 'the blend'}: draws {fmt_int(global_.size)} "
                 f"samples of dataset {d}, which has {fmt_int(ds.n_samples)}"
             )
-    return DatasetMap(offsets, order, starts, inverse, global_)
-
-
-def _read_nofollow(path: Path) -> bytes:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise OSError(f"{path}: not a regular file")
-        return f.read()
+    return DatasetMap(order, starts, inverse, global_)
 
 
 def matches(run: MegatronRun, d: int, m: DatasetMap) -> bool:
     """Whether ``m`` is dataset ``d``'s map, checked against the cache in linear time (a map
     read back is never trusted on its name or its manifest alone)."""
     ds = run.datasets[d]
-    docs, n_pos, n = ds.end - ds.begin, len(ds.document_index), ds.n_samples
-    if not np.array_equal(m.doc_offsets, np.arange(docs + 1, dtype=np.int64) * ds.epochs):
-        return False
+    n_pos, n = len(ds.document_index), ds.n_samples
     order = m.doc_order
     if order.size != n_pos or (n_pos and (order.min() < 0 or order.max() >= n_pos)):
         return False
@@ -181,12 +170,12 @@ def matches(run: MegatronRun, d: int, m: DatasetMap) -> bool:
 def _load_saved(folder: Path) -> DatasetMap | None:
     """The map saved in ``folder``, or None when absent, incomplete, or not as saved."""
     try:
-        manifest = json.loads(_read_nofollow(folder / "manifest.json"))
+        manifest = json.loads(read_regular(folder / "manifest.json", follow_links=False))
         if not isinstance(manifest, dict) or manifest.get("format") != MAP_FORMAT:
             return None
         arrays = []
         for name in ARRAYS:
-            data = _read_nofollow(folder / f"{name}.npy")
+            data = read_regular(folder / f"{name}.npy", follow_links=False)
             if hashlib.sha256(data).hexdigest() != manifest["sha256"][name]:
                 return None
             array = np.load(io.BytesIO(data), allow_pickle=False)
@@ -206,7 +195,7 @@ def _save(folder: Path, m: DatasetMap) -> None:
             raise OutputError(f"{folder}: exists and is not a folder; remove it") from None
     hashes = {}
     for name, array in zip(
-        ARRAYS, (m.doc_offsets, m.doc_order, m.starts, m.inverse_shuffle, m.global_), strict=True
+        ARRAYS, (m.doc_order, m.starts, m.inverse_shuffle, m.global_), strict=True
     ):
         buffer = io.BytesIO()
         np.save(buffer, array, allow_pickle=False)
@@ -241,7 +230,7 @@ def landings(run: MegatronRun, d: int, doc: int, m: DatasetMap) -> list[Landing]
     lengths = ds.prefix.index.sequence_lengths
     length = int(lengths[doc])
     k = doc - ds.begin
-    positions = np.sort(m.doc_order[m.doc_offsets[k] : m.doc_offsets[k + 1]])
+    positions = np.sort(m.doc_order[k * ds.epochs : (k + 1) * ds.epochs])
     out = []
     for occurrence, p in enumerate(positions.tolist()):
         # unshuffled samples u with starts[u] <= p <= starts[u + 1]

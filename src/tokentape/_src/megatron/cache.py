@@ -26,9 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import re
-import stat
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from tokentape._src.util.files import read_regular
 from tokentape.errors import StoreError
 
 SPLITS = ("train", "valid", "test")
@@ -89,7 +88,7 @@ def read_description(path: Path) -> Description:
     if match is None:
         raise StoreError(f"{path}: not a megatron-core description file name")
     md5, kind, named = match.groups()
-    data = read_regular(path, MAX_DESCRIPTION_BYTES + 1)
+    data = read_cache_file(path, MAX_DESCRIPTION_BYTES + 1)
     if len(data) > MAX_DESCRIPTION_BYTES:
         raise StoreError(f"{path}: over {MAX_DESCRIPTION_BYTES} bytes; not a description")
     digest = hashlib.md5(data, usedforsecurity=False).hexdigest()
@@ -108,22 +107,15 @@ def read_description(path: Path) -> Description:
     return Description(path, md5, kind, split, settings, named is not None)
 
 
-def read_regular(path: Path, limit: int) -> bytes:
-    """Up to ``limit`` bytes of the regular file at ``path`` (a FIFO or device is refused
-    without blocking on it; a link is followed, as the user may have made it)."""
+def read_cache_file(path: Path, limit: int) -> bytes:
+    """Up to ``limit`` bytes of the cache's regular file at ``path`` (a FIFO or device is
+    refused without blocking on it; a link is followed, as the user may have made it)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        return read_regular(path, limit)
     except FileNotFoundError:
         raise StoreError(f"{path}: no such file") from None
     except OSError as exc:
-        raise StoreError(f"{path}: cannot read ({exc.strerror})") from None
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise StoreError(f"{path}: not a regular file")
-        try:
-            return f.read(limit)
-        except OSError as exc:
-            raise StoreError(f"{path}: cannot read ({exc.strerror})") from None
+        raise StoreError(f"{path}: {exc.strerror or 'cannot read'}") from None
 
 
 def _split_of(path: Path, kind: str, settings: dict[str, Any]) -> str:
@@ -228,7 +220,7 @@ def load_array(path: Path, kinds: tuple[str, ...], ndim: int, length: int | None
     of the dtypes ``kinds`` and ``ndim`` axes (the second of 2, length 2), and ``length``
     entries along the first when given."""
     try:
-        head = read_regular(path, len(NPY_MAGIC))
+        head = read_cache_file(path, len(NPY_MAGIC))
     except StoreError as exc:
         if "no such file" in str(exc):
             raise StoreError(f"{path}: missing (the cache holds the description, not it)") from None

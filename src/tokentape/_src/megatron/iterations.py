@@ -22,11 +22,13 @@ batch size.
 
 from __future__ import annotations
 
+import io
 import re
 from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import pairwise
 
+from tokentape._src.util.files import open_regular
 from tokentape._src.util.text import fmt_int
 from tokentape.errors import ArgumentError, InputError
 
@@ -248,7 +250,7 @@ def read_megatron_log(path: str) -> LoggedSchedule:
     """The iterations, samples consumed and batch sizes of a Megatron-LM training log."""
     seen: dict[int, tuple[int, int | None, int]] = {}
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
+        with io.TextIOWrapper(open_regular(path), encoding="utf-8", errors="replace") as f:
             for number, line in enumerate(f, 1):
                 it, consumed = LOG_LINE.search(line), CONSUMED.search(line)
                 if it is None or consumed is None:

@@ -198,7 +198,7 @@ VALID: dict[str, Args] = {
     "tokentape.Plan.build": lambda c: {
         "sources": {"web": {"path": "stores/web", "weight": 1}}, "seq_len": 64, "seed": 1,
         "total_tokens": None, "total_samples": 100, "weight_denominator": 4,
-        "base_dir": c.stores, "storage_options": {}, "phases": [],
+        "base_dir": c.stores, "storage_options": {}, "phases": [], "mixed_bos": False,
     },
     "tokentape.Plan.save": lambda c: {"path": c.fresh() / "PLAN.json"},
     "tokentape.Source": lambda c: {"directory": c.stores / "stores" / "web"},
@@ -222,7 +222,8 @@ VALID: dict[str, Args] = {
         "eod_token": None, "text_key": "text", "filters": ["min-tokens:1"], "workers": 1,
         "executor": "local", "ray_address": None, "dtype": "auto", "shard_mb": 1.0,
         "unit_mb": 1.0, "overwrite": False, "progress": _progress, "storage_options": {},
-        "work_dir": None, "on_bad_record": "fail", "max_bad_fraction": 0.01,
+        "work_dir": None, "on_bad_record": "fail", "max_bad_fraction": 0.01, "bos": False,
+        "bos_token": None,
     },
     "tokentape.verify": lambda c: {
         "paths": [c.stores / "stores" / "math"], "quick": True, "blocks": 2,

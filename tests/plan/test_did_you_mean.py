@@ -57,7 +57,9 @@ def test_a_misspelled_plan_key_names_the_likely_one(tmp_path, text, message):
 def test_a_key_like_no_valid_one_gets_no_guess(tmp_path):
     with pytest.raises(PlanError) as info:
         plan_of(tmp_path, PLAN.replace("[[source]]", "colour = 1\n[[source]]", 1))
-    assert "unknown key 'colour'; expected one of phase, seed, seq_len" in str(info.value)
+    assert "unknown key 'colour'; expected one of mixed_bos, phase, seed, seq_len" in str(
+        info.value
+    )
     assert "did you mean" not in str(info.value)
 
 

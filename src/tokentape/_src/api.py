@@ -104,7 +104,7 @@ class Wording:
 
 
 def _named(name: str) -> str:
-    return "step_log" if name == "log" else name
+    return {"log": "step_log", "no_bos": "bos=False"}.get(name, name)
 
 
 PYTHON = Wording(
@@ -140,6 +140,8 @@ def tokenize_config(
     work_dir: PathArg | None = None,
     on_bad_record: str = "fail",
     max_bad_fraction: float = 0.01,
+    bos: bool | None = None,
+    bos_token: str | None = None,
     wording: Wording,
 ) -> TokenizeConfig:
     """The settings of a tokenize job, every argument checked.
@@ -192,6 +194,14 @@ def tokenize_config(
             f"{named('max_bad_fraction')} must be a fraction between 0 and 1, got "
             f"{shown(max_bad_fraction)}"
         )
+    if bos is not None:
+        check_flag(named("bos"), bos)
+    check_optional_text(named("bos_token"), bos_token)
+    if bos is False and bos_token is not None:
+        raise ArgumentError(
+            f"{named('bos_token')} names a token to put first and {named('no_bos')} puts none: "
+            "give one of them"
+        )
     return TokenizeConfig(
         inputs=tuple(paths),
         out=os.fspath(out),
@@ -211,6 +221,8 @@ def tokenize_config(
         work_dir=None if work_dir is None else os.fspath(work_dir),
         on_bad_record=on_bad_record,
         max_bad_fraction=float(max_bad_fraction),
+        bos=bos,
+        bos_token=bos_token,
     )
 
 
@@ -369,6 +381,8 @@ def tokenize(
     work_dir: PathArg | None = None,
     on_bad_record: str = "fail",
     max_bad_fraction: float = 0.01,
+    bos: bool | None = None,
+    bos_token: str | None = None,
 ) -> TokenizeSummary:
     """Tokenize text files into a token store (``tokentape tokenize``), or resume the job.
 
@@ -415,6 +429,11 @@ def tokenize(
             ``workers``).
         max_bad_fraction: With ``"skip"``: refuse the job at the end, writing no store, when
             more than this fraction of the records were bad.
+        bos: Put a beginning-of-document (BOS) token before every document: ``True``,
+            ``False``, or ``None`` (default): as the tokenizer does when called on a text
+            (``add_bos_token`` of its ``tokenizer_config.json``, else its post-processor).
+            Only a Hugging Face tokenizer has one; the manifest records it.
+        bos_token: The BOS token to use (implies ``bos=True``).
 
     Returns:
         The summary: counts, dropped documents per filter, content hash, status.
@@ -444,6 +463,8 @@ def tokenize(
         work_dir=work_dir,
         on_bad_record=on_bad_record,
         max_bad_fraction=max_bad_fraction,
+        bos=bos,
+        bos_token=bos_token,
         wording=PYTHON,
     )
     check_callback(progress)

@@ -10,7 +10,7 @@ from tokentape._src.cli.progress import add_progress_arg, progress_callback
 from tokentape._src.cli.storage import add_storage_options
 from tokentape._src.cli.wording import FLAGS
 from tokentape._src.render.text import bad_records_rows, dropped_text
-from tokentape._src.store.tokenizers import HF_EOD_CANDIDATES
+from tokentape._src.store.tokenizers import BOS_CANDIDATES, HF_EOD_CANDIDATES
 from tokentape._src.tokenize.driver import TokenizeSummary, tokenize
 from tokentape._src.util.text import fmt_bytes, fmt_int, key_values
 
@@ -37,6 +37,15 @@ tokenizers (--tokenizer) and their end-of-document (EOD) token:
   a token of the vocabulary. Documents are encoded as plain text (special-token text in them
   stays text); the EOD id follows each one. The summary prints the tokenizer file and the EOD
   id and token used.
+
+beginning of document (BOS), Hugging Face tokenizers only:
+  by default each document gets the BOS the tokenizer itself adds to a text: where its
+  tokenizer_config.json has add_bos_token, that decides (the token is its bos_token); else
+  the special token its tokenizer.json post-processor puts first (Llama 3), if any. --bos
+  adds one anyway (the bos_token, the post-processor's, else the first of
+  {", ".join(BOS_CANDIDATES)}), --bos-token TOKEN names it, --no-bos adds none.
+  The BOS is stored as each document's first token (the manifest records it; a plan refuses
+  to blend stores that differ unless it says mixed_bos = true).
 
 filters (--filter, repeatable):
   unique-lines[:min_lines=20,min_ratio=0.3]   drop repetitive documents (log dumps)
@@ -89,6 +98,22 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--eod-token",
         metavar="TOKEN",
         help="end-of-document token, one of the tokenizer's vocabulary (default: see below)",
+    )
+    bos = p.add_mutually_exclusive_group()
+    bos.add_argument(
+        "--bos",
+        action="store_true",
+        default=None,
+        help="put a beginning-of-document token before every document (default: as the "
+        "tokenizer does on a text; see below)",
+    )
+    bos.add_argument(
+        "--no-bos", dest="bos", action="store_false", help="put none, whatever the tokenizer does"
+    )
+    p.add_argument(
+        "--bos-token",
+        metavar="TOKEN",
+        help="the beginning-of-document token (implies --bos)",
     )
     p.add_argument("--text-key", default="text", metavar="KEY", help="default: text")
     p.add_argument(
@@ -203,12 +228,19 @@ BYTES_DEFAULT = (
 """The summary's tokenizer row when ``--tokenizer`` was not given."""
 
 
+def _bos_text(s: TokenizeSummary) -> str:
+    if s.bos_id is None:
+        return "no BOS token (--bos adds the tokenizer's)"
+    return f"id {s.tokenizer.get('bos_choice')}"
+
+
 def summary_text(s: TokenizeSummary, default_tokenizer: bool = False) -> str:
     rate = s.text_bytes / s.seconds / 1e6 if s.seconds > 0 else 0.0
     rows = [
         ("store", f"{s.out} ({s.status})"),
         ("tokenizer", BYTES_DEFAULT if default_tokenizer else str(s.tokenizer["source"])),
         ("end of document", f"id {s.tokenizer['eod_choice']}"),
+        ("start of document", _bos_text(s)),
         ("documents read", fmt_int(s.docs_in)),
         ("documents kept", fmt_int(s.n_docs)),
         ("tokens", f"{fmt_int(s.n_tokens)} ({s.dtype}, vocabulary {fmt_int(s.vocab_size)})"),
@@ -244,6 +276,8 @@ def cmd(args: argparse.Namespace) -> int:
         work_dir=args.work_dir,
         on_bad_record=args.on_bad_record,
         max_bad_fraction=args.max_bad_fraction,
+        bos=args.bos,
+        bos_token=args.bos_token,
         wording=FLAGS,
     )
     summary = tokenize(config, progress=progress_callback(args.progress, quiet=args.json))

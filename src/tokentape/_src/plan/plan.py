@@ -69,6 +69,7 @@ from tokentape._src.tape.excise import (
 from tokentape._src.tape.resolve import Tape, as_positions
 from tokentape._src.util.checks import (
     as_index,
+    check_flag,
     check_int,
     check_number,
     check_path,
@@ -268,6 +269,7 @@ class Plan:
         base_dir: str | os.PathLike[str] = ".",
         storage_options: Mapping[str, Any] | None = None,
         phases: Sequence[Mapping[str, Any]] = (),
+        mixed_bos: bool = False,
     ) -> Plan:
         """Resolve a plan given in Python, exactly as ``tokentape plan`` resolves a TOML file.
 
@@ -295,6 +297,9 @@ class Plan:
             phases: The phases after the first, as the plan file's ``[[phase]]`` tables:
                 ``{"start_tokens": "1.8T", "weights": {"math": 60, ...}}`` (or
                 ``start_samples``); a source not named has weight 0 in that phase.
+            mixed_bos: Blend stores whose documents start differently (one tokenized with a
+                beginning-of-document token, one without, or with another); refused by
+                default.
 
         Returns:
             The resolved plan.
@@ -305,13 +310,14 @@ class Plan:
                 also gives a ``name``, or ``base_dir`` is not a path.
             PlanError: A key of a table is missing, unknown or of the wrong type or range, a
                 value is out of its range (``seq_len`` 0, ...), the sources disagree
-                (tokenizer, vocabulary), or a source would be repeated beyond its
-                ``max_repeats``.
+                (tokenizer, vocabulary, beginning-of-document token), or a source would be
+                repeated beyond its ``max_repeats``.
             StoreError: A source's store is missing or damaged.
         """
         _check_build_args(
             seq_len, seed, total_tokens, total_samples, weight_denominator, storage_options, phases
         )
+        check_flag("mixed_bos", mixed_bos)
         tables: list[dict[str, Any]]
         if isinstance(sources, Mapping):
             tables = []
@@ -351,6 +357,8 @@ class Plan:
             data["storage_options"] = storage_options
         if phases:
             data["phase"] = [dict(p) for p in phases]
+        if mixed_bos:
+            data["mixed_bos"] = True
         where = "plan"
         check_path("base_dir", base_dir)
         plan = resolve_plan(plan_spec(data, where, os.fspath(base_dir)), where)
@@ -943,6 +951,28 @@ def expected_index_hash(plan: Plan) -> str:
     )  # fmt: skip
 
 
+def _bos_words(m: SourceManifest) -> str:
+    bos = m.tokenizer.get("bos_id")
+    if bos is None:
+        return "no beginning-of-document token"
+    return f"beginning-of-document id {bos} ('{_escaped(m.tokenizer.get('bos_token'))}')"
+
+
+def _check_bos(stores: list[tuple[str, SourceManifest]], where: str) -> None:
+    """Refuse tokentape stores whose documents start differently (one with a BOS token, one
+    without, or with another): the mixture would teach both (a Megatron prefix records no
+    BOS and is not compared)."""
+    for name, m in stores[1:]:
+        first_name, first = stores[0]
+        if m.tokenizer.get("bos_id") != first.tokenizer.get("bos_id"):
+            raise PlanError(
+                f"{where}: source '{name}' starts its documents with {_bos_words(m)}, "
+                f"'{first_name}' with {_bos_words(first)}; re-tokenize one of them (tokentape "
+                "tokenize --bos, --bos-token or --no-bos), or set mixed_bos = true in the plan "
+                "to blend them as they are"
+            )
+
+
 @dataclass(frozen=True)
 class _Opened:
     """What resolving a plan takes from one source: its format and manifest, and what the
@@ -1049,6 +1079,9 @@ def resolve_plan(
                 f"{_tokenizer_words(m.tokenizer)}, '{first_name}' with "
                 f"{_tokenizer_words(first.tokenizer)}; re-tokenize it"
             )
+    if not spec.mixed_bos:
+        _check_bos([(n, m) for (n, m), o in zip(manifests, opened, strict=True)
+                    if o.kind != MEGATRON], where)  # fmt: skip
     first_name, first = manifests[0]
     for name, m in manifests[1:]:
         if (m.vocab_size, m.eod_id) != (first.vocab_size, first.eod_id):

@@ -29,6 +29,7 @@ _TOP_KEYS = {
     "source",
     "storage_options",
     "phase",
+    "mixed_bos",
 }
 
 _PHASE_KEYS = {"start_tokens", "start_samples", "weights"}
@@ -102,6 +103,9 @@ class PlanSpec:
     into PLAN.json)."""
     phases: tuple[PhaseSpec, ...] = ()
     """The ``[[phase]]`` tables after the first phase (the sources' own weights), in order."""
+    mixed_bos: bool = False
+    """Blend stores whose documents start with different beginning-of-document tokens (or
+    some with one and some without); refused by default."""
 
 
 def parse_count(value: Any, where: str) -> int:
@@ -258,7 +262,12 @@ def plan_spec(data: Any, where: str, base_dir: str = ".") -> PlanSpec:
         seen.add(s.name)
     options = plan_storage_options(data.get("storage_options", {}), where)
     phases = _phases(data.get("phase", []), sources, seq_len, horizon, where)
-    return PlanSpec(seq_len, seed, horizon, sources, denominator, base_dir, options, phases)
+    mixed_bos = data.get("mixed_bos", False)
+    if not isinstance(mixed_bos, bool):
+        raise PlanError(f"{where}: 'mixed_bos' must be true or false")
+    return PlanSpec(
+        seq_len, seed, horizon, sources, denominator, base_dir, options, phases, mixed_bos
+    )
 
 
 def _phases(

@@ -40,6 +40,7 @@ def manifest_text(directory: str, m: Manifest, inputs: list[dict[str, Any]] | No
             ("documents", fmt_int(m.n_docs)),
             ("tokenizer", f"{tok.get('kind')} {tok.get('spec', '')}".rstrip()),
             ("vocabulary", f"{fmt_int(m.vocab_size)} ids, end-of-document id {m.eod_id}"),
+            ("start of document", _bos_text(m)),
             ("fingerprint", tok.get("fingerprint", "?")),
             ("content hash", m.content_hash),
             ("filters", filters or "none"),
@@ -57,6 +58,13 @@ def manifest_text(directory: str, m: Manifest, inputs: list[dict[str, Any]] | No
         [[s.name, s.n_tokens, s.n_docs, s.bin_sha256[:16]] for s in m.shards],
     )
     return f"{head}\n\n{shards}\n\n{inputs_text(inputs)}"
+
+
+def _bos_text(m: Manifest) -> str:
+    if m.bos_id is None:
+        return "no beginning-of-document token"
+    token = repr(m.tokenizer.get("bos_token"))
+    return f"beginning-of-document id {m.bos_id} ({token[:40]})"
 
 
 def bad_records_rows(bad: object, shown: int = 3) -> list[tuple[str, str]]:

@@ -130,6 +130,12 @@ class Manifest:
     """Where each document came from (``store.provenance``); None: not recorded (a store made
     before it was)."""
 
+    @property
+    def bos_id(self) -> int | None:
+        """The id every document starts with (``tokenize --bos``); None: none."""
+        value = self.tokenizer.get("bos_id")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
     def to_dict(self) -> dict[str, Any]:
         """The manifest's fields as JSON-friendly values, in ``manifest.json``'s order."""
         data = asdict(self)
@@ -248,6 +254,7 @@ def parse_manifest(text: str, where: str, *, strict: bool = True) -> Manifest:
             else parse_provenance(data["provenance"], len(shards), where, strict)
         ),
     )
+    _check_bos(manifest.tokenizer, where)
     if manifest.n_tokens != sum(s.n_tokens for s in shards):
         raise StoreError(f"{where}: n_tokens does not equal the sum over shards")
     if manifest.n_docs != sum(s.n_docs for s in shards):
@@ -257,11 +264,30 @@ def parse_manifest(text: str, where: str, *, strict: bool = True) -> Manifest:
     return manifest
 
 
+def _check_bos(tokenizer: dict[str, Any], where: str) -> None:
+    """A recorded beginning of document is an id and its token (both, or neither)."""
+    if "bos_id" not in tokenizer and "bos_token" not in tokenizer:
+        return
+    bos_id, token = tokenizer.get("bos_id"), tokenizer.get("bos_token")
+    if not isinstance(bos_id, int) or isinstance(bos_id, bool) or bos_id < 0:
+        found = bos_id if isinstance(bos_id, int) and -(2**63) < bos_id < 2**63 else "not one"
+        raise StoreError(
+            f"{where}: field tokenizer.bos_id is {found}, expected a token id (an integer >= 0)"
+        )
+    if not isinstance(token, str):
+        raise StoreError(
+            f"{where}: field tokenizer.bos_token is {type(token).__name__}, expected str"
+        )
+
+
 def _check_consistent(manifest: Manifest, where: str) -> None:
     if manifest.eod_id >= manifest.vocab_size:
         raise StoreError(
             f"{where}: eod_id {manifest.eod_id} is not below vocab_size {manifest.vocab_size}"
         )
+    bos = manifest.bos_id
+    if bos is not None and bos >= manifest.vocab_size:
+        raise StoreError(f"{where}: bos_id {bos} is not below vocab_size {manifest.vocab_size}")
     recomputed = content_hash(manifest.shards, manifest.dtype)
     if manifest.content_hash != recomputed:
         raise StoreError(

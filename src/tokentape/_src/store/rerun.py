@@ -55,6 +55,7 @@ def differences(manifest: Manifest, identity: dict[str, Any], tokenizer: str) ->
         ("--dtype", manifest.dtype, identity.get("dtype")),
         ("--text-key", inputs.get("text_key"), identity.get("text_key")),
         ("--unit-mb", inputs.get("unit_bytes"), identity.get("unit_bytes")),
+        ("--bos", manifest.bos_id, identity.get("bos_id")),
     ):
         if old != new:
             out.append(f"{flag}: {_short(old)} -> {_short(new)}")

@@ -30,7 +30,7 @@ import re
 import stat
 from array import array
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -440,6 +440,9 @@ class HFTokenizer:
     backend: tokenizers.Tokenizer = field(repr=False, compare=False)
     eod_reason: str = field(default=EOD_NAMED, repr=False, compare=False)
     """How the EOD token was chosen (for the tokenize summary)."""
+    directory: Path | None = field(default=None, repr=False, compare=False)
+    """The directory it was loaded from (its ``tokenizer_config.json`` is there); None: a
+    ``tokenizer.json`` given as a file, or a store's copy."""
     kind: str = field(default="hf", init=False)
 
     @classmethod
@@ -633,14 +636,15 @@ def _from_hf_cache(name: str, lead: str) -> Path:
     return Path(found).parent
 
 
-def _config_error(path: Path, detail: str) -> InputError:
-    return InputError(
-        f"tokenizer config '{path}': {detail}; fix or remove it, or name the end-of-document "
-        "token with --eod-token"
-    )
+EOD_HINT = "name the end-of-document token with --eod-token"
+BOS_HINT = "choose with --bos-token TOKEN or --no-bos"
 
 
-def _read_config(path: Path) -> bytes:
+def _config_error(path: Path, detail: str, hint: str = EOD_HINT) -> InputError:
+    return InputError(f"tokenizer config '{path}': {detail}; fix or remove it, or {hint}")
+
+
+def _read_config(path: Path, hint: str) -> bytes:
     """The bytes of a ``tokenizer_config.json`` that exists as a path: it must be a readable
     regular file (links are followed: a cache snapshot links into its blobs) of at most
     ``HF_CONFIG_MAX_BYTES``. Opened without blocking, so a FIFO is refused, not waited on."""
@@ -649,56 +653,69 @@ def _read_config(path: Path) -> bytes:
         fd = os.open(path, flags)
     except FileNotFoundError:
         gone = "a dangling link (its target is missing)" if path.is_symlink() else "not found"
-        raise _config_error(path, gone) from None
+        raise _config_error(path, gone, hint) from None
     except OSError as exc:
-        raise _config_error(path, f"cannot read ({exc.strerror})") from None
+        raise _config_error(path, f"cannot read ({exc.strerror})", hint) from None
     try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):
-            raise _config_error(path, "is a directory")
+            raise _config_error(path, "is a directory", hint)
         if not stat.S_ISREG(mode):
-            raise _config_error(path, "not a regular file")
+            raise _config_error(path, "not a regular file", hint)
         with os.fdopen(fd, "rb", closefd=False) as f:
             data = f.read(HF_CONFIG_MAX_BYTES + 1)
     except OSError as exc:
-        raise _config_error(path, f"cannot read ({exc.strerror})") from None
+        raise _config_error(path, f"cannot read ({exc.strerror})", hint) from None
     finally:
         os.close(fd)
     if len(data) > HF_CONFIG_MAX_BYTES:
-        raise _config_error(path, f"larger than {HF_CONFIG_MAX_BYTES // (1024 * 1024)} MiB")
+        raise _config_error(path, f"larger than {HF_CONFIG_MAX_BYTES // (1024 * 1024)} MiB", hint)
     return data
 
 
-def _config_eos(directory: Path) -> str | None:
-    """The ``eos_token`` of ``directory/tokenizer_config.json``; None without that file or key.
+def _config(directory: Path, hint: str) -> dict[str, Any] | None:
+    """``directory/tokenizer_config.json`` as a JSON object; None without that file.
 
     A path of that name that is not a readable regular file (a dangling link, a directory) is
-    refused, not ignored: ignoring it would silently change the end-of-document token."""
+    refused, not ignored: ignoring it would silently change the tokens a document gets."""
     path = directory / HF_CONFIG_NAME
     if not os.path.lexists(path):
         return None
-    data = _read_config(path)
+    data = _read_config(path, hint)
     try:
         config = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise InputError(f"tokenizer config '{path}': not valid JSON ({_one_line(exc)})") from None
     if not isinstance(config, dict):
         raise InputError(f"tokenizer config '{path}': expected a JSON object")
-    eos = config.get("eos_token")
-    if isinstance(eos, dict):  # a serialized AddedToken: {"content": "</s>", ...}
-        if eos.get("content") is None:  # not "no eos_token": refused, not ignored
+    return config
+
+
+def _config_token(config: dict[str, Any], key: str, path: Path, hint: str) -> str | None:
+    """The token named by ``config[key]`` (``eos_token``, ``bos_token``): a string, or a
+    serialized AddedToken (``{"content": "</s>", ...}``); None where the key is absent or null."""
+    token = config.get(key)
+    if isinstance(token, dict):
+        if token.get("content") is None:  # not "no token": refused, not ignored
             raise InputError(
-                f"tokenizer config '{path}': eos_token is an added token without a 'content' "
-                f"({_one_line(repr(eos))}); expected a token string (or name the "
-                "end-of-document token with --eod-token)"
+                f"tokenizer config '{path}': {key} is an added token without a 'content' "
+                f"({_one_line(repr(token))}); expected a token string (or {hint})"
             )
-        eos = eos["content"]  # a content that is not a string is refused below
-    if eos is not None and (not isinstance(eos, str) or not eos):
+        token = token["content"]  # a content that is not a string is refused below
+    if token is not None and (not isinstance(token, str) or not token):
         raise InputError(
-            f"tokenizer config '{path}': eos_token is {_one_line(repr(eos))}; expected a token "
-            "string (or leave it out, or name the end-of-document token with --eod-token)"
+            f"tokenizer config '{path}': {key} is {_one_line(repr(token))}; expected a token "
+            f"string (or leave it out, or {hint})"
         )
-    return eos
+    return token
+
+
+def _config_eos(directory: Path) -> str | None:
+    """The ``eos_token`` of ``directory/tokenizer_config.json``; None without that file or key."""
+    config = _config(directory, EOD_HINT)
+    if config is None:
+        return None
+    return _config_token(config, "eos_token", directory / HF_CONFIG_NAME, EOD_HINT)
 
 
 def _hf_directory(directory: Path, spec: str, eod_token: str | None) -> HFTokenizer:
@@ -714,7 +731,8 @@ def _hf_directory(directory: Path, spec: str, eod_token: str | None) -> HFTokeni
         )
     data = _read_file(path, f"from tokenizer spec {spec!r}")
     config_eos = None if eod_token is not None else _config_eos(directory)
-    return HFTokenizer.from_bytes(data, path, spec, eod_token, config_eos)
+    tok = HFTokenizer.from_bytes(data, path, spec, eod_token, config_eos)
+    return replace(tok, directory=directory)
 
 
 def _hf_file(path: Path, spec: str, eod_token: str | None) -> HFTokenizer:
@@ -773,6 +791,115 @@ def load_tokenizer(spec: str, eod_token: str | None = None) -> Tokenizer:
     raise InputError(
         f"unknown tokenizer spec {spec!r}: no such file or directory; {SPECS_EXPECTED}"
     )
+
+
+# --------------------------------------------------------------------------------------------
+# beginning of document
+
+
+BOS_CANDIDATES = ("<s>", "<|begin_of_text|>", "<bos>", "<|startoftext|>")
+"""Beginning-of-document tokens looked for, in order, when ``--bos`` names none and the
+tokenizer's files do not either."""
+
+
+@dataclass(frozen=True)
+class Bos:
+    """The id put before every document of a store, its token and how it was chosen."""
+
+    id: int
+    token: str
+    reason: str
+
+
+BOS_NAMED = "named by --bos-token"
+BOS_FROM_CONFIG = f"add_bos_token and bos_token of {HF_CONFIG_NAME}"
+BOS_FROM_TEMPLATE = f"what the post-processor of its {HF_STORED_NAME} puts first"
+
+
+def _template_bos(tok: HFTokenizer) -> int | None:
+    """The special token the tokenizer's post-processor puts before a document's own ids
+    (what ``tokenizer(text)`` adds, e.g. Llama 3's ``<|begin_of_text|>``); None if none."""
+    try:
+        bare = tok.backend.encode("a", add_special_tokens=False).ids
+        full = tok.backend.encode("a", add_special_tokens=True).ids
+    except Exception:  # the Rust library raises plain Exception
+        return None
+    if len(full) <= len(bare) or full[1 : 1 + len(bare)] != bare:
+        return None
+    added = tok.backend.get_added_tokens_decoder().get(full[0])
+    return full[0] if added is not None and added.special else None
+
+
+def _bos_id(tok: HFTokenizer, token: str, what: str) -> int:
+    """The id of ``token`` in ``tok``'s vocabulary; ``what`` says where the name came from."""
+    found = tok.backend.token_to_id(token) if is_utf8(token) else None
+    if found is None:
+        raise InputError(
+            f"tokenizer {tok.spec!r}: {what} {token!r} is not in its vocabulary; "
+            "name one with --bos-token, or give --no-bos"
+        )
+    return int(found)
+
+
+def choose_bos(tok: Tokenizer, bos: bool | None, bos_token: str | None) -> Bos | None:
+    """The beginning-of-document token of a tokenize job, or None for none.
+
+    ``bos`` False: none. ``bos_token``: that token. ``bos`` None (the default) does what the
+    tokenizer does when called as ``tokenizer(text)``: where ``tokenizer_config.json`` has
+    ``add_bos_token``, it decides (the token is its ``bos_token``); else the token the
+    ``tokenizer.json`` post-processor puts first, if any. ``bos`` True: the config's
+    ``bos_token``, else that post-processor's token, else the first of ``BOS_CANDIDATES``
+    in the vocabulary. Only a Hugging Face tokenizer has one."""
+    if bos is False:
+        return None
+    if not isinstance(tok, HFTokenizer):
+        if bos is None and bos_token is None:
+            return None
+        flag = "--bos-token" if bos_token is not None else "--bos"
+        raise InputError(
+            f"{flag}: the {tok.kind} tokenizer {tok.spec!r} has no beginning-of-document "
+            "token; only a Hugging Face tokenizer has one (leave out --bos)"
+        )
+    if bos_token is not None:
+        return Bos(_bos_id(tok, bos_token, "--bos-token"), bos_token, BOS_NAMED)
+    config = None if tok.directory is None else _config(tok.directory, BOS_HINT)
+    path = Path(tok.directory or ".", HF_CONFIG_NAME)
+    add = None if config is None else config.get("add_bos_token")
+    if add is not None and not isinstance(add, bool):
+        raise _config_error(path, f"add_bos_token is {_one_line(repr(add))}, not true or false",
+                            BOS_HINT)  # fmt: skip
+    named = None if config is None else _config_token(config, "bos_token", path, BOS_HINT)
+    if bos is None and add is False:
+        return None
+    if named is not None and (add or bos):
+        reason = BOS_FROM_CONFIG if add else f"--bos: the bos_token of {HF_CONFIG_NAME}"
+        return Bos(_bos_id(tok, named, f"the bos_token of {path}:"), named, reason)
+    if add:
+        raise _config_error(path, "add_bos_token is true but it names no bos_token", BOS_HINT)
+    template = _template_bos(tok)
+    if template is not None:
+        token = tok.backend.id_to_token(template) or str(template)
+        reason = BOS_FROM_TEMPLATE if bos is None else f"--bos: {BOS_FROM_TEMPLATE}"
+        return Bos(template, token, reason)
+    if bos is None:
+        return None
+    for candidate in BOS_CANDIDATES:
+        found = tok.backend.token_to_id(candidate)
+        if found is not None:
+            return Bos(int(found), candidate, "--bos: the first of " + ", ".join(BOS_CANDIDATES))
+    raise InputError(
+        f"--bos: tokenizer {tok.spec!r} names no beginning-of-document token (no bos_token in "
+        f"a {HF_CONFIG_NAME}, none put first by its post-processor, none of "
+        f"{', '.join(BOS_CANDIDATES)} in its vocabulary); name one with --bos-token"
+    )
+
+
+def bos_choice(bos: Bos | None) -> str:
+    """The beginning-of-document id, its token and how it was chosen (for the tokenize
+    summary): ``1 '<s>' (add_bos_token and bos_token of tokenizer_config.json)``."""
+    if bos is None:
+        return "none"
+    return f"{bos.id} {bos.token!r} ({bos.reason})"
 
 
 def tokenizer_manifest(tok: Tokenizer) -> dict[str, Any]:
@@ -915,15 +1042,19 @@ def tokenizer_from_manifest(
 
 
 __all__ = [
+    "BOS_CANDIDATES",
     "GPT2_SPLIT_PATTERN",
     "HF_CONFIG_MAX_BYTES",
     "HF_EOD_CANDIDATES",
     "STORED_NAMES",
+    "Bos",
     "ByteTokenizer",
     "HFTokenizer",
     "NoTokenizer",
     "TiktokenTokenizer",
     "Tokenizer",
+    "bos_choice",
+    "choose_bos",
     "eod_choice",
     "hf_cache_dir",
     "load_tokenizer",

@@ -71,7 +71,10 @@ from tokentape._src.store.provenance import (
 )
 from tokentape._src.store.safedir import made_directory
 from tokentape._src.store.tokenizers import (
+    Bos,
     Tokenizer,
+    bos_choice,
+    choose_bos,
     load_tokenizer,
     tokenizer_manifest,
     tokenizer_report,
@@ -133,7 +136,7 @@ class TokenizeSummary:
         eod_id: The end-of-document id appended to every document.
         docs_in: Documents read from the inputs.
         n_docs: Documents written (those not dropped).
-        n_tokens: Tokens written, end-of-document ids included.
+        n_tokens: Tokens written, end-of-document (and beginning-of-document) ids included.
         n_shards: Shards written.
         text_bytes: UTF-8 bytes of the documents' text read.
         dropped_docs: Documents dropped per reason (``empty``, or the name of the filter that
@@ -151,6 +154,8 @@ class TokenizeSummary:
             (``""``: inputs without one); empty for a store that records no provenance.
         bad_records: With ``on_bad_record="skip"``: the records skipped as bad (``skipped``,
             per ``reasons``, ``by_input``, the ``first`` locations); empty otherwise.
+        bos_id: The beginning-of-document id put before every document (``bos``), or None.
+            ``tokenizer`` says which token it is and why (``bos_token``, ``bos_choice``).
     """
 
     out: str
@@ -172,6 +177,7 @@ class TokenizeSummary:
     tokenizer: dict[str, Any]
     id_keys: dict[str, int]
     bad_records: dict[str, Any] = field(default_factory=dict)
+    bos_id: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The summary as JSON-friendly data.
@@ -287,6 +293,7 @@ def _summary(
     units_reused: int,
     seconds: float,
     tokenizer: Tokenizer,
+    bos: Bos | None,
 ) -> TokenizeSummary:
     stats = manifest.filters
     return TokenizeSummary(
@@ -306,10 +313,13 @@ def _summary(
         units_reused=units_reused,
         seconds=seconds,
         content_hash=manifest.content_hash,
-        tokenizer=tokenizer_report(tokenizer),
+        tokenizer=tokenizer_report(tokenizer)
+        | {"bos_id": manifest.bos_id, "bos_token": manifest.tokenizer.get("bos_token"),
+           "bos_choice": bos_choice(bos)},
         id_keys=_id_keys(manifest),
         bad_records=manifest.extra.get("bad_records", {}),
-    )
+        bos_id=manifest.bos_id,
+    )  # fmt: skip
 
 
 def _id_keys(manifest: Manifest) -> dict[str, int]:
@@ -361,6 +371,7 @@ def _tokenize(
     config: TokenizeConfig, progress: ProgressCallback | None, started: float, pool: Pool | None
 ) -> TokenizeSummary:
     tokenizer = load_tokenizer(config.tokenizer, config.eod_token)
+    bos = choose_bos(tokenizer, config.bos, config.bos_token)
     filters = parse_filters(config.filters)
     files = with_id_keys(
         expand_inputs(config.inputs, config.storage_options), config.id_key, config.text_key
@@ -371,12 +382,14 @@ def _tokenize(
     itemsize = numpy_dtype(dtype).itemsize
     shard_tokens = max(1, int(config.shard_mb * 2**20) // itemsize)
     identity = job_identity(
-        config, files, tokenizer.fingerprint, filters.to_json(), dtype, shard_tokens, unit_bytes
-    )
+        config, files, tokenizer.fingerprint, filters.to_json(), dtype, shard_tokens, unit_bytes,
+        None if bos is None else bos.id,
+    )  # fmt: skip
     job_hash = canonical_hash(identity)
     job = _Job(
         config=config,
         tokenizer=tokenizer,
+        bos=bos,
         filters=filters,
         files=files,
         units=units,
@@ -417,7 +430,10 @@ def _to_url(job: _Job, url: str, progress: ProgressCallback | None) -> TokenizeS
             if scratch:
                 discard_store(local)  # what a run killed after its upload left behind
             seconds = time.monotonic() - job.started
-            return _summary(url, remote, "already complete", len(job.units), seconds, job.tokenizer)
+            reused = len(job.units)
+            return _summary(
+                url, remote, "already complete", reused, seconds, job.tokenizer, job.bos
+            )
         early = ShardUploader(
             store, url, job.job_hash, config.overwrite
         )  # each shard goes up as assembly closes it
@@ -445,7 +461,8 @@ def _to_url(job: _Job, url: str, progress: ProgressCallback | None) -> TokenizeS
             discard_store(local)
     seconds = time.monotonic() - job.started
     if remote is not None:  # another writer uploaded this job's store meanwhile
-        return _summary(url, remote, "already complete", len(job.units), seconds, job.tokenizer)
+        reused = len(job.units)
+        return _summary(url, remote, "already complete", reused, seconds, job.tokenizer, job.bos)
     fresh = built.status == "created" and not set(report.kept) - early.uploaded
     return replace(built, out=url, status="created" if fresh else "resumed", seconds=seconds)
 
@@ -470,6 +487,8 @@ class _Job:
 
     config: TokenizeConfig
     tokenizer: Tokenizer
+    bos: Bos | None
+    """The token put before every document, if any (``--bos``)."""
     filters: FilterSet
     files: list[InputFile]
     """The inputs, in order, each with the field its ids are read from."""
@@ -510,7 +529,7 @@ def _run(
             replace_directory(build, Path(os.path.realpath(out)), discard_store)
             status = "resumed"
         seconds = time.monotonic() - job.started
-        return _summary(out, plan.manifest, status, len(units), seconds, job.tokenizer)
+        return _summary(out, plan.manifest, status, len(units), seconds, job.tokenizer, job.bos)
 
     session = ExitStack()  # the Ray session, if any: connected before anything is written
     ray = None
@@ -532,6 +551,7 @@ def _run(
             work_dir=str(unit_dir),
             storage_options=dict(config.storage_options),
             skip_bad=config.on_bad_record == "skip",
+            bos_id=None if job.bos is None else job.bos.id,
         )
         finished = {u.index: _finished(unit_dir, u, job.dtype) for u in units}
         pending = [u for u in units if finished[u.index] is None]
@@ -596,7 +616,8 @@ def _run(
         session.close()
     status = "resumed" if plan.state is OutState.RESUME else "created"
     reused = len(units) - len(pending)
-    return _summary(out, manifest, status, reused, time.monotonic() - job.started, job.tokenizer)
+    seconds = time.monotonic() - job.started
+    return _summary(out, manifest, status, reused, seconds, job.tokenizer, job.bos)
 
 
 def _finished(work_dir: Path, unit: Unit, dtype: str) -> UnitResult | None:
@@ -626,7 +647,8 @@ def _manifest(
         dtype=job.dtype,
         vocab_size=tokenizer.vocab_size,
         eod_id=tokenizer.eod_id,
-        tokenizer=tokenizer_manifest(tokenizer),
+        tokenizer=tokenizer_manifest(tokenizer)
+        | ({} if job.bos is None else {"bos_id": job.bos.id, "bos_token": job.bos.token}),
         shards=tuple(shards),
         n_tokens=n_tokens,
         n_docs=sum(s.n_docs for s in shards),

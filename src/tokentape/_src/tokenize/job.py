@@ -100,6 +100,12 @@ class TokenizeConfig:
     max_bad_fraction: float = 0.01
     """With 'skip': the job is refused at the end when more than this fraction of the records
     were bad (the counts in the error)."""
+    bos: bool | None = None
+    """Put a beginning-of-document token before every document: True (``--bos``), False
+    (``--no-bos``), or None: as the tokenizer does when called on a text (its
+    ``tokenizer_config.json``'s ``add_bos_token``, else its post-processor)."""
+    bos_token: str | None = None
+    """The beginning-of-document token (``--bos-token``; implies ``bos``)."""
 
     def __post_init__(self) -> None:
         inputs = self.inputs
@@ -145,6 +151,12 @@ class TokenizeConfig:
             )
         if not isinstance(self.overwrite, bool):
             raise ArgumentError(f"overwrite: expected True or False, got {self.overwrite!r}")
+        if self.bos is not None and not isinstance(self.bos, bool):
+            raise ArgumentError(f"--bos: expected True, False or None, got {self.bos!r}")
+        if self.bos_token is not None:
+            check_text("--bos-token", self.bos_token)
+            if self.bos is False:
+                raise ArgumentError("--bos-token names a token to put first; drop --no-bos")
         check_storage_options(self.storage_options, "--storage-options")
         if self.work_dir is not None:
             check_path("--work-dir", self.work_dir)
@@ -165,22 +177,28 @@ def job_identity(
     dtype: str,
     shard_tokens: int,
     unit_bytes: int,
+    bos_id: int | None = None,
 ) -> dict[str, Any]:
-    """The inputs of the output bytes, JSON-ready."""
-    return {
-        "format_version": FORMAT_VERSION,
-        "tokenizer": tokenizer_fingerprint,
-        "text_key": config.text_key,
-        "id_key": config.id_key,
-        "filters": filters_json,
-        "dtype": dtype,
-        "shard_tokens": shard_tokens,
-        "unit_bytes": unit_bytes,
-        "inputs": [
-            {"path": f.path, "kind": f.kind, "size": f.size, "id_key": f.id_key or None}
-            for f in files
-        ],
-    } | ({"on_bad_record": "skip"} if config.on_bad_record == "skip" else {})
+    """The inputs of the output bytes, JSON-ready (a key that came later is there only when
+    it is not its default, so that earlier jobs keep their identity)."""
+    return (
+        {
+            "format_version": FORMAT_VERSION,
+            "tokenizer": tokenizer_fingerprint,
+            "text_key": config.text_key,
+            "id_key": config.id_key,
+            "filters": filters_json,
+            "dtype": dtype,
+            "shard_tokens": shard_tokens,
+            "unit_bytes": unit_bytes,
+            "inputs": [
+                {"path": f.path, "kind": f.kind, "size": f.size, "id_key": f.id_key or None}
+                for f in files
+            ],
+        }
+        | ({"on_bad_record": "skip"} if config.on_bad_record == "skip" else {})
+        | ({} if bos_id is None else {"bos_id": bos_id})
+    )
 
 
 class OutState(Enum):

@@ -62,6 +62,13 @@ class WorkerSettings:
     """fsspec options for object URLs among the inputs (``TokenizeConfig.storage_options``)."""
     skip_bad: bool = False
     """Count and skip bad records (``--on-bad-record skip``) rather than stop at the first."""
+    bos_id: int | None = None
+    """The id put before every document (``--bos``); None: none."""
+
+    @property
+    def framing(self) -> int:
+        """The ids a kept document gets besides its text's: the EOD, and the BOS if any."""
+        return 1 if self.bos_id is None else 2
 
 
 @dataclass(frozen=True)
@@ -150,14 +157,19 @@ def _documents(
             yield k, record
 
 
-def with_eod(flat: np.ndarray, counts: np.ndarray, eod: int) -> np.ndarray:
-    """The documents of ``flat`` (sizes ``counts``), each followed by the ``eod`` id."""
-    ends = np.cumsum(counts + 1)
+def framed(flat: np.ndarray, counts: np.ndarray, eod: int, bos: int | None = None) -> np.ndarray:
+    """The documents of ``flat`` (sizes ``counts``), each preceded by the ``bos`` id (unless
+    None) and followed by the ``eod`` id."""
+    extra = 1 if bos is None else 2
+    ends = np.cumsum(counts + extra)
     out = np.empty(int(ends[-1]) if len(ends) else 0, dtype=np.uint32)
-    is_eod = np.zeros(len(out), dtype=bool)
-    is_eod[ends - 1] = True
-    out[is_eod] = eod
-    out[~is_eod] = flat
+    is_text = np.ones(len(out), dtype=bool)
+    is_text[ends - 1] = False
+    out[ends - 1] = eod
+    if bos is not None:
+        is_text[ends - counts - 2] = False
+        out[ends - counts - 2] = bos
+    out[is_text] = flat
     return out
 
 
@@ -173,7 +185,7 @@ def _overflow(
     """The error for the first id at or above the limit, naming the file it came from."""
     first = int(np.argmax(tokens >= settings.id_limit))
     kept_parts = [unit.parts[part] for (part, _), k in zip(batch, keep, strict=True) if k]
-    doc = int(np.searchsorted(np.cumsum(counts[keep] + 1), first, side="right"))
+    doc = int(np.searchsorted(np.cumsum(counts[keep] + settings.framing), first, side="right"))
     return InputError(
         f"{kept_parts[doc].file.path}: token id {int(tokens[first])} does not fit: ids must be "
         f"below {settings.id_limit} ({settings.dtype}, vocabulary {tokenizer.vocab_size})"
@@ -186,16 +198,19 @@ not copied whole)."""
 
 
 def _write_tokens(
-    out: BinaryIO, kept: np.ndarray, counts: np.ndarray, eod: int, dtype: np.dtype
+    out: BinaryIO, kept: np.ndarray, counts: np.ndarray, eod: int, bos: int | None, dtype: np.dtype
 ) -> None:
-    """The documents of ``kept`` (sizes ``counts``), each followed by the ``eod`` id, written
+    """The documents of ``kept`` (sizes ``counts``), each framed as ``framed`` does, written
     to ``out`` in ``dtype``: a batch of small documents at once, a long one block by block."""
     if len(kept) <= WRITE_BLOCK:
-        out.write(np.ascontiguousarray(with_eod(kept, counts, eod).astype(dtype, copy=False)).data)
+        tokens = framed(kept, counts, eod, bos).astype(dtype, copy=False)
+        out.write(np.ascontiguousarray(tokens).data)
         return
     end_of_doc = np.asarray([eod], dtype=dtype)
+    start_of_doc = np.asarray([] if bos is None else [bos], dtype=dtype)
     start = 0
     for n in counts.tolist():
+        out.write(start_of_doc.data)
         for a in range(start, start + n, WRITE_BLOCK):
             piece = kept[a : min(a + WRITE_BLOCK, start + n)]
             out.write(np.ascontiguousarray(piece.astype(dtype, copy=False)).data)
@@ -240,7 +255,8 @@ def tokenize_unit(
     settings: WorkerSettings,
     counters: Counters | None = None,
 ) -> UnitResult:
-    """Tokenize ``unit``, append the EOD id to each kept document, and write its unit files."""
+    """Tokenize ``unit``, frame each kept document (the EOD id after it, the BOS id before it
+    if the job has one), and write its unit files."""
     bin_path, docs_path, marker = unit_paths(settings.work_dir, unit.index)
     dtype = numpy_dtype(settings.dtype)
     lengths: list[int] = []
@@ -249,7 +265,7 @@ def tokenize_unit(
     dropped_docs: Counter[str] = Counter()
     dropped_tokens: Counter[str] = Counter()
     docs_in = text_bytes = n_tokens = 0
-    eod = tokenizer.eod_id
+    eod, bos, framing = tokenizer.eod_id, settings.bos_id, settings.framing
     positions: list[ReadPosition] = []  # how far each part of the unit was read
     told = 0  # input bytes of the unit reported so far
     ids: list[bytes] = []  # the kept documents' ids, one after another
@@ -273,13 +289,13 @@ def tokenize_unit(
             keep = np.array([r is None for r in reasons], dtype=bool)
             kept = flat if keep.all() else flat[np.repeat(keep, counts)]  # no copy when all kept
             del flat
-            if len(kept) and max(int(kept.max()), eod) >= settings.id_limit:
-                tokens = with_eod(kept, counts[keep], eod)
+            if len(kept) and max(int(kept.max()), eod, bos or 0) >= settings.id_limit:
+                tokens = framed(kept, counts[keep], eod, bos)
                 raise _overflow(unit, batch, keep, counts, tokens, settings, tokenizer)
-            _write_tokens(out, kept, counts[keep], eod, dtype)
-            n_kept = len(kept) + int(keep.sum())  # each kept document ends with the EOD id
+            _write_tokens(out, kept, counts[keep], eod, bos, dtype)
+            n_kept = len(kept) + framing * int(keep.sum())  # the EOD (and BOS) of each
             del kept
-            lengths.extend((counts[keep] + 1).tolist())
+            lengths.extend((counts[keep] + framing).tolist())
             records.append(_kept_records(batch, keep, ids))
             for part, _ in batch:
                 part_docs_in[part] += 1
@@ -412,10 +428,10 @@ __all__ = [
     "UnitOutput",
     "UnitResult",
     "WorkerSettings",
+    "framed",
     "load_result",
     "read_unit",
     "tokenize_unit",
     "unit_intact",
     "unit_paths",
-    "with_eod",
 ]

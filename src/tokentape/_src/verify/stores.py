@@ -983,8 +983,11 @@ def _check_eod(ctx: _Store, shard: ShardInfo, idx: np.ndarray, size: int) -> lis
 def _eod_problems(
     ctx: _Store, shard: ShardInfo, idx: np.ndarray, tokens: Any, n: int
 ) -> list[Problem]:
-    eod, missing, first = ctx.manifest.eod_id, 0, ""
+    """Every document ends with the EOD id and, in a store with a BOS, starts with it."""
+    eod, bos = ctx.manifest.eod_id, ctx.manifest.bos_id
+    missing, first, unstarted, first_start = 0, "", 0, ""
     for lo in range(0, len(idx), INDEX_CHUNK):
+        starts = np.asarray(idx[lo : lo + INDEX_CHUNK])
         nxt = np.asarray(idx[lo + 1 : lo + INDEX_CHUNK + 1])
         if lo + INDEX_CHUNK >= len(idx):
             nxt = np.append(nxt, shard.n_tokens)
@@ -997,12 +1000,31 @@ def _eod_problems(
             first = f"document {doc} ends at token {int(ends[inside][bad[0]])} with id "
             first += str(int(values[bad[0]]))
         missing += bad.size
+        if bos is None:
+            continue
+        opened = (starts < n) & (starts < nxt)  # an empty record is the index check's
+        values = tokens[starts[opened]]
+        bad = np.flatnonzero(values != bos)
+        if bad.size and not unstarted:
+            doc = lo + int(np.flatnonzero(opened)[bad[0]])
+            first_start = f"document {doc} starts at token {int(starts[opened][bad[0]])} "
+            first_start += f"with id {int(values[bad[0]])}"
+        unstarted += bad.size
     del tokens
-    if not missing:
-        return []
-    found = f"{missing} document(s) without it; first: {first}"
-    expected = f"id {eod} at every document end"
-    return [Problem(ctx.file(shard.bin_file), "missing end-of-document id", expected, found)]
+    problems = []
+    if missing:
+        found = f"{missing} document(s) without it; first: {first}"
+        expected = f"id {eod} at every document end"
+        problems.append(
+            Problem(ctx.file(shard.bin_file), "missing end-of-document id", expected, found)
+        )
+    if unstarted:
+        found = f"{unstarted} document(s) without it; first: {first_start}"
+        expected = f"id {bos} (the manifest's tokenizer.bos_id) at every document start"
+        problems.append(
+            Problem(ctx.file(shard.bin_file), "missing beginning-of-document id", expected, found)
+        )
+    return problems
 
 
 class _ChunkedTokens:

@@ -44,7 +44,7 @@ def test_readme_tokenize_a_parquet_corpus_with_a_tokenizer_directory(tmp_path, b
     assert "id 1 '</s>' (the eos_token of tokenizer_config.json)" in text
     code, info, err = cli(capsys, "info", out)
     assert code == 0, err
-    assert "end-of-document id 1" in info and "vocabulary      400 ids" in info
+    assert "end-of-document id 1" in info and "vocabulary 400 ids" in " ".join(info.split())
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["tokenizer"]["eod_token"] == "</s>"
     assert (out / "tokenizer.json").read_bytes() == bpe_json.read_bytes()

@@ -136,6 +136,12 @@ def test_info_and_the_summary_show_them(inputs, tmp_path, capsys):
     code, out, err = cli(capsys, "info", tmp_path / "st")
     assert code == 0, err
     assert "bad records" in out and f"10 skipped of {GOOD_DOCS + 10}" in out
+    clean = tmp_path / "clean.jsonl"  # the default job (fail) has no such row, nor does info
+    clean.write_text("".join(json.dumps({"text": t}) + "\n" for t in GOOD))
+    code, out, err = cli(capsys, "tokenize", clean, "--out", tmp_path / "clean")
+    assert code == 0 and "documents kept" in out and "bad records" not in out, out + err
+    code, out, err = cli(capsys, "info", tmp_path / "clean")
+    assert code == 0 and "documents read" in out and "bad records" not in out, out + err
 
 
 def test_clean_inputs_give_the_same_tokens_either_way(tmp_path):

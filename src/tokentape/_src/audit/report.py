@@ -25,6 +25,8 @@ from tokentape._src.audit.losslog import LossLog, place_lines
 from tokentape._src.audit.replay import preview, replay, top_documents
 from tokentape._src.audit.runinfo import plan_json
 from tokentape._src.audit.runs import open_step_log
+from tokentape._src.objects.client import is_url
+from tokentape._src.objects.whole import local_copy
 from tokentape._src.plan.plan import Plan
 from tokentape._src.tape.excise import draws_at, kept_counts
 from tokentape._src.tape.resolve import Tape
@@ -32,7 +34,7 @@ from tokentape._src.train.batch import Batcher
 from tokentape._src.train.loader import hash_dtype
 from tokentape._src.train.schedule import Schedule
 from tokentape._src.train.steplog import LineTrace, StepLog, short_hash
-from tokentape.errors import ArgumentError
+from tokentape.errors import ArgumentError, InputError
 
 REPORT_VERSION = 1
 MAX_POINTS = 2000
@@ -93,6 +95,16 @@ class ReportConfig:
         )
 
 
+def _local(path: str, what: str) -> str:
+    """``path``, or for an object URL a local copy of the object."""
+    if not is_url(path):
+        return path
+    try:
+        return str(local_copy(path))
+    except FileNotFoundError:
+        raise InputError(f"{what} '{path}': no such object") from None
+
+
 def run_report(
     plan: Plan,
     plan_path: str,
@@ -105,12 +117,13 @@ def run_report(
     config = config or ReportConfig()
     names = [s.name for s in plan.sources]
     # A big loss log is read in a second process while this one reads the step log.
-    reader = None if loss_path is None else LossReader(loss_path, names)
+    loss_file = None if loss_path is None else _local(loss_path, "loss log")
+    reader = None if loss_file is None else LossReader(loss_file, names)
     losses: LossLog | None = None
     try:
         log = open_step_log(log_path, plan, trace=True)
-        if reader is not None and loss_path is not None:
-            losses = place_lines(loss_path, reader.lines(), log.steps)
+        if reader is not None and loss_file is not None:
+            losses = place_lines(loss_file, reader.lines(), log.steps)
     finally:
         if reader is not None:
             reader.close()

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokentape._src.objects.client import is_url
+from tokentape._src.objects.client import is_url, join
+from tokentape._src.objects.whole import local_copy, object_info
 from tokentape._src.plan.open import MEGATRON
 from tokentape._src.plan.plan import Plan
 from tokentape._src.store.format import MANIFEST_NAME
@@ -128,7 +129,10 @@ class RunInfo:
 
 
 def step_log_path(path: str | os.PathLike[str]) -> Path:
-    """The step log itself, or ``DIR/steps.jsonl`` of a run directory."""
+    """The step log itself, or ``DIR/steps.jsonl`` of a run directory; at an object URL (the
+    log, or the run's "directory"), a local copy of it fetched for this process."""
+    if is_url(path):
+        return _fetched_step_log(os.fspath(path))
     p = Path(path)
     if p.is_dir():
         log = p / STEP_LOG_NAME
@@ -138,6 +142,24 @@ def step_log_path(path: str | os.PathLike[str]) -> Path:
     if not p.exists():
         raise PlanError(f"{p}: no such step log or run directory")
     return p
+
+
+def _fetched_step_log(url: str) -> Path:
+    return local_copy(step_log_url(url))
+
+
+def step_log_url(url: str) -> str:
+    """The step log at ``url``: the object itself, or ``steps.jsonl`` under the run's URL
+    "directory"."""
+    for candidate in (url, join(url, STEP_LOG_NAME)):
+        if candidate == url and url.endswith("/"):
+            continue
+        try:
+            object_info(candidate)
+        except FileNotFoundError:
+            continue
+        return candidate
+    raise PlanError(f"{url}: no such step log, nor a run directory holding {STEP_LOG_NAME}")
 
 
 def run_info(path: str | os.PathLike[str]) -> RunInfo:
@@ -150,12 +172,17 @@ def run_info(path: str | os.PathLike[str]) -> RunInfo:
     except PlanError as exc:
         if not lines.gaps:
             raise
-        return RunInfo(str(log_path), lines, None, None, str(exc))
+        return RunInfo(_shown(path, log_path), lines, None, None, str(exc))
     # Every line supersedes the steps from its own on, so the last line is the last step.
     last = log.records.get(log.steps - 1)
     if last is None:  # the lenient pass and the reader disagree on the last line
         last = scan_step_log(log_path, (log.steps - 1,)).records[log.steps - 1]
-    return RunInfo(str(log_path), lines, log, last, None)
+    return RunInfo(_shown(path, log_path), lines, log, last, None)
+
+
+def _shown(given: str | os.PathLike[str], log_path: Path) -> str:
+    """The log's name as the user knows it: its URL, not the local copy's path."""
+    return os.fspath(given) if is_url(given) else str(log_path)
 
 
 def run_json(info: RunInfo) -> dict[str, Any]:
@@ -294,5 +321,6 @@ __all__ = [
     "run_json",
     "scan_lines",
     "step_log_path",
+    "step_log_url",
     "store_location",
 ]

@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
+from tokentape._src.audit.runinfo import step_log_path
+from tokentape._src.objects.client import is_url
 from tokentape._src.plan.plan import Plan
 from tokentape._src.tape.blend import MAX_POSITION
 from tokentape._src.tape.resolve import Tape
@@ -16,7 +18,7 @@ from tokentape._src.train.schedule import Schedule
 from tokentape._src.train.steplog import StepLog, scan_step_log, short_hash
 from tokentape._src.util.checks import as_parameter, is_int
 from tokentape._src.util.text import fmt_bytes
-from tokentape.errors import ArgumentError, PlanError, TokentapeError
+from tokentape.errors import ArgumentError, PlanError, TokentapeError, _reworded
 
 
 def memory_bytes() -> int:
@@ -56,8 +58,15 @@ def open_step_log(
     path: str, plan: Plan, steps: Iterable[int] = (), *, trace: bool = False
 ) -> StepLog:
     """A step log read in one pass (its schedule, the records of ``steps``, and with ``trace``
-    every line's step and time), refused when it was written for another tape."""
-    log = scan_step_log(path, steps, trace=trace)
+    every line's step and time), refused when it was written for another tape. ``path`` may
+    be an object URL (the log, or its run's "directory")."""
+    local = str(step_log_path(path)) if is_url(path) else path
+    try:
+        log = scan_step_log(local, steps, trace=trace)
+    except TokentapeError as exc:
+        if local == path:
+            raise
+        raise _reworded(exc, str(exc).replace(local, path)) from None
     earlier = [step for step, h in log.plans if h == plan.index_hash]
     if earlier and log.index_hash != plan.index_hash:
         later = next(step for step, h in log.plans if step > earlier[-1])

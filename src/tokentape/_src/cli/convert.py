@@ -6,7 +6,7 @@ import argparse
 import json
 
 from tokentape._src.cli.progress import add_progress_arg, progress_callback
-from tokentape._src.cli.storage import add_storage_options
+from tokentape._src.cli.storage import add_storage_options, local_only
 from tokentape._src.megatron.convert import (
     ConvertSummary,
     FromMegatron,
@@ -113,10 +113,12 @@ def cmd(args: argparse.Namespace) -> int:
             raise InputError(f"{flag} applies to --from megatron only")
         check_path("STORE", args.source)  # to_megatron names its parameters: store, prefix
         check_path("OUT_PREFIX", args.out)
+        local_only("OUT_PREFIX", args.out, "the .bin and .idx are written")
         summary = to_megatron(
             args.source, args.out, args.dtype, args.overwrite, bar, args.storage_options
         )
     else:
+        local_only("STORE", args.out, "the store is written")
         settings = {
             "prefix": args.source,
             "out": args.out,

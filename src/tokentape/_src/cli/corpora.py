@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from tokentape._src.cli.storage import local_only
 from tokentape._src.corpora import describe_builtin_corpora, write_builtin_corpora
 from tokentape._src.util.text import key_values
 
@@ -23,6 +24,7 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def cmd(args: argparse.Namespace) -> int:
+    local_only("--out", args.out, "the corpora are written as files")
     written = write_builtin_corpora(args.out)
     if args.json:
         print(json.dumps({name: str(path) for name, path in written.items()}, indent=2))

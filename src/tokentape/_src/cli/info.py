@@ -7,12 +7,14 @@ import argparse
 import json
 from pathlib import Path
 
+from tokentape._src.audit.prefix_info import prefix_info
 from tokentape._src.audit.runinfo import STEP_LOG_NAME, plan_json, run_info, run_json
-from tokentape._src.objects.client import is_url
+from tokentape._src.megatron.format import is_prefix
+from tokentape._src.objects.client import basename, is_url, join, object_store
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan
 from tokentape._src.render.runinfo import plan_info_text, run_info_text
-from tokentape._src.render.text import manifest_text
+from tokentape._src.render.text import manifest_text, prefix_text
 from tokentape._src.store.format import MANIFEST_NAME, read_manifest
 from tokentape._src.store.reader import Source, source_at_url
 from tokentape.errors import InputError, PlanError
@@ -29,6 +31,11 @@ what PATH is:
                                             the run: steps, samples consumed, batch-shape and
                                             plan changes, the last step's tokens hash, redone
                                             steps (lines a resumed run superseded) and gaps
+  a Megatron prefix (PREFIX.bin + PREFIX.idx)  documents, sequences, tokens, dtype, sizes,
+                                            and its identity (content hash, id range) if
+                                            `tokentape verify` recorded one (nothing is hashed)
+  each of them may be an object URL (s3://bucket/stores/web, s3://bucket/plans/PLAN.json,
+  s3://bucket/runs/r1/), read in place (credentials and endpoint from the environment)
 
 exit status: 0; 1 when a step log has steps missing (replay, locate and resume refuse it);
   2 with one line on bad input
@@ -38,36 +45,63 @@ examples:
   tokentape info mix.json
   tokentape info --log run/steps.jsonl --json
   tokentape info run/
+  tokentape info /data/megatron/code_text_document
+  tokentape info s3://bucket/runs/r1/steps.jsonl
 """
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "info",
-        help="show a store's manifest, a plan's summary or a run's step log",
+        help="show a store's manifest, a plan's summary, a Megatron prefix or a run's step log",
         description="Show a token store's manifest, a resolved plan's summary, or a run's\n"
         "history from its step log, in human form (or as JSON).",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("store", metavar="PATH", nargs="?", help="a store, PLAN.json, or run directory")
+    p.add_argument(
+        "store",
+        metavar="PATH",
+        nargs="?",
+        help="a store, PLAN.json, a Megatron prefix or a run directory (or an s3:// URL of one)",
+    )
     p.add_argument("--log", metavar="steps.jsonl", help="a run's step log (or its directory)")
     p.add_argument("--json", action="store_true", help="print it as JSON")
     p.set_defaults(func=cmd)
 
 
 def _kind(path: str) -> str:
-    """``store``, ``plan`` or ``run``: what ``path`` holds (an object URL: a store)."""
+    """``store``, ``plan``, ``run`` or ``megatron``: what ``path`` holds."""
     if is_url(path):
-        return "store"
+        return _remote_kind(path)
     p = Path(path)
     if p.is_dir():
         if not (p / MANIFEST_NAME).exists() and (p / STEP_LOG_NAME).exists():
             return "run"
         return "store"  # reading the manifest says what is missing
+    if is_prefix(p):
+        return "megatron"
     if p.suffix == ".jsonl":
         return "run"
     return "plan" if p.is_file() or p.suffix in (".json", ".toml") else "store"
+
+
+def _remote_kind(url: str) -> str:
+    """What an object URL holds: by its name where that says, else by the objects there."""
+    name = basename(url)
+    if name.endswith(".jsonl"):
+        return "run"
+    if name.endswith((".json", ".toml")):
+        return "plan"
+    objects = object_store(url)
+    for kind, found in (
+        ("store", join(url, MANIFEST_NAME)),
+        ("run", join(url, STEP_LOG_NAME)),
+        ("megatron", url.rstrip("/") + ".idx"),
+    ):
+        if objects.info(found) is not None:
+            return kind
+    return "store"  # reading the manifest says what is missing
 
 
 def _load_plan(path: str) -> Plan:
@@ -86,12 +120,19 @@ def _load_plan(path: str) -> Plan:
 
 def cmd(args: argparse.Namespace) -> int:
     if (args.store is None) == (args.log is None):
-        raise InputError("give one of PATH (a store, PLAN.json or run directory) or --log FILE")
+        raise InputError(
+            "give one of PATH (a store, PLAN.json, a Megatron prefix or a run directory) or "
+            "--log FILE"
+        )
     kind = "run" if args.log is not None else _kind(args.store)
     if kind == "run":
         info = run_info(args.log if args.log is not None else args.store)
         print(json.dumps(run_json(info), indent=2) if args.json else run_info_text(info))
         return 0 if info.refused is None else 1
+    if kind == "megatron":
+        prefix = prefix_info(args.store)
+        print(json.dumps(prefix.to_json(), indent=2) if args.json else prefix_text(prefix))
+        return 0
     if kind == "plan":
         plan = _load_plan(args.store)
         print(

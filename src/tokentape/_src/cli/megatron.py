@@ -12,6 +12,7 @@ from typing import Any
 from tokentape._src.audit.megatron_locate import Landing, dataset_map, landings
 from tokentape._src.audit.megatron_replay import Iteration, Shape, check_shape, replay_iteration
 from tokentape._src.audit.replay import EOD_MARK
+from tokentape._src.cli.storage import local_only
 from tokentape._src.megatron.iterations import (
     BatchSchedule,
     LoggedSchedule,
@@ -21,6 +22,7 @@ from tokentape._src.megatron.iterations import (
 )
 from tokentape._src.megatron.run import MegatronRun
 from tokentape._src.megatron.select import RunQuery, open_run
+from tokentape._src.objects.client import is_url
 from tokentape._src.store.tokenizers import Tokenizer, load_tokenizer
 from tokentape._src.util.text import fmt_int, table
 from tokentape.errors import InputError
@@ -175,7 +177,21 @@ def _weights(text: str | None) -> tuple[float, ...] | None:
     return weights
 
 
+def _local(flag: str, value: str, what: str) -> None:
+    """Refuse an object URL where the Megatron readers need local files."""
+    if is_url(value):
+        raise InputError(
+            f"{flag} {value}: {what} is read from local disk (or a mounted file system), not "
+            "from an object URL; copy it first (e.g. `aws s3 sync` or `s5cmd cp`), or mount "
+            "the bucket"
+        )
+
+
 def _open(args: argparse.Namespace) -> MegatronRun:
+    local_only("--map-dir", getattr(args, "map_dir", None), "the inverted map is kept")
+    _local("CACHE_DIR", args.cache, "the run's data cache")
+    for prefix in args.prefix:
+        _local("--prefix", prefix, "a prefix's .bin and .idx")
     query = RunQuery(
         cache_dirs=(Path(args.cache),),
         prefixes=tuple(Path(p) for p in args.prefix),

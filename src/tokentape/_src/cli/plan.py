@@ -7,10 +7,11 @@ import os
 from contextlib import ExitStack
 
 from tokentape._src.cli.progress import add_progress_arg, progress_callback
+from tokentape._src.objects.client import is_url
 from tokentape._src.plan.plan import check_budgets, resolve_plan
 from tokentape._src.plan.spec import load_plan_spec
 from tokentape._src.render.text import plan_text
-from tokentape._src.store.atomic import atomic_writer, write_atomic
+from tokentape._src.store.atomic import atomic_writer, write_atomic, write_output
 from tokentape.errors import OutputError, PlanError, _reworded
 
 PLAN_EPILOG = """\
@@ -78,7 +79,7 @@ def cmd(args: argparse.Namespace) -> int:
 def _check_output_file(path: str | None) -> None:
     """Refuse an output file that cannot be written (no directory, or a directory there), in
     the words the atomic writer would use."""
-    if path is None:
+    if path is None or is_url(path):  # an object: its PUT says what is wrong
         return
     if os.path.isdir(path):
         raise OutputError(f"'{path}': Is a directory")
@@ -114,7 +115,12 @@ def _write_together(files: list[tuple[str, bytes]]) -> None:
     directory, no permission, no space) leaves none of them written."""
     with ExitStack() as stack:
         for path, data in files:
+            if is_url(path):
+                continue  # put once every local file is complete, before any is renamed
             f = stack.enter_context(atomic_writer(path))
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        for path, data in files:
+            if is_url(path):
+                write_output(path, data)

@@ -8,9 +8,10 @@ from pathlib import Path
 
 from tokentape._src import api
 from tokentape._src.audit.report import SPIKE_WINDOW, SPIKE_Z, TOP_DOCS
-from tokentape._src.audit.runinfo import STEP_LOG_NAME, step_log_path
+from tokentape._src.audit.runinfo import STEP_LOG_NAME, step_log_path, step_log_url
+from tokentape._src.objects.client import is_url, join, object_store
 from tokentape._src.render.report import render_report
-from tokentape._src.store.atomic import write_atomic
+from tokentape._src.store.atomic import write_output
 from tokentape._src.util.text import escaped
 from tokentape.errors import InputError
 
@@ -72,8 +73,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 _FLAGS = {"spike_window": "--spike-window", "spike_z": "--spike-z", "top": "--top"}
 
 
-def _inputs(args: argparse.Namespace) -> tuple[Path, str, str | None]:
+def _inputs(args: argparse.Namespace) -> tuple[Path | str, str, str | None]:
     """The step log, the plan and the loss log (the run directory's, when not given)."""
+    if is_url(args.run):
+        return _remote_inputs(args)
     run = Path(args.run)
     log = step_log_path(run)
     directory = run if run.is_dir() else None
@@ -90,10 +93,30 @@ def _inputs(args: argparse.Namespace) -> tuple[Path, str, str | None]:
     return log, plan, loss
 
 
+def _remote_inputs(args: argparse.Namespace) -> tuple[str, str, str | None]:
+    """``_inputs`` of a run at an object URL: its log, or its "directory"."""
+    run: str = args.run
+    log = step_log_url(run)
+    directory = None if run.endswith(".jsonl") else run.rstrip("/")
+    objects = object_store(run)
+    plan = args.plan
+    if plan is None:
+        if directory is None or objects.info(join(directory, PLAN_NAME)) is None:
+            where = f"{escaped(run)} holds no {PLAN_NAME}" if directory else "RUN is a file"
+            raise InputError(f"--plan PLAN.json needed: {where} (give the plan the run ended "
+                             "under)")  # fmt: skip
+        plan = join(directory, PLAN_NAME)
+    loss = args.loss
+    logged = None if directory is None else join(directory, LOSS_LOG_NAME)
+    if loss is None and logged is not None and objects.info(logged) is not None:
+        loss = logged
+    return log, plan, loss
+
+
 def cmd(args: argparse.Namespace) -> int:
     if args.out is None and not args.json:
         raise InputError("give --out REPORT.html (the page) or --json (its data), or both")
-    if args.out is not None and Path(args.out).is_dir():
+    if args.out is not None and not is_url(args.out) and Path(args.out).is_dir():
         raise InputError(f"--out {escaped(args.out)}: a directory; name the page's file")
     api.report_config(args.spike_window, args.spike_z, args.top, named=_FLAGS.__getitem__)
     log, plan, loss = _inputs(args)
@@ -102,7 +125,7 @@ def cmd(args: argparse.Namespace) -> int:
     if args.out is not None:
         page = render_report(data)
         try:
-            write_atomic(args.out, page.encode("utf-8"))
+            write_output(args.out, page.encode("utf-8"))
         except OSError as exc:
             raise InputError(f"--out {escaped(args.out)}: {exc.strerror or exc}") from None
     if args.json:

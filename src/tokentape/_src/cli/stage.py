@@ -6,7 +6,7 @@ import argparse
 import json
 
 from tokentape._src.cli.progress import add_progress_arg, progress_callback
-from tokentape._src.cli.storage import add_storage_options
+from tokentape._src.cli.storage import add_storage_options, local_only
 from tokentape._src.plan.load import load_plan
 from tokentape._src.stage.stage import (
     DEFAULT_WAIT_S,
@@ -127,6 +127,7 @@ def cmd(args: argparse.Namespace) -> int:
         raise InputError(f"--workers must be between 1 and {MAX_WORKERS}, got {args.workers}")
     if not args.wait >= 0:
         raise InputError(f"--wait must be a number of seconds >= 0, got {args.wait}")
+    local_only("--cache", args.cache, "the staging cache is a directory")
     plan = load_plan(args.plan)
     staged_plan, staged = stage_sources(
         plan,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tokentape._src.objects.client import parse_storage_options
-from tokentape.errors import InputError
+from tokentape._src.objects.client import is_url, parse_storage_options
+from tokentape.errors import InputError, OutputError
 
 STORAGE_HELP = (
     "fsspec options for s3:// (gs://, az://) paths, as a JSON object, e.g. "
@@ -28,3 +28,13 @@ def add_storage_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--storage-options", type=storage_options_arg, default={}, metavar="JSON", help=STORAGE_HELP
     )
+
+
+def local_only(flag: str, value: str | None, what: str) -> None:
+    """Refuse an object URL given for ``flag``, which names ``what`` on local disk (a tree of
+    files a command writes or keeps), in one line naming the URL whole."""
+    if value is not None and is_url(value):
+        raise OutputError(
+            f"{flag} {value}: {what} on local disk (or a mounted file system), not at an "
+            "object URL; give a local directory"
+        )

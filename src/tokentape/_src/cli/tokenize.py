@@ -7,7 +7,7 @@ import json
 
 from tokentape._src import api
 from tokentape._src.cli.progress import add_progress_arg, progress_callback
-from tokentape._src.cli.storage import add_storage_options
+from tokentape._src.cli.storage import add_storage_options, local_only
 from tokentape._src.cli.wording import FLAGS
 from tokentape._src.render.text import bad_records_rows, dropped_text
 from tokentape._src.store.tokenizers import BOS_CANDIDATES, HF_EOD_CANDIDATES
@@ -257,6 +257,7 @@ def summary_text(s: TokenizeSummary, default_tokenizer: bool = False) -> str:
 
 
 def cmd(args: argparse.Namespace) -> int:
+    local_only("--work-dir", args.work_dir, "the store is built")
     config = api.tokenize_config(
         args.inputs,
         args.out,

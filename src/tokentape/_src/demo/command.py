@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from tokentape._src.cli.storage import local_only
 from tokentape.errors import InputError
 
 
@@ -20,6 +21,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def cmd(args: argparse.Namespace) -> int:
+    local_only("--out", args.out, "the demo writes its stores, plans and runs")
+    local_only("--out", args.out, "the demo writes its stores, plans and runs")
     if args.workers < 1:
         raise InputError(f"--workers must be at least 1, got {args.workers}")
     from tokentape._src.demo.run import run_demo  # the demo pulls in matplotlib and the BPE trainer

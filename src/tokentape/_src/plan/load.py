@@ -10,6 +10,8 @@ import tomllib
 from typing import Any
 
 from tokentape._src.megatron.identity import MegatronRecord
+from tokentape._src.objects.client import is_url
+from tokentape._src.objects.whole import read_whole
 from tokentape._src.plan.excision import PlanExcision, parse_excision
 from tokentape._src.plan.open import FORMATS, TOKENTAPE
 from tokentape._src.plan.plan import (
@@ -28,7 +30,6 @@ from tokentape._src.tape.blend import (
     MAX_POSITION,
 )
 from tokentape._src.util.checks import check_path
-from tokentape._src.util.files import read_regular
 from tokentape.errors import ArgumentError, PlanError
 
 _INT, _NUMBER, _TEXT = "an integer", "a number", "a string"
@@ -270,7 +271,8 @@ def load_plan(path: str | os.PathLike[str]) -> Plan:
     against the contents.
 
     Args:
-        path: The ``PLAN.json`` file.
+        path: The ``PLAN.json`` file, or its object URL (``s3://bucket/plans/PLAN.json``;
+            credentials and endpoint from the environment).
 
     Returns:
         The plan.
@@ -281,9 +283,10 @@ def load_plan(path: str | os.PathLike[str]) -> Plan:
     """
     check_path("path", path)
     try:
-        raw = read_regular(path)
+        raw = read_whole(path)
     except FileNotFoundError:
-        raise PlanError(f"plan '{path}': no such file") from None
+        what = "object" if is_url(path) else "file"
+        raise PlanError(f"plan '{path}': no such {what}") from None
     except OSError as exc:
         raise PlanError(f"plan '{path}': not a readable JSON plan ({exc})") from None
     try:

@@ -45,8 +45,9 @@ from tokentape._src.plan.spec import (
     plan_spec,
     plan_storage_options,
     resolve_tokenizer_spec,
+    source_location,
 )
-from tokentape._src.store.atomic import write_atomic
+from tokentape._src.store.atomic import write_output
 from tokentape._src.store.format import Manifest
 from tokentape._src.store.reader import Source, SourceManifest, TokenStream, source_at_url
 from tokentape._src.store.remote import read_remote_manifest, store_versions
@@ -491,14 +492,15 @@ class Plan:
         """Write the plan as ``PLAN.json`` (what ``tokentape plan --out`` writes), atomically.
 
         Args:
-            path: The file to write; replaced whole, a reader sees the old or the new file.
+            path: The file to write, or an object URL (``s3://bucket/plans/PLAN.json``);
+                replaced whole, a reader sees the old or the new file.
 
         Raises:
             ArgumentError: ``path`` is not a path.
             OutputError: The file cannot be written (the message names it).
         """
         check_path("path", path)
-        write_atomic(path, self.to_json().encode())
+        write_output(path, self.to_json().encode())
 
     def to_json(self) -> str:
         """The plan as ``PLAN.json`` text (what ``load_plan`` reads back).
@@ -1056,7 +1058,7 @@ def resolve_plan(
     tokenizers: list[str | None] = []
     opened: list[_Opened] = []
     for s in spec.sources:
-        path: Path | str = s.path if is_url(s.path) else Path(spec.base_dir, s.path)
+        path = source_location(spec.base_dir, s.path)
         tok = s.tokenizer and resolve_tokenizer_spec(s.tokenizer, spec.base_dir)
         try:
             found = _open_source(

@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
+import posixpath
 import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokentape._src.objects.client import check_storage_options, is_url, secret_keys
+from tokentape._src.objects.client import check_storage_options, is_url, parent, secret_keys
+from tokentape._src.objects.whole import read_whole
 from tokentape._src.plan.open import FORMATS, TOKENTAPE
 from tokentape._src.tape.blend import (
     MAX_DENOMINATOR,
     MAX_POSITION,
 )
-from tokentape._src.util.files import read_regular
 from tokentape.errors import PlanError, TokentapeError
 
 _TOP_KEYS = {
@@ -350,14 +352,31 @@ def plan_storage_options(value: Any, where: str) -> dict[str, Any]:
 
 
 def load_plan_spec(path: str | Path) -> PlanSpec:
-    p = Path(path)
+    """The plan file at ``path`` (or an object URL: its sources' relative paths are then
+    taken from the URL's "directory")."""
     try:
-        text = read_regular(p).decode("utf-8")
+        text = read_whole(path).decode("utf-8")
     except FileNotFoundError:
-        raise PlanError(f"plan '{path}': no such file") from None
+        what = "object" if is_url(path) else "file"
+        raise PlanError(f"plan '{path}': no such {what}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise PlanError(f"plan '{path}': cannot read ({exc})") from None
-    return parse_plan(text, str(path), str(p.parent))
+    base = parent(str(path)) if is_url(path) else str(Path(path).parent)
+    return parse_plan(text, str(path), base)
+
+
+def source_location(base_dir: str, path: str) -> str | Path:
+    """Where a plan's source lives: an object URL as given; a path relative to the plan's
+    directory, which may be a URL's."""
+    if is_url(path):
+        return path
+    if is_url(base_dir) and not os.path.isabs(path):
+        scheme, _, rest = base_dir.partition("://")
+        key = posixpath.normpath(posixpath.join(rest, path))
+        if key.partition("/")[0] != rest.partition("/")[0]:
+            raise PlanError(f"source path '{path}': outside the bucket of the plan ({base_dir})")
+        return f"{scheme}://{key}"
+    return Path(base_dir, path)
 
 
 def resolve_tokenizer_spec(spec: str, base_dir: str) -> str:
@@ -365,7 +384,9 @@ def resolve_tokenizer_spec(spec: str, base_dir: str) -> str:
     if spec == "bytes":
         return spec
     prefix = next((p for p in ("tiktoken:", "hf:") if spec.startswith(p)), "")
-    if is_url(spec.removeprefix(prefix)):
+    if is_url(spec.removeprefix(prefix)) or (
+        is_url(base_dir) and not os.path.isabs(spec.removeprefix(prefix))
+    ):
         raise PlanError(
             f"tokenizer '{spec}': a tokenizer is read from a local file; copy it beside the plan "
             "(tokenizers are small) and name that file"
@@ -383,4 +404,5 @@ __all__ = [
     "plan_spec",
     "plan_storage_options",
     "resolve_tokenizer_spec",
+    "source_location",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
+from tokentape._src.audit.prefix_info import PrefixInfo
 from tokentape._src.plan.plan import Plan
 from tokentape._src.store.format import Manifest, numpy_dtype
 from tokentape._src.store.origins import Origin
@@ -60,6 +61,30 @@ def manifest_text(directory: str, m: Manifest, inputs: list[dict[str, Any]] | No
     return f"{head}\n\n{shards}\n\n{inputs_text(inputs)}"
 
 
+def prefix_text(p: PrefixInfo) -> str:
+    """``tokentape info PREFIX``: a Megatron prefix in human form."""
+    ident = p.identity
+    if ident is None:
+        identity = [
+            ("identity", f"not recorded yet: `tokentape verify {p.prefix} --vocab-size V "
+             "--eod-id E` hashes it once and records it"),
+        ]  # fmt: skip
+    else:
+        ids = "no tokens" if ident.min_id is None else f"{ident.min_id}..{ident.max_id}"
+        ends = "not one id" if ident.end_id is None else f"id {ident.end_id}"
+        identity = [("content hash", ident.content_hash), ("token ids", ids),
+                    ("documents end with", ends)]  # fmt: skip
+    return key_values(
+        [
+            ("megatron prefix", p.prefix),
+            ("tokens", f"{fmt_int(p.n_tokens)} ({p.dtype}, .bin {fmt_bytes(p.bin_bytes)})"),
+            ("documents", fmt_int(p.n_docs)),
+            ("sequences", f"{fmt_int(p.n_sequences)} (.idx {fmt_bytes(p.idx_bytes)})"),
+            *identity,
+        ]
+    )
+
+
 def _bos_text(m: Manifest) -> str:
     if m.bos_id is None:
         return "no beginning-of-document token"
@@ -71,7 +96,7 @@ def bad_records_rows(bad: object, shown: int = 3) -> list[tuple[str, str]]:
     """Rows for the records a job skipped as bad (``--on-bad-record skip``): how many of how
     many, per reason, and the first ``shown`` locations; none when it skipped none (or kept no
     such record). What a manifest holds there is shown only as far as it is well formed."""
-    if not isinstance(bad, dict):
+    if not isinstance(bad, dict) or not bad:  # {}: not a skipping job
         return []
     skipped, records = bad.get("skipped"), bad.get("records")
     if type(skipped) is not int or type(records) is not int:

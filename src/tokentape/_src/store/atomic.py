@@ -15,6 +15,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import BinaryIO
 
+from tokentape._src.objects.client import is_url, object_store
 from tokentape.errors import WriteFailed
 
 RENAME_EXCHANGE = 2
@@ -84,6 +85,16 @@ def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     """Write ``data`` to ``path`` atomically; errors are ``WriteFailed`` naming ``path``."""
     with atomic_writer(path) as f:
         f.write(data)
+
+
+def write_output(path: str | os.PathLike[str], data: bytes) -> None:
+    """A command's output file (a plan, a page): ``write_atomic``, or at an object URL one PUT
+    (an object is replaced whole: a reader sees the old or the new one)."""
+    if is_url(path):
+        url = os.fspath(path)
+        object_store(url).put_bytes(url, data)
+    else:
+        write_atomic(path, data)
 
 
 # --- replacing a directory ---------------------------------------------------------------------
@@ -186,4 +197,5 @@ __all__ = [
     "replace_entry",
     "temp_name",
     "write_atomic",
+    "write_output",
 ]

@@ -277,6 +277,8 @@ def find_targets(
 
 
 def _expand(raw: str, storage_options: dict[str, Any]) -> list[Target]:
+    if is_url(raw) and raw.endswith((".json", ".toml")):  # a plan in a bucket
+        return _plan_targets(raw, raw, storage_options)
     if is_url(raw):
         kind = detect_remote_format(raw, storage_options)
         return [Target(raw.rstrip("/"), raw, kind=kind, storage_options=storage_options)]
@@ -295,6 +297,11 @@ def _expand(raw: str, storage_options: dict[str, Any]) -> list[Target]:
             f"'{raw}': no such file or directory; expected a token store directory, a Megatron "
             "prefix or a plan JSON"
         )
+    return _plan_targets(path, raw, storage_options)
+
+
+def _plan_targets(path: Path | str, raw: str, storage_options: dict[str, Any]) -> list[Target]:
+    """The sources of the plan at ``path`` (``raw`` as given)."""
     try:
         plan = load_plan(path)
     except TokentapeError as exc:

@@ -35,9 +35,9 @@ from tokentape._src.audit.report import (
     ReportConfig,
     run_report,
 )
-from tokentape._src.audit.runinfo import step_log_path
+from tokentape._src.audit.runinfo import step_log_path, step_log_url
 from tokentape._src.audit.runs import Batching, batching, log_schedule
-from tokentape._src.objects.client import check_storage_options
+from tokentape._src.objects.client import check_storage_options, is_url
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan
 from tokentape._src.tokenize.driver import TokenizeSummary
@@ -316,6 +316,8 @@ def locate_shape(
     )
     if until_step is not None and shape.schedule is None:
         raise ArgumentError(wording.until_step_without_shape)
+    if isinstance(until_step, int) and not isinstance(until_step, bool) and until_step < 0:
+        raise OutOfRangeError(f"{wording.named('until_step')} {until_step}: expected a step >= 0")
     return shape
 
 
@@ -656,7 +658,9 @@ def named_document(
             )
         return source, doc
     if doc is not None:
-        raise ArgumentError(f"give {n('doc')} or a handle ({n('id')}, {n('input')}), not both")
+        raise ArgumentError(
+            f"give {n('doc')} or a handle ({n('id')}, or {n('input')} and {n('record')}), not both"
+        )
     if id is not None and (input is not None or record is not None):
         raise ArgumentError(f"give {n('id')} or {n('input')} and {n('record')}, not both")
     if id is None and (input is None or record is None):
@@ -856,7 +860,7 @@ def report(
     config = report_config(spike_window, spike_z, top)
     resolved = _plan(plan)
     check_path("step_log", step_log)
-    log = step_log_path(step_log)
+    log = step_log_url(os.fspath(step_log)) if is_url(step_log) else step_log_path(step_log)
     if loss_log is not None:
         check_path("loss_log", loss_log)
     plan_path = os.fspath(plan) if not isinstance(plan, Plan) else "PLAN.json"

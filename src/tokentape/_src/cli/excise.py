@@ -12,6 +12,7 @@ from tokentape._src import api
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan
 from tokentape._src.render.text import excisions_text
+from tokentape._src.util.checks import check_int
 from tokentape._src.util.files import read_regular
 from tokentape._src.util.text import escaped, fmt_int, key_values
 from tokentape.errors import InputError
@@ -113,6 +114,7 @@ def _summary(old: Plan, new: Plan, out: str) -> dict[str, object]:
 
 
 def cmd(args: argparse.Namespace) -> int:
+    check_int("--from-consumed", args.from_consumed, 0)
     plan = load_plan(args.plan)
     docs, ids, steps = _docs(args.doc), _ids(args), _steps(args.steps)
     if not (docs or ids or steps):

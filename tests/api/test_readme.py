@@ -7,8 +7,10 @@ from __future__ import annotations
 import ast
 import contextlib
 import json
+import os
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -115,9 +117,40 @@ def test_the_example_fits_in_25_lines():
     assert len([x for x in body if x.strip()]) <= 25
 
 
-def test_readme_starts_with_make_demo_and_make_test():
-    head = (ROOT / "README.md").read_text(encoding="utf-8").split("\n\n")[1]
-    assert "make demo" in head and "make test" in head
+def test_readme_starts_with_what_it_is_then_make_demo_and_make_test():
+    """The title, one paragraph saying what tokentape is and why, then the two commands,
+    within the first screen."""
+    paragraphs = (ROOT / "README.md").read_text(encoding="utf-8").split("\n\n")
+    assert paragraphs[0] == "# tokentape"
+    assert "data pipeline for LLM pretraining" in paragraphs[1] and "```" not in paragraphs[1]
+    commands = paragraphs[2].splitlines()
+    assert commands[0] == "```sh" and commands[-1] == "```", paragraphs[2]
+    assert [c.split()[:2] for c in commands[1:-1]] == [["make", "demo"], ["make", "test"]]
+    assert len("\n\n".join(paragraphs[:3]).splitlines()) <= 12
+
+
+def _quick_start() -> str:
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split("## Quick start", 1)[1]
+    return re.search(r"^```sh\n(.*?)^```$", section, re.S | re.M).group(1)
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_the_quick_start_runs_as_written(tmp_path):
+    """The README's quick start, line by line in a fresh directory beside the examples, with
+    the environment's commands on the PATH (as after ``source .venv/bin/activate``)."""
+    pytest.importorskip("torch")
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    bindir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", _quick_start()], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    steps = (tmp_path / "run" / "steps.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in steps] == list(range(9))
+    assert "resumed at step 6" in done.stdout and "step               7" in done.stdout
+    assert "tokens hash matches what the loader logged" in done.stdout
+    assert (tmp_path / "report.html").read_text().startswith("<!DOCTYPE html>")
 
 
 CONTRIBUTORS = {"docs/architecture.md"}

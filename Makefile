@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 
 $(STAMP): pyproject.toml setup.py src/tokentape/_src/tape/_cwalk.c src/tokentape/_src/megatron/_cgreedy.c Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,plot,torch,megatron,ray,s3]'
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,plot,torch,megatron,ray,s3,recipes]'
 	touch $(STAMP)
 
 demo: $(STAMP)

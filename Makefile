@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed
 
 $(STAMP): pyproject.toml setup.py src/tokentape/_src/tape/_cwalk.c src/tokentape/_src/megatron/_cgreedy.c Makefile
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev,plot,torch,megatron,ray,s3,recipes]'
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-compile -e '.[dev,plot,torch,megatron,ray,s3,recipes]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -54,7 +54,7 @@ gpu-check: $(STAMP)  ## needs a CUDA device; exits 2 with one line without one
 MCORE06 := .venv-mcore06
 $(MCORE06)/.installed:
 	$(PYTHON) -m venv $(MCORE06)
-	$(MCORE06)/bin/pip install --quiet --disable-pip-version-check torch==2.13.0 numpy megatron-core==0.6.0
+	$(MCORE06)/bin/pip install --quiet --disable-pip-version-check --no-compile torch==2.13.0 numpy megatron-core==0.6.0
 	touch $@
 
 mcore06: $(MCORE06)/.installed

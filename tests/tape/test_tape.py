@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections import Counter
 
@@ -20,7 +21,9 @@ WEIGHTS = (60, 20, 15, 5)
 SEED = 1234
 
 
+@functools.cache
 def golden_tape() -> Tape:
+    """The golden plan's tape, built once (a ``Tape`` is immutable)."""
     return Tape.build(NAMES, N_SAMPLES, rational_weights(WEIGHTS, NAMES), SEED)
 
 

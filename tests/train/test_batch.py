@@ -30,12 +30,13 @@ def test_batch_windows_equal_the_stores_windows(root):
     plan = resolve_plan(load_plan_spec(root / "mix.toml"))
     assert all(len(Source(s.path).manifest.shards) > 3 for s in plan.sources)
     batcher = Batcher(plan, dtype=np.int32)
+    stores = [Source(s.path) for s in plan.sources]  # opened apart from the batcher's
     rng = np.random.default_rng(0)
     for positions in (np.arange(0, 700), rng.integers(0, 10**6, 500), np.arange(10**9, 10**9 + 64)):
         b = batcher.batch(positions)
         assert b.tokens.shape == (positions.size, plan.seq_len + 1) and b.tokens.dtype == np.int32
         for i, (d, k) in enumerate(zip(b.source.tolist(), b.sample.tolist(), strict=True)):
-            expected = Source(plan.sources[d].path).window(k, plan.seq_len)
+            expected = stores[d].window(k, plan.seq_len)
             assert np.array_equal(b.tokens[i], expected)
         assert np.array_equal(b.inputs[:, 1:], b.targets[:, :-1])
     # Over the first 700 positions every source was read, some across shard boundaries.
@@ -62,8 +63,9 @@ def test_segment_ids_and_positions_follow_the_documents(root):
     b = batcher.batch(np.arange(0, 300))
     assert b.segment_ids is not None and b.doc_positions is not None
     seq_len = plan.seq_len
+    stores = [Source(s.path) for s in plan.sources]
     for i, (d, k) in enumerate(zip(b.source.tolist(), b.sample.tolist(), strict=True)):
-        src = Source(plan.sources[d].path)
+        src = stores[d]
         docs = src.docs_in(k, seq_len)
         assert b.segment_ids[i, 0] == 0 and b.segment_ids[i, -1] == len(docs) - 1
         for t in range(seq_len + 1):  # brute force: which document holds token t, and where

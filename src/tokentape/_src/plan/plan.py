@@ -18,7 +18,7 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -964,15 +964,28 @@ def _check_bos(stores: list[tuple[str, SourceManifest]], where: str) -> None:
     """Refuse tokentape stores whose documents start differently (one with a BOS token, one
     without, or with another): the mixture would teach both (a Megatron prefix records no
     BOS and is not compared)."""
+    other = _disagreeing(stores, lambda m: m.tokenizer.get("bos_id"))
+    if other is not None:
+        (name, m), (first_name, first) = other
+        raise PlanError(
+            f"{where}: source '{name}' starts its documents with {_bos_words(m)}, "
+            f"'{first_name}' with {_bos_words(first)}; re-tokenize one of them (tokentape "
+            "tokenize --bos, --bos-token or --no-bos), or set mixed_bos = true in the plan "
+            "to blend them as they are"
+        )
+
+
+_Named = tuple[str, SourceManifest]
+
+
+def _disagreeing(
+    stores: list[_Named], key: Callable[[SourceManifest], object]
+) -> tuple[_Named, _Named] | None:
+    """The first of ``stores`` whose ``key`` differs from the first store's, and the first."""
     for name, m in stores[1:]:
-        first_name, first = stores[0]
-        if m.tokenizer.get("bos_id") != first.tokenizer.get("bos_id"):
-            raise PlanError(
-                f"{where}: source '{name}' starts its documents with {_bos_words(m)}, "
-                f"'{first_name}' with {_bos_words(first)}; re-tokenize one of them (tokentape "
-                "tokenize --bos, --bos-token or --no-bos), or set mixed_bos = true in the plan "
-                "to blend them as they are"
-            )
+        if key(m) != key(stores[0][1]):
+            return (name, m), stores[0]
+    return None
 
 
 @dataclass(frozen=True)
@@ -1071,26 +1084,26 @@ def resolve_plan(
         tokenizers.append(tok)
         opened.append(found)
     known = [(n, m) for n, m in manifests if m.tokenizer.get("fingerprint") != _NO_FINGERPRINT]
-    for name, m in known[1:]:
-        first_name, first = known[0]
-        if m.tokenizer.get("fingerprint") != first.tokenizer.get("fingerprint"):
-            raise PlanError(
-                f"{where}: source '{name}' was tokenized with another tokenizer than "
-                f"'{first_name}' ({_escaped(m.tokenizer.get('fingerprint'))} vs "
-                f"{_escaped(first.tokenizer.get('fingerprint'))}): '{name}' with "
-                f"{_tokenizer_words(m.tokenizer)}, '{first_name}' with "
-                f"{_tokenizer_words(first.tokenizer)}; re-tokenize it"
-            )
+    other = _disagreeing(known, lambda m: m.tokenizer.get("fingerprint"))
+    if other is not None:
+        (name, m), (first_name, first) = other
+        raise PlanError(
+            f"{where}: source '{name}' was tokenized with another tokenizer than "
+            f"'{first_name}' ({_escaped(m.tokenizer.get('fingerprint'))} vs "
+            f"{_escaped(first.tokenizer.get('fingerprint'))}): '{name}' with "
+            f"{_tokenizer_words(m.tokenizer)}, '{first_name}' with "
+            f"{_tokenizer_words(first.tokenizer)}; re-tokenize it"
+        )
     if not spec.mixed_bos:
         _check_bos([(n, m) for (n, m), o in zip(manifests, opened, strict=True)
                     if o.kind != MEGATRON], where)  # fmt: skip
-    first_name, first = manifests[0]
-    for name, m in manifests[1:]:
-        if (m.vocab_size, m.eod_id) != (first.vocab_size, first.eod_id):
-            raise PlanError(
-                f"{where}: source '{name}' has vocabulary {m.vocab_size} / EOD {m.eod_id}, "
-                f"'{first_name}' has {first.vocab_size} / {first.eod_id}"
-            )
+    other = _disagreeing(manifests, lambda m: (m.vocab_size, m.eod_id))
+    if other is not None:
+        (name, m), (first_name, first) = other
+        raise PlanError(
+            f"{where}: source '{name}' has vocabulary {m.vocab_size} / EOD {m.eod_id}, "
+            f"'{first_name}' has {first.vocab_size} / {first.eod_id}"
+        )
     for s, (_, m) in zip(spec.sources, manifests, strict=True):
         if m.n_tokens < spec.seq_len + 1:
             raise PlanError(

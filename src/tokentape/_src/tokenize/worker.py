@@ -44,10 +44,10 @@ EMPTY = "empty"
 UNIT_DOC = np.dtype(
     [("length", "<i8"), ("part", "<u4"), ("group", "<i4"), ("record", "<u8"), ("id_len", "<u8")]
 )
-"""A kept document, as a unit records it: its length in tokens (its EOD included) and where it
-came from: the part of the unit (its index in ``Unit.parts``), the row group (parquet; else
--1), the record in the part (a jsonl line within the part, from 1; a parquet row in the file; 0
-for a ``.txt``) and its id's length in bytes."""
+"""A kept document, as a unit records it: its length in tokens (its EOD and any BOS included)
+and where it came from: the part of the unit (its index in ``Unit.parts``), the row group
+(parquet; else -1), the record in the part (a jsonl line within the part, from 1; a parquet row
+in the file; 0 for a ``.txt``) and its id's length in bytes."""
 
 
 @dataclass(frozen=True)

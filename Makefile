@@ -22,9 +22,14 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # The suite on every CPU (pytest-xdist: one worker per CPU; each has its own S3 server and
-# temporary directories).
-test: lint
-	$(BIN)/pytest -q -n auto
+# temporary directories), with `make lint` beside it (one process, mostly mypy: it fits in the
+# suite's waits); its output follows the suite's, and either failing fails `make test`.
+test: $(STAMP)
+	@log=$$(mktemp); $(MAKE) --no-print-directory lint > "$$log" 2>&1 & lint=$$!; \
+	$(BIN)/pytest -q -n auto; tests=$$?; \
+	wait $$lint; linted=$$?; cat "$$log"; rm -f "$$log"; \
+	if [ $$linted -ne 0 ]; then echo "make test: lint failed"; fi; \
+	[ $$tests -eq 0 ] && [ $$linted -eq 0 ]
 
 # The same suite while `nproc` busy processes compete for the CPUs (started and stopped here):
 # no test may decide anything from wall-clock time.

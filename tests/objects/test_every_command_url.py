@@ -18,45 +18,71 @@ from helpers import cli
 import tokentape
 from tokentape._src.cli.app import build_parser
 from tokentape._src.demo import command as demo_command
+from tokentape._src.program import main
 
 pytestmark = pytest.mark.s3
 
 MANGLED = re.compile(r"s3:/(?!/)")
 
 
+@pytest.fixture(scope="module")
+def world(s3_server, tmp_path_factory):
+    """On disk and in one bucket at the same relative keys, built once for the module's tests
+    (they only add to it): a store, a Megatron prefix made from it, a plan over the bucket's
+    store (and its TOML, with a relative source path), and a run directory (a step log of 6
+    steps and its plan.json)."""
+    import objstore
+
+    root = tmp_path_factory.mktemp("urls")
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in objstore.s3_environment(s3_server.endpoint).items():
+            mp.setenv(key, value)
+        mp.chdir(root)
+        s3 = objstore.new_bucket(s3_server.endpoint)
+        docs = "".join(json.dumps({"text": f"document {i} " * (5 + i % 7)}) + "\n"
+                       for i in range(120))  # fmt: skip
+        (root / "d.jsonl").write_text(docs)
+        assert main(["tokenize", "d.jsonl", "--out", "stores/web"]) == 0
+        assert main(["convert", "--to", "megatron", "stores/web", "meg/web_text_document"]) == 0
+        s3.upload_tree(root / "stores", f"{s3.url}/stores")
+        for suffix in (".bin", ".idx"):
+            s3.put(f"{s3.url}/meg/web_text_document{suffix}",
+                   (root / f"meg/web_text_document{suffix}").read_bytes())  # fmt: skip
+        (root / "plans").mkdir()
+        toml = 'seq_len = 16\nseed = 1\ntotal_samples = 96\n[[source]]\nname = "web"\n'
+        toml += 'path = "../stores/web"\nweight = 1\nmax_repeats = 10\n'
+        (root / "plans" / "p.toml").write_text(toml)
+        s3.put(f"{s3.url}/plans/p.toml", toml.encode())
+        assert main(["plan", f"{s3.url}/plans/p.toml", "--out", "plans/PLAN.json"]) == 0
+        s3.put(f"{s3.url}/plans/PLAN.json", (root / "plans" / "PLAN.json").read_bytes())
+        (root / "runs" / "r1").mkdir(parents=True)
+        plan = tokentape.load_plan(root / "plans" / "PLAN.json")
+        loader = tokentape.Loader(plan, 0, tokentape.BatchConfig(1, 4, 1),
+                                  step_log=root / "runs" / "r1" / "steps.jsonl")  # fmt: skip
+        for _ in range(6):
+            loader.step()
+            loader.commit()
+        loader.close()
+        shutil.copy(root / "plans" / "PLAN.json", root / "runs" / "r1" / "plan.json")
+        s3.upload_tree(root / "runs", f"{s3.url}/runs")
+    return root, s3
+
+
 @pytest.fixture
-def bucket(tmp_path, s3, capsys, monkeypatch):
-    """On disk and in the bucket at the same relative keys: a store, a Megatron prefix made
-    from it, a plan over the bucket's store (and its TOML, with a relative source path), and a
-    run directory (step log of 6 steps)."""
-    monkeypatch.chdir(tmp_path)
-    docs = "".join(json.dumps({"text": f"document {i} " * (5 + i % 7)}) + "\n" for i in range(120))
-    (tmp_path / "d.jsonl").write_text(docs)
-    assert cli(capsys, "tokenize", "d.jsonl", "--out", "stores/web")[0] == 0
-    assert cli(capsys, "convert", "--to", "megatron", "stores/web", "meg/web_text_document")[0] == 0
-    s3.upload_tree(tmp_path / "stores", f"{s3.url}/stores")
-    for suffix in (".bin", ".idx"):
-        s3.put(f"{s3.url}/meg/web_text_document{suffix}",
-               (tmp_path / f"meg/web_text_document{suffix}").read_bytes())  # fmt: skip
-    (tmp_path / "plans").mkdir()
-    toml = 'seq_len = 16\nseed = 1\ntotal_samples = 96\n[[source]]\nname = "web"\n'
-    toml += 'path = "../stores/web"\nweight = 1\nmax_repeats = 10\n'
-    (tmp_path / "plans" / "p.toml").write_text(toml)
-    s3.put(f"{s3.url}/plans/p.toml", toml.encode())
-    code, _, err = cli(capsys, "plan", f"{s3.url}/plans/p.toml", "--out", "plans/PLAN.json")
-    assert code == 0, err
-    s3.put(f"{s3.url}/plans/PLAN.json", (tmp_path / "plans" / "PLAN.json").read_bytes())
-    (tmp_path / "runs" / "r1").mkdir(parents=True)
-    plan = tokentape.load_plan(tmp_path / "plans" / "PLAN.json")
-    loader = tokentape.Loader(plan, 0, tokentape.BatchConfig(1, 4, 1),
-                              step_log=tmp_path / "runs" / "r1" / "steps.jsonl")  # fmt: skip
-    for _ in range(6):
-        loader.step()
-        loader.commit()
-    loader.close()
-    shutil.copy(tmp_path / "plans" / "PLAN.json", tmp_path / "runs" / "r1" / "plan.json")
-    s3.upload_tree(tmp_path / "runs", f"{s3.url}/runs")
-    return tmp_path
+def s3(world, s3_server, monkeypatch):
+    """The module's bucket, with the AWS variables pointing at its server."""
+    import objstore
+
+    for key, value in objstore.s3_environment(s3_server.endpoint).items():
+        monkeypatch.setenv(key, value)
+    return world[1]
+
+
+@pytest.fixture
+def bucket(world, s3, monkeypatch):
+    """The module's local directory (the working directory of the test)."""
+    monkeypatch.chdir(world[0])
+    return world[0]
 
 
 def _later_doc(root) -> str:

@@ -6,6 +6,12 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: demo test test-load lint format bench fuzz soak gpu-check mcore06 clean
 
+# Packages install without byte-compiling every module (pip's default; a minute here): what runs
+# compiles on first import instead, so byte code must be written even where the environment
+# says not to (PYTHONDONTWRITEBYTECODE, set on some CI images), or every process would compile
+# torch anew.
+unexport PYTHONDONTWRITEBYTECODE
+
 $(STAMP): pyproject.toml setup.py src/tokentape/_src/tape/_cwalk.c src/tokentape/_src/megatron/_cgreedy.c Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-compile -e '.[dev,plot,torch,megatron,ray,s3,recipes]'

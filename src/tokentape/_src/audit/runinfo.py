@@ -151,9 +151,10 @@ def _fetched_step_log(url: str) -> Path:
 def step_log_url(url: str) -> str:
     """The step log at ``url``: the object itself, or ``steps.jsonl`` under the run's URL
     "directory"."""
-    for candidate in (url, join(url, STEP_LOG_NAME)):
-        if candidate == url and url.endswith("/"):
-            continue
+    candidates = [join(url, STEP_LOG_NAME)]
+    if not url.endswith("/"):  # a "directory" given so is never the log itself
+        candidates.insert(0, url)
+    for candidate in candidates:
         try:
             object_info(candidate)
         except FileNotFoundError:

@@ -10,6 +10,7 @@ from pathlib import Path
 from tokentape._src.audit.prefix_info import prefix_info
 from tokentape._src.audit.runinfo import STEP_LOG_NAME, plan_json, run_info, run_json
 from tokentape._src.megatron.format import is_prefix
+from tokentape._src.megatron.remote import idx_url
 from tokentape._src.objects.client import basename, is_url, join, object_store
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan
@@ -97,7 +98,7 @@ def _remote_kind(url: str) -> str:
     for kind, found in (
         ("store", join(url, MANIFEST_NAME)),
         ("run", join(url, STEP_LOG_NAME)),
-        ("megatron", url.rstrip("/") + ".idx"),
+        ("megatron", idx_url(url.rstrip("/"))),
     ):
         if objects.info(found) is not None:
             return kind

@@ -22,7 +22,6 @@ from tokentape._src.megatron.iterations import (
 )
 from tokentape._src.megatron.run import MegatronRun
 from tokentape._src.megatron.select import RunQuery, open_run
-from tokentape._src.objects.client import is_url
 from tokentape._src.store.tokenizers import Tokenizer, load_tokenizer
 from tokentape._src.util.text import fmt_int, table
 from tokentape.errors import InputError
@@ -177,21 +176,11 @@ def _weights(text: str | None) -> tuple[float, ...] | None:
     return weights
 
 
-def _local(flag: str, value: str, what: str) -> None:
-    """Refuse an object URL where the Megatron readers need local files."""
-    if is_url(value):
-        raise InputError(
-            f"{flag} {value}: {what} is read from local disk (or a mounted file system), not "
-            "from an object URL; copy it first (e.g. `aws s3 sync` or `s5cmd cp`), or mount "
-            "the bucket"
-        )
-
-
 def _open(args: argparse.Namespace) -> MegatronRun:
     local_only("--map-dir", getattr(args, "map_dir", None), "the inverted map is kept")
-    _local("CACHE_DIR", args.cache, "the run's data cache")
+    local_only("CACHE_DIR", args.cache, "the run's data cache", read=True)
     for prefix in args.prefix:
-        _local("--prefix", prefix, "a prefix's .bin and .idx")
+        local_only("--prefix", prefix, "a prefix's .bin and .idx", read=True)
     query = RunQuery(
         cache_dirs=(Path(args.cache),),
         prefixes=tuple(Path(p) for p in args.prefix),

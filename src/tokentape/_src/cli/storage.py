@@ -30,11 +30,19 @@ def add_storage_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def local_only(flag: str, value: str | None, what: str) -> None:
+def local_only(flag: str, value: str | None, what: str, *, read: bool = False) -> None:
     """Refuse an object URL given for ``flag``, which names ``what`` on local disk (a tree of
-    files a command writes or keeps), in one line naming the URL whole."""
-    if value is not None and is_url(value):
-        raise OutputError(
-            f"{flag} {value}: {what} on local disk (or a mounted file system), not at an "
-            "object URL; give a local directory"
+    files a command writes or keeps; with ``read``, one it reads), in one line naming the URL
+    whole."""
+    if value is None or not is_url(value):
+        return
+    if read:
+        raise InputError(
+            f"{flag} {value}: {what} is read from local disk (or a mounted file system), not "
+            "from an object URL; copy it first (e.g. `aws s3 sync` or `s5cmd cp`), or mount "
+            "the bucket"
         )
+    raise OutputError(
+        f"{flag} {value}: {what} on local disk (or a mounted file system), not at an "
+        "object URL; give a local directory"
+    )

@@ -33,10 +33,14 @@ def read_whole(path: str | os.PathLike[str], options: StorageOptions | None = No
     if not is_url(path):
         return read_regular(path)
     url = os.fspath(path)
-    found = object_info(url, options)
+    return _read(object_info(url, options), options)
+
+
+def _read(found: ObjectInfo, options: StorageOptions | None) -> bytes:
+    """The bytes of the object ``found`` (as its HEAD described it)."""
     if found.size > WHOLE_LIMIT:
-        raise OSError(errno.EFBIG, f"larger than {WHOLE_LIMIT >> 20} MiB", url)
-    return object_store(url, options).read_whole(url, found.size)
+        raise OSError(errno.EFBIG, f"larger than {WHOLE_LIMIT >> 20} MiB", found.url)
+    return object_store(found.url, options).read_whole(found.url, found.size)
 
 
 _copies: dict[tuple[str, int, str], Path] = {}
@@ -62,7 +66,7 @@ def local_copy(url: str, options: StorageOptions | None = None) -> Path:
         copy = _copies.get(key)
         if copy is not None and copy.is_file():
             return copy
-        data = read_whole(url, options)
+        data = _read(found, options)
         copy = _copies_dir() / f"{len(_copies)}-{Path(url).name or 'object'}"
         copy.write_bytes(data)
         _copies[key] = copy

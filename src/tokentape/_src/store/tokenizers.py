@@ -384,6 +384,17 @@ EOD_NAMED = "named by --eod-token"
 EOD_FROM_CANDIDATES = "the first of " + ", ".join(HF_EOD_CANDIDATES) + " in its vocabulary"
 
 
+def _first_in_vocabulary(
+    backend: tokenizers.Tokenizer, candidates: Sequence[str]
+) -> tuple[str, int] | None:
+    """The first of ``candidates`` that is a token of ``backend``, and its id."""
+    for candidate in candidates:
+        found = backend.token_to_id(candidate)
+        if found is not None:
+            return candidate, int(found)
+    return None
+
+
 def _hf_eod(
     backend: tokenizers.Tokenizer, spec: str, eod_token: str | None, config_eos: str | None
 ) -> tuple[str, int, str]:
@@ -414,10 +425,9 @@ def _hf_eod(
                 f"not in its {HF_STORED_NAME} vocabulary; name one with --eod-token"
             )
         return config_eos, eod_id, f"the eos_token of {HF_CONFIG_NAME}"
-    for candidate in HF_EOD_CANDIDATES:
-        eod_id = backend.token_to_id(candidate)
-        if eod_id is not None:
-            return candidate, eod_id, EOD_FROM_CANDIDATES
+    known = _first_in_vocabulary(backend, HF_EOD_CANDIDATES)
+    if known is not None:
+        return *known, EOD_FROM_CANDIDATES
     raise InputError(
         f"tokenizer {spec!r}: no end-of-document token among "
         f"{', '.join(HF_EOD_CANDIDATES)}; name one with --eod-token"
@@ -883,10 +893,9 @@ def choose_bos(tok: Tokenizer, bos: bool | None, bos_token: str | None) -> Bos |
         return Bos(template, token, reason)
     if bos is None:
         return None
-    for candidate in BOS_CANDIDATES:
-        found = tok.backend.token_to_id(candidate)
-        if found is not None:
-            return Bos(int(found), candidate, "--bos: the first of " + ", ".join(BOS_CANDIDATES))
+    known = _first_in_vocabulary(tok.backend, BOS_CANDIDATES)
+    if known is not None:
+        return Bos(known[1], known[0], "--bos: the first of " + ", ".join(BOS_CANDIDATES))
     raise InputError(
         f"--bos: tokenizer {tok.spec!r} names no beginning-of-document token (no bos_token in "
         f"a {HF_CONFIG_NAME}, none put first by its post-processor, none of "

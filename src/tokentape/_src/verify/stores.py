@@ -987,51 +987,57 @@ def _check_eod(ctx: _Store, shard: ShardInfo, idx: np.ndarray, size: int) -> lis
         return _eod_problems(ctx, shard, idx, tokens, n)
 
 
+@dataclass
+class _EndChecks:
+    """Documents whose token at one end (``ends``, ``starts``) is not the id ``want``: how many,
+    and the first of them, as a finding reads it."""
+
+    verb: str
+    want: int
+    count: int = 0
+    first: str = ""
+
+    def check(self, tokens: Any, lo: int, at: np.ndarray, keep: np.ndarray) -> None:
+        """``at``: that end's token of documents ``lo``, ``lo + 1`` …; only those ``keep``
+        marks are looked at."""
+        values = tokens[at[keep]]
+        bad = np.flatnonzero(values != self.want)
+        if bad.size and not self.count:
+            doc = lo + int(np.flatnonzero(keep)[bad[0]])
+            where = int(at[keep][bad[0]])
+            self.first = (
+                f"document {doc} {self.verb} at token {where} with id {int(values[bad[0]])}"
+            )
+        self.count += bad.size
+
+    def problems(self, file: str, what: str, expected: str) -> list[Problem]:
+        if not self.count:
+            return []
+        found = f"{self.count} document(s) without it; first: {self.first}"
+        return [Problem(file, what, expected, found)]
+
+
 def _eod_problems(
     ctx: _Store, shard: ShardInfo, idx: np.ndarray, tokens: Any, n: int
 ) -> list[Problem]:
     """Every document ends with the EOD id and, in a store with a BOS, starts with it."""
     eod, bos = ctx.manifest.eod_id, ctx.manifest.bos_id
-    missing, first, unstarted, first_start = 0, "", 0, ""
+    ends, starts = _EndChecks("ends", eod), None if bos is None else _EndChecks("starts", bos)
     for lo in range(0, len(idx), INDEX_CHUNK):
-        starts = np.asarray(idx[lo : lo + INDEX_CHUNK])
+        first = np.asarray(idx[lo : lo + INDEX_CHUNK])
         nxt = np.asarray(idx[lo + 1 : lo + INDEX_CHUNK + 1])
         if lo + INDEX_CHUNK >= len(idx):
             nxt = np.append(nxt, shard.n_tokens)
-        ends = nxt - 1
-        inside = ends < n  # a truncated shard: its size is reported already
-        values = tokens[ends[inside]]
-        bad = np.flatnonzero(values != eod)
-        if bad.size and not missing:
-            doc = lo + int(np.flatnonzero(inside)[bad[0]])
-            first = f"document {doc} ends at token {int(ends[inside][bad[0]])} with id "
-            first += str(int(values[bad[0]]))
-        missing += bad.size
-        if bos is None:
-            continue
-        opened = (starts < n) & (starts < nxt)  # an empty record is the index check's
-        values = tokens[starts[opened]]
-        bad = np.flatnonzero(values != bos)
-        if bad.size and not unstarted:
-            doc = lo + int(np.flatnonzero(opened)[bad[0]])
-            first_start = f"document {doc} starts at token {int(starts[opened][bad[0]])} "
-            first_start += f"with id {int(values[bad[0]])}"
-        unstarted += bad.size
+        ends.check(tokens, lo, nxt - 1, nxt - 1 < n)  # a truncated shard: reported already
+        if starts is not None:  # an empty record is the index check's
+            starts.check(tokens, lo, first, (first < n) & (first < nxt))
     del tokens
-    problems = []
-    if missing:
-        found = f"{missing} document(s) without it; first: {first}"
-        expected = f"id {eod} at every document end"
-        problems.append(
-            Problem(ctx.file(shard.bin_file), "missing end-of-document id", expected, found)
-        )
-    if unstarted:
-        found = f"{unstarted} document(s) without it; first: {first_start}"
+    file = ctx.file(shard.bin_file)
+    out = ends.problems(file, "missing end-of-document id", f"id {eod} at every document end")
+    if starts is not None:
         expected = f"id {bos} (the manifest's tokenizer.bos_id) at every document start"
-        problems.append(
-            Problem(ctx.file(shard.bin_file), "missing beginning-of-document id", expected, found)
-        )
-    return problems
+        out += starts.problems(file, "missing beginning-of-document id", expected)
+    return out
 
 
 class _ChunkedTokens:

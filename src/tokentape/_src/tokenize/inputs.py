@@ -731,9 +731,7 @@ def _parquet_records(
                 array = batch.column(0)
                 if array.null_count and position.bad is None:
                     first_null = row + array.is_null().index(True).as_py()
-                    raise InputError(
-                        f"{path}: row {first_null}: field '{text_key}' is null{SKIP_HINT}"
-                    )
+                    raise InputError(_null_row(path, first_null, text_key) + SKIP_HINT)
                 texts = array.to_pylist()
                 ids = (
                     [id_text(v, id_at[1:]) for v in batch.column(1).to_pylist()]

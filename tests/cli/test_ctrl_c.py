@@ -80,7 +80,9 @@ def test_ctrl_c_at_a_random_unit_is_one_line_and_resumes(corpus, reference, tmp_
 
 def test_ctrl_c_while_importing_is_one_line(tmp_path):
     """The signal as the program starts (before its commands are imported): a child that
-    interrupts itself at its first line of tokentape code, as Ctrl-C would at that moment."""
+    interrupts itself at its first line of tokentape code, as Ctrl-C would at that moment. It
+    raises the signal in its own main thread: ``os.kill`` of its own pid may be delivered to
+    another thread (numpy's), later, after the imports are done."""
     code = (
         "import os, signal, sys\n"
         "import tokentape._src.program as program\n"
@@ -88,7 +90,7 @@ def test_ctrl_c_while_importing_is_one_line(tmp_path):
         "real = builtins.__import__\n"
         "def interrupting(name, *a, **k):\n"
         "    if name == 'tokentape._src.cli.app':\n"
-        "        os.kill(os.getpid(), signal.SIGINT)\n"
+        "        signal.raise_signal(signal.SIGINT)\n"
         "    return real(name, *a, **k)\n"
         "builtins.__import__ = interrupting\n"
         "sys.exit(program.main(['--version']))\n"

@@ -12,6 +12,11 @@ from helpers import SIZES, make_store
 from hypothesis import settings
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+# Ray (the local instances the tests start, and the multi-node clusters) listens on loopback
+# only: on Linux it would take the host's routable address for "127.0.0.1" and listen on every
+# interface; with this it keeps 127.0.0.1 (Ray reads it at import, in every process started).
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
 EOD = "<|endoftext|>"
 BIG_VOCAB_WORDS = 70_000
 """Ordinary words in the big-vocabulary tokenizer: ``w0`` .. ``w69999``."""

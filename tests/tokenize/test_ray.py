@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -28,7 +29,12 @@ from helpers import make_documents, run_cli, tree_bytes, write_jsonl
 from tokentape._src.program import main
 from tokentape._src.store.lock import output_lock
 from tokentape._src.store.output import WORK_DIR
+from tokentape._src.store.tokenizers import load_tokenizer
 from tokentape._src.tokenize import ray_executor
+from tokentape._src.tokenize.filters import parse_filters
+from tokentape._src.tokenize.inputs import expand_inputs, plan_units
+from tokentape._src.tokenize.pool import PoolJob
+from tokentape._src.tokenize.worker import WorkerSettings, tokenize_unit, unit_paths
 from tokentape._src.util.faults import CRASH_ENV
 
 ray = pytest.importorskip("ray")
@@ -265,3 +271,28 @@ def test_a_ray_run_on_a_locked_output_is_refused_before_ray_starts(tmp_path, tmp
     assert f"pid {os.getpid()}," in lines[0]
     assert list(ray_dir.iterdir()) == []  # refused before Ray started
     assert sorted(os.listdir(tmp_path)) == ["d.jsonl"]
+
+
+def test_a_task_returns_its_unit_and_writes_nothing_where_the_driver_works(
+    corpus, hf_tokenizer_json, ray_cluster, tmp_path
+):
+    """A node need not see the driver's work directory: a task tokenizes in a scratch
+    directory of its own and returns the unit's files, which equal the local worker's."""
+    unit = plan_units(expand_inputs((str(corpus / "a.jsonl"),)), 4096)[1]
+    tokenizer = load_tokenizer(str(hf_tokenizer_json), None)
+    elsewhere = tmp_path / "driver-only" / "units"  # no node has it
+    settings = WorkerSettings("text", "uint16", tokenizer.vocab_size, str(elsewhere))
+    job = ray_executor.TaskJob(
+        PoolJob(str(hf_tokenizer_json), None, (), settings, ()), tokenizer.fingerprint, os.getcwd()
+    )
+    task = ray.remote(ray_executor._tokenize_unit_task)
+    outcome = ray.get(task.remote(job, unit))
+    assert outcome.error is None and outcome.result is not None
+    assert not (tmp_path / "driver-only").exists()
+    here = tmp_path / "here"
+    here.mkdir()
+    local = tokenize_unit(unit, tokenizer, parse_filters(()), replace(settings, work_dir=str(here)))
+    assert outcome.result == local
+    tokens, docs, _ = unit_paths(here, unit.index)
+    assert (outcome.tokens, outcome.docs) == (tokens.read_bytes(), docs.read_bytes())
+    assert outcome.node.startswith("127.0.0.1/")

@@ -55,13 +55,14 @@ examples:
   tokentape tokenize data/web/*.jsonl.zst --out stores/web --tokenizer tok.json \\
       --filter unique-lines --workers 8
   tokentape tokenize books/ --out stores/books --tokenizer tiktoken:gpt2.tiktoken --json
-  tokentape tokenize /shared/web/ --out /shared/stores/web --tokenizer /shared/tok.json \\
+  tokentape tokenize s3://corpus/web/ --out s3://stores/web --tokenizer /opt/tok.json \\
       --executor ray --ray-address head:6379 --workers 256
 
-The output is byte-identical for any --workers and either executor. With a cluster, the
-inputs, the tokenizer and --out must be on storage every node sees at the same path (needs
-the ray extra: pip install 'tokentape[ray]'). Interrupted (even by kill -9), the same command
-resumes where it stopped.
+The output is byte-identical for any --workers and either executor. With a cluster (needs
+the ray extra: pip install 'tokentape[ray]'), every node needs the tokenizer at the same path,
+and the inputs: object URLs (read with the node's own credentials) or paths every node sees
+at the same place; the nodes return their units to this command, which writes --out
+(docs/cluster.md). Interrupted (even by kill -9), the same command resumes where it stopped.
 
 object storage (needs the s3 extra: pip install 'tokentape[s3]'):
   tokentape tokenize data/web/ --out s3://bucket/stores/web --tokenizer tok.json
@@ -234,6 +235,14 @@ def _bos_text(s: TokenizeSummary) -> str:
     return f"id {s.tokenizer.get('bos_choice')}"
 
 
+def _ray_rows(nodes: dict[str, int]) -> list[tuple[str, str]]:
+    """The units each Ray node tokenized, when the run had Ray tasks."""
+    if not nodes:
+        return []
+    each = ", ".join(f"{node} {n}" for node, n in nodes.items())
+    return [("Ray nodes", f"{len(nodes)} ({each} units)")]
+
+
 def summary_text(s: TokenizeSummary, default_tokenizer: bool = False) -> str:
     rate = s.text_bytes / s.seconds / 1e6 if s.seconds > 0 else 0.0
     rows = [
@@ -250,6 +259,7 @@ def summary_text(s: TokenizeSummary, default_tokenizer: bool = False) -> str:
         ("ids", _id_keys_text(s.id_keys)),
         *bad_records_rows(s.bad_records),
         ("units", f"{s.units} ({s.units_reused} reused from an earlier run)"),
+        *_ray_rows(s.ray_nodes),
         ("time", f"{s.seconds:.2f} s ({rate:.2f} MB/s of text)"),
         ("content hash", s.content_hash),
     ]

@@ -156,6 +156,9 @@ class TokenizeSummary:
             per ``reasons``, ``by_input``, the ``first`` locations); empty otherwise.
         bos_id: The beginning-of-document id put before every document (``bos``), or None.
             ``tokenizer`` says which token it is and why (``bos_token``, ``bos_choice``).
+        ray_nodes: With ``executor="ray"``: the units this run tokenized on each Ray node
+            (``IP/NODE``, the node's address and the first 8 hex digits of its Ray id); empty
+            otherwise.
     """
 
     out: str
@@ -178,6 +181,7 @@ class TokenizeSummary:
     id_keys: dict[str, int]
     bad_records: dict[str, Any] = field(default_factory=dict)
     bos_id: int | None = None
+    ray_nodes: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """The summary as JSON-friendly data.
@@ -559,13 +563,16 @@ def _run(
         reused_bytes = sum(u.n_bytes for u in units if finished[u.index] is not None)
         counters.add(input_bytes=reused_bytes)
         total_bytes = sum(u.n_bytes for u in units)
+        ray_nodes: dict[str, int] = {}
         with watch(counters, total_bytes, "tokenize", progress):
             if ray is not None:
                 dead = []
                 pool_job = PoolJob(
                     config.tokenizer, config.eod_token, config.filters, settings, tuple(pending)
                 )
-                run_ray_tasks(ray, pool_job, job.tokenizer.fingerprint, config.workers, counters)
+                ray_nodes = run_ray_tasks(
+                    ray, pool_job, job.tokenizer.fingerprint, config.workers, counters
+                )
             else:
                 assert job.pool is not None  # the local executor's
                 dead = job.pool.run(pending, settings, job.tokenizer, job.filters)
@@ -617,7 +624,8 @@ def _run(
     status = "resumed" if plan.state is OutState.RESUME else "created"
     reused = len(units) - len(pending)
     seconds = time.monotonic() - job.started
-    return _summary(out, manifest, status, reused, seconds, job.tokenizer, job.bos)
+    summary = _summary(out, manifest, status, reused, seconds, job.tokenizer, job.bos)
+    return replace(summary, ray_nodes=ray_nodes)
 
 
 def _finished(work_dir: Path, unit: Unit, dtype: str) -> UnitResult | None:

@@ -1,15 +1,17 @@
 """Run units of work as Ray tasks: on a private local Ray, or on a cluster given its address.
 
 One task per unfinished unit, at most ``workers`` in flight, submitted in unit order. A task
-tokenizes its unit with the same code as the local pool, into the same files under
-``OUT/.tokentape-work`` (``.json`` marker last, every file written atomically), so the
-tokenizer file and the work directory must be on storage that every node sees at the same
-path, and so must the inputs unless they are object URLs: then every task reads its unit from
-the bucket itself (ranged GETs), with the job's storage options (they travel in the task's
-settings) and the credentials of its own node (the ``AWS_*`` variables a local Ray inherits
-from the driver; on a cluster, each node's environment, profile or instance role). A unit's
-bytes depend only on the unit: a task that Ray retries after its worker died rewrites identical
-files, and the store assembled from them is byte-identical to a local run.
+tokenizes its unit with the same code as the local pool, into a scratch directory of its own
+node, and returns the unit's files (tokens and documents) with its counts; the driver writes
+them into ``OUT/.tokentape-work`` (every file atomically, the ``.json`` marker last), so the
+work directory is the driver's alone and the nodes share no file system with it. The tokenizer
+file must be at the same path on every node, and so must the inputs unless they are object
+URLs: then every task reads its unit from the bucket itself (ranged GETs), with the job's
+storage options (they travel in the task's settings) and the credentials of its own node (the
+``AWS_*`` variables a local Ray inherits from the driver; on a cluster, each node's
+environment, profile or instance role). A unit's bytes depend only on the unit: a task that Ray
+retries after its node died returns identical files, and the store assembled from them is
+byte-identical to a local run.
 
 Ray is an optional dependency (the ``ray`` extra), imported only when a session opens.
 """
@@ -22,10 +24,13 @@ import logging
 import os
 import socket
 import sys
+import tempfile
+import time
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stdout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -33,7 +38,7 @@ from tokentape._src.store.tokenizers import Tokenizer, load_tokenizer
 from tokentape._src.tokenize.filters import FilterSet, parse_filters
 from tokentape._src.tokenize.inputs import Unit
 from tokentape._src.tokenize.pool import SINGLE_THREAD_ENV, PoolJob, WorkerDied
-from tokentape._src.tokenize.worker import UnitResult, tokenize_unit
+from tokentape._src.tokenize.worker import UnitResult, keep_unit_files, tokenize_unit, unit_paths
 from tokentape._src.util.faults import CRASH_ENV, crashpoint
 from tokentape._src.util.progress import Counters
 from tokentape.errors import InputError, TokentapeError
@@ -47,6 +52,11 @@ RAY_TASK_CRASH = "ray-task-once"
 """Test hook (``TOKENTAPE_CRASH_AT``): the first task of a run to start dies (``os._exit``)
 before tokenizing its unit; the tasks after it, its retry included, run normally."""
 CRASH_MARKER = "ray-crash-hook"
+GATE_ENV = "TOKENTAPE_RAY_GATE"
+"""Test hook: ``DIR:N`` holds every task of a unit numbered N or above, once it has started on
+its node (``DIR/started-UNIT-NODE`` created), until the file ``DIR/open`` exists: a test sees
+which node runs which unit and kills a node while its task is under way."""
+GATE_POLL_S = 0.02
 
 
 @dataclass(frozen=True)
@@ -61,14 +71,23 @@ class TaskJob:
     """The driver's working directory: relative paths are resolved against it on every node."""
     crash_hook: str | None = None
     """The driver's ``TOKENTAPE_CRASH_AT`` (tests only)."""
+    gate: str | None = None
+    """The driver's ``TOKENTAPE_RAY_GATE`` (tests only)."""
 
 
 @dataclass(frozen=True)
 class TaskOutcome:
-    """What a task returns: its unit's result, or the one-line error (bad input) it met."""
+    """What a task returns: its unit's result and files, or the one-line error (bad input) it
+    met; and the node it ran on."""
 
     result: UnitResult | None = None
+    tokens: bytes = b""
+    """The unit's ``.bin`` file."""
+    docs: bytes = b""
+    """The unit's ``.docs.npy`` file."""
     error: str | None = None
+    node: str = ""
+    """``IP/NODE`` (the first 8 hex digits of Ray's node id)."""
 
 
 def import_ray() -> ModuleType:
@@ -149,8 +168,10 @@ def _check_reachable(address: str) -> None:
 
 def run_ray_tasks(
     ray: ModuleType, job: PoolJob, fingerprint: str, workers: int, counters: Counters
-) -> None:
-    """Tokenize the units of ``job`` as Ray tasks, at most ``workers`` in flight.
+) -> dict[str, int]:
+    """Tokenize the units of ``job`` as Ray tasks, at most ``workers`` in flight; each unit's
+    files are written into the job's work directory here as its task returns them. Returns the
+    units finished on each node (``IP/NODE``).
 
     Bad input in a unit raises its ``TokentapeError`` (the local executor's message) once the
     other tasks are stopped. A task that failed for another reason after Ray's retries (worker
@@ -163,6 +184,7 @@ def run_ray_tasks(
             fingerprint=fingerprint,
             cwd=os.getcwd(),
             crash_hook=os.environ.get(CRASH_ENV),
+            gate=os.environ.get(GATE_ENV),
         )
     )
     task = ray.remote(_tokenize_unit_task).options(
@@ -174,6 +196,7 @@ def run_ray_tasks(
     todo = deque(job.units)
     in_flight: dict[Any, Unit] = {}
     lost: list[str] = []
+    by_node: dict[str, int] = {}
     try:
         while todo or in_flight:
             while todo and len(in_flight) < workers:
@@ -191,6 +214,8 @@ def run_ray_tasks(
                     raise TokentapeError(outcome.error)
                 r = outcome.result
                 assert r is not None
+                keep_unit_files(job.settings.work_dir, r, outcome.tokens, outcome.docs)
+                by_node[outcome.node] = by_node.get(outcome.node, 0) + 1
                 counters.add(
                     docs=r.docs_in,
                     tokens=r.n_tokens,
@@ -205,6 +230,7 @@ def run_ray_tasks(
             f"{len(lost)} Ray task(s) failed ({lost[0]}; a task whose worker dies is retried "
             f"{MAX_RETRIES} times)"
         )
+    return dict(sorted(by_node.items()))
 
 
 def _stop(ray: ModuleType, refs: list[Any]) -> None:
@@ -234,7 +260,9 @@ def _one_line(exc: BaseException, limit: int = 200) -> str:
 
 
 def _tokenize_unit_task(job: TaskJob, unit: Unit) -> TaskOutcome:
-    """The body of one Ray task: tokenize ``unit`` into its unit files."""
+    """The body of one Ray task: tokenize ``unit`` in a scratch directory of this node and
+    return its files."""
+    node = _node_name()
     with _working_directory(job.cwd) as found:
         try:
             tokenizer, filters = _tools(
@@ -242,7 +270,13 @@ def _tokenize_unit_task(job: TaskJob, unit: Unit) -> TaskOutcome:
             )
             if job.crash_hook == RAY_TASK_CRASH:
                 _die_once(job.pool.settings.work_dir)
-            return TaskOutcome(result=tokenize_unit(unit, tokenizer, filters, job.pool.settings))
+            if job.gate is not None:
+                _wait_at_gate(job.gate, unit.index, node)
+            with tempfile.TemporaryDirectory(prefix="tokentape-unit-") as scratch:
+                settings = replace(job.pool.settings, work_dir=scratch)
+                result = tokenize_unit(unit, tokenizer, filters, settings)
+                tokens, docs, _ = unit_paths(scratch, unit.index)
+                return TaskOutcome(result, tokens.read_bytes(), docs.read_bytes(), node=node)
         except TokentapeError as exc:
             hint = (
                 ""
@@ -251,7 +285,14 @@ def _tokenize_unit_task(job: TaskJob, unit: Unit) -> TaskOutcome:
                 "driver's working directory, against which relative paths are resolved: run "
                 "from a shared directory or give absolute paths)"
             )
-            return TaskOutcome(error=f"{exc}{hint}")
+            return TaskOutcome(error=f"{exc}{hint}", node=node)
+
+
+def _node_name() -> str:
+    """``IP/NODE`` of the node this task runs on (several nodes may share a host)."""
+    ray = import_ray()
+    node_id = ray.get_runtime_context().get_node_id()
+    return f"{ray.util.get_node_ip_address()}/{node_id[:8]}"
 
 
 @contextmanager
@@ -284,6 +325,18 @@ def _tools(
     return tokenizer, parse_filters(filter_specs)
 
 
+def _wait_at_gate(gate: str, unit: int, node: str) -> None:
+    """``GATE_ENV`` (``DIR:N``): a unit numbered N or above says it started on ``node`` and
+    waits until ``DIR/open`` exists."""
+    directory, _, first = gate.rpartition(":")
+    if unit < int(first):
+        return
+    gate_dir = Path(directory)
+    (gate_dir / f"started-{unit}-{node.replace('/', '-')}").touch()
+    while not (gate_dir / "open").exists():
+        time.sleep(GATE_POLL_S)
+
+
 def _die_once(work_dir: str) -> None:
     """``RAY_TASK_CRASH``: the first task to create the marker file exits at once."""
     try:
@@ -297,6 +350,7 @@ def _die_once(work_dir: str) -> None:
 
 __all__ = [
     "CRASH_MARKER",
+    "GATE_ENV",
     "RAY_TASK_CRASH",
     "TaskJob",
     "TaskOutcome",

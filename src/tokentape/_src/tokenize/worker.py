@@ -328,6 +328,15 @@ def tokenize_unit(
     return result
 
 
+def keep_unit_files(work_dir: str | Path, result: UnitResult, tokens: bytes, docs: bytes) -> None:
+    """Write the files of a unit made elsewhere (a Ray task's) into ``work_dir`` as
+    ``tokenize_unit`` writes its own: each atomically, the marker last."""
+    bin_path, docs_path, marker = unit_paths(work_dir, result.index)
+    write_atomic(bin_path, tokens)
+    write_atomic(docs_path, docs)
+    write_atomic(marker, result.to_json().encode())
+
+
 def _bad_of(unit: Unit, positions: list[ReadPosition]) -> dict[str, Any]:
     """The unit's bad records, by input file and reason, and its first locations."""
     by_input: dict[str, dict[str, int]] = {}
@@ -429,6 +438,7 @@ __all__ = [
     "UnitResult",
     "WorkerSettings",
     "framed",
+    "keep_unit_files",
     "load_result",
     "read_unit",
     "tokenize_unit",

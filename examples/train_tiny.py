@@ -18,6 +18,19 @@ What it shows:
 - rank 0 saves the plan beside them (``run/plan.json``): ``tokentape report run/ --out
   report.html`` draws the run (docs/report.md).
 
+- a plan whose stores are in a bucket is streamed (ranged GETs), or with ``--cache-dir`` staged
+  to that node-local directory first: one download per node and store, the node's other
+  ranks waiting for it; on several nodes (docs/cluster.md):
+
+    # on each node, NODE = 0 or 1; MASTER = node 0's address; /local/cache on each node's disk
+    torchrun --nnodes 2 --node-rank NODE --nproc-per-node 8 --master-addr MASTER \\
+        --master-port 29500 examples/train_tiny.py s3://bucket/plans/mix.json \\
+        --out /shared/run --cache-dir /local/cache --steps 1000
+
+- ``--rank-log`` has every rank write what it trained on (``run/ranks/rank-R.jsonl``, one line
+  a step: step, consumed, batch shape, its sample positions and the sha256 of its tokens), to
+  compare ranks and runs.
+
 Run without ``torchrun`` it trains as a single rank.
 """
 
@@ -25,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import io
 import json
 import math
@@ -40,7 +54,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from tokentape import BatchConfig, Loader, Plan, TokentapeError, load_plan
+from tokentape import BatchConfig, Loader, Plan, Step, TokentapeError, load_plan
 from tokentape.torch import check_step, to_torch
 
 CHECKPOINT = "checkpoint.npz"
@@ -161,6 +175,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--doc-mask", action="store_true", help="mask attention at document ends")
     p.add_argument("--check-ranks", action="store_true", help="all-gather and check each step")
+    p.add_argument(
+        "--cache-dir",
+        help="node-local directory to stage a bucket plan's stores to (default: stream them)",
+    )
+    p.add_argument(
+        "--rank-log",
+        action="store_true",
+        help="each rank logs what it trains on to OUT/ranks/rank-R.jsonl",
+    )
     return p.parse_args(argv)
 
 
@@ -193,7 +216,12 @@ def train(args: argparse.Namespace) -> int:
     data_state = load_checkpoint(ckpt, model, opt) if ckpt.exists() else None
     ddp = DistributedDataParallel(model) if distributed else model
     log = out / "steps.jsonl" if rank == 0 else None
-    loader = Loader(plan, rank, config, step_log=log, segments=args.doc_mask)
+    loader = Loader(
+        plan, rank, config, step_log=log, segments=args.doc_mask, cache_dir=args.cache_dir
+    )
+    rank_log = out / "ranks" / f"rank-{rank}.jsonl" if args.rank_log else None
+    if rank_log is not None:
+        rank_log.parent.mkdir(exist_ok=True)
     if data_state is not None:
         loader.load_state_dict(data_state)
     if rank == 0:
@@ -208,6 +236,8 @@ def train(args: argparse.Namespace) -> int:
             step = loader.step()
             if args.check_ranks and distributed:
                 check_step(step, rank, model_parallel_size=1)
+            if rank_log is not None:
+                _log_rank(rank_log, rank, step)
             n = len(plan.sources)
             sums = torch.zeros(1 + 2 * n)  # [loss, per-source row-loss sums, row counts]
             for i, micro in enumerate(step.micro_batches):
@@ -261,6 +291,23 @@ def _log_loss(out: Path, step: int, consumed: int, sums: torch.Tensor, plan: Pla
     with open(out / "loss.jsonl", "a") as f:
         f.write(json.dumps(record) + "\n")
     print(f"step {step:>4}  consumed {consumed:>6}  loss {loss:.4f}", flush=True)
+
+
+def _log_rank(path: Path, rank: int, step: Step) -> None:
+    """One line of this rank's log: the step, its shape, the positions and tokens it gives this
+    rank. Written before training on them: a step logged but never committed is redone."""
+    tokens = hashlib.sha256()
+    for micro in step.micro_batches:
+        tokens.update(np.ascontiguousarray(micro.tokens, dtype="<i8").tobytes())
+    c = step.config
+    record = {
+        "step": step.step, "consumed": step.consumed, "rank": rank,
+        "dp": c.dp_size, "micro": c.micro, "accum": c.accum,
+        "positions": [int(p) for m in step.micro_batches for p in m.positions],
+        "tokens_sha256": tokens.hexdigest(),
+    }  # fmt: skip
+    with open(path, "a") as f:
+        f.write(json.dumps(record) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,249 @@
+"""``examples/train_tiny.py`` under ``torchrun`` on two nodes (two agents on loopback, a c10d
+rendezvous on 127.0.0.1, gloo), from a plan whose stores are in a bucket on the local S3
+server; each node reaches the server through a proxy of its own, which counts its requests.
+
+Staged (each node its own ``--cache-dir``): every byte of every store is downloaded once per
+node, whatever its number of ranks, and never again when the run restarts on a node that has
+staged it. Streamed (no cache): the same training, read by ranged GETs.
+
+Either way, node 1 is SIGKILLed mid-run; node 0's ranks fail (their peers are gone) rather than
+hang, and the run restarts on node 0 alone from the last checkpoint, with half the ranks and
+twice the accumulation. Every rank's batch of every step is what the plan gives that rank for
+that step's shape (a one-node computation), and the samples applied are exactly
+``0 .. steps x global batch``, none lost, none twice."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from faultproxy import FaultProxy
+from helpers import PLAN, plan_of, small_shard_stores, wait_for
+
+from tokentape._src.store.format import MANIFEST_NAME
+from tokentape._src.train.batch import Batcher
+from tokentape._src.train.steplog import read_step_log
+
+torch = pytest.importorskip("torch")
+
+pytestmark = [pytest.mark.torch, pytest.mark.s3, pytest.mark.subprocess, pytest.mark.slow,
+              pytest.mark.multinode]  # fmt: skip
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "train_tiny.py"
+GLOBAL_BATCH = 8
+MICRO = 2
+RANGE = re.compile(r"bytes=(\d+)-(\d+)$")
+
+
+class Requests:
+    """What one node asked its proxy for: (method, object key, byte range or None)."""
+
+    def __init__(self, bucket: str) -> None:
+        self.prefix = f"/{bucket}/"
+        self.seen: list[tuple[str, str, tuple[int, int] | None]] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, method: str, path: str, range_header: str | None) -> None:
+        key = path.split("?", 1)[0]
+        if not key.startswith(self.prefix):
+            return
+        found = RANGE.match(range_header or "")
+        span = (int(found[1]), int(found[2]) + 1) if found else None
+        with self.lock:
+            self.seen.append((method, key[len(self.prefix) :], span))
+
+    def data_gets(self) -> dict[str, list[tuple[int, int] | None]]:
+        """The GETs of each store file but the manifest, by key."""
+        got: dict[str, list[tuple[int, int] | None]] = {}
+        with self.lock:
+            for method, key, span in self.seen:
+                if (
+                    method == "GET"
+                    and key.startswith("stores/")
+                    and not key.endswith(MANIFEST_NAME)
+                ):
+                    got.setdefault(key, []).append(span)
+        return got
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process and its descendants (torchrun's ranks are in their own sessions)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                stat = (entry / "stat").read_text()
+                parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [c for c, p in parents.items() if p == parent and c not in tree]
+        tree.update(children)
+        frontier += children
+    for p in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGKILL)
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+class Node:
+    """One ``torchrun`` agent: ``nproc`` ranks of a job of ``nnodes`` nodes, reaching S3 through
+    its own proxy."""
+
+    def __init__(self, proxy: FaultProxy, cache: Path | None) -> None:
+        self.proxy, self.cache = proxy, cache
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, plan: Path, run: Path, nnodes: int, nproc: int, port: int, steps: int):
+        launcher = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}",
+                    f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
+                    f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=tiny", "--max-restarts=0",
+                    "--monitor-interval=0.2"]  # fmt: skip
+        script = [str(EXAMPLE), str(plan), "--out", str(run), "--steps", str(steps),
+                  "--global-batch", str(GLOBAL_BATCH), "--micro", str(MICRO), "--save-every",
+                  "3", "--check-ranks", "--rank-log", "--width", "32"]  # fmt: skip
+        if self.cache is not None:
+            script += ["--cache-dir", str(self.cache)]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1",
+               "AWS_ENDPOINT_URL": self.proxy.endpoint}  # fmt: skip
+        self.proc = subprocess.Popen(
+            [*launcher, *script], env=env, start_new_session=True,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def output(self) -> str:
+        assert self.proc is not None and self.proc.stdout is not None
+        return self.proc.stdout.read()
+
+
+@pytest.fixture
+def bucket_plan(tmp_path, s3):
+    """The small stores in the bucket, a plan over them there, and the same plan read locally."""
+    small_shard_stores(tmp_path)
+    s3.upload_tree(tmp_path / "stores", f"{s3.url}/stores")
+    remote = plan_of(tmp_path, PLAN.replace('path = "stores/', f'path = "{s3.url}/stores/'))
+    path = tmp_path / "plan.json"
+    remote.save(path)
+    return path, plan_of(tmp_path), s3
+
+
+def check_every_rank_and_the_union(run: Path, local_plan, steps: int) -> None:
+    """Each logged step's rank batches are the plan's for its shape; what was applied covers
+    ``0 .. steps x global batch`` once."""
+    records = read_step_log(run / "steps.jsonl")  # steps and consumed contiguous
+    assert [r.step for r in records] == list(range(steps))
+    ranks = {int(p.stem.split("-")[1]): lines(p) for p in (run / "ranks").glob("rank-*.jsonl")}
+    batcher = Batcher(local_plan)
+    applied = []
+    for r in records:
+        per_rank = GLOBAL_BATCH // r.dp
+        for rank in range(r.dp):
+            # The last time this rank logged the step is the attempt that was committed.
+            line = [x for x in ranks[rank] if x["step"] == r.step][-1]
+            assert (line["dp"], line["consumed"]) == (r.dp, r.consumed)
+            want = r.consumed + rank * per_rank + np.arange(per_rank)
+            assert line["positions"] == want.tolist(), (r.step, rank)
+            tokens = batcher.batch(want).tokens.astype("<i8")
+            digest = hashlib.sha256(tokens.tobytes()).hexdigest()
+            assert line["tokens_sha256"] == digest, (r.step, rank)
+            applied += line["positions"]
+    assert sorted(applied) == list(range(steps * GLOBAL_BATCH))
+    assert len(applied) == len(set(applied))
+
+
+def run_kill_restart(tmp_path, bucket_plan, s3_server, nproc: int, staged: bool) -> dict:
+    plan_path, local_plan, s3 = bucket_plan
+    run = tmp_path / "run"
+    nodes = []
+    requests = []
+    with contextlib.ExitStack() as stack:
+        for n in range(2):
+            seen = Requests(s3.name)
+            proxy = stack.enter_context(FaultProxy(s3_server.endpoint, before=seen))
+            nodes.append(Node(proxy, tmp_path / f"cache{n}" if staged else None))
+            requests.append(seen)
+        port = free_port()
+        for node in nodes:
+            node.start(plan_path, run, nnodes=2, nproc=nproc, port=port, steps=2000)
+        try:
+            wait_for(lambda: len(lines(run / "steps.jsonl")) >= 5
+                     and (run / "checkpoint.npz").exists(),
+                     "five steps and a checkpoint on two nodes",
+                     alive=lambda: all(n.alive() for n in nodes))  # fmt: skip
+            assert {r["dp"] for r in lines(run / "steps.jsonl")} == {2 * nproc}
+            kill_tree(nodes[1].proc.pid)
+            nodes[1].proc.wait()
+            # Node 0's ranks lose their peers: the agent ends (no hang), the job failed.
+            wait_for(lambda: not nodes[0].alive(), "node 0 to stop after node 1 died")
+            assert nodes[0].proc.returncode != 0
+            before_restart = [len(r.data_gets()) and sum(map(len, r.data_gets().values()))
+                              for r in requests]  # fmt: skip
+            logged = len(lines(run / "steps.jsonl"))
+            steps = logged + 4
+            restart = nodes[0].start(plan_path, run, nnodes=1, nproc=nproc, port=free_port(),
+                                     steps=steps)  # fmt: skip
+            restart.proc.wait(timeout=600)
+            output = restart.output()
+            assert restart.proc.returncode == 0, output
+            assert f"dp {nproc}, micro {MICRO}" in output
+        finally:
+            for node in nodes:
+                if node.alive():
+                    kill_tree(node.proc.pid)
+    check_every_rank_and_the_union(run, local_plan, steps)
+    dps = [r.dp for r in read_step_log(run / "steps.jsonl")]
+    assert dps[0] == 2 * nproc and dps[-1] == nproc
+    return {"requests": requests, "before_restart": before_restart, "s3": s3}
+
+
+def test_two_nodes_stage_once_per_node_then_restart_on_one(tmp_path, bucket_plan, s3_server):
+    got = run_kill_restart(tmp_path, bucket_plan, s3_server, nproc=2, staged=True)
+    s3 = got["s3"]
+    sizes = {k: len(s3.get(f"{s3.url}/{k}")) for k in s3.keys(f"{s3.url}/stores")}
+    for n, seen in enumerate(got["requests"]):
+        gets = seen.data_gets()
+        # Every file the node's stage holds (but the manifest, and the empty files: no ids)
+        # was downloaded by this node, each byte once.
+        stores = [d for d in (tmp_path / f"cache{n}").iterdir() if d.is_dir()]
+        staged = {f"stores/{d.name.split('-', 1)[1]}/{f.name}" for d in stores
+                  for f in d.iterdir() if f.name != MANIFEST_NAME and f.stat().st_size}  # fmt: skip
+        assert len(staged) > 3 * 4 and set(gets) == staged, n
+        for key, spans in gets.items():
+            whole = [(0, sizes[key]) if s is None else s for s in spans]
+            assert sum(b - a for a, b in whole) == sizes[key], (n, key, whole)
+            covered = np.zeros(sizes[key], dtype=np.int8)
+            for a, b in whole:
+                covered[a:b] += 1
+            assert (covered == 1).all(), (n, key)
+    # The restart on node 0 found its stage and downloaded nothing more.
+    assert sum(map(len, got["requests"][0].data_gets().values())) == got["before_restart"][0]
+
+
+def test_two_nodes_streaming_then_restart_on_one(tmp_path, bucket_plan, s3_server):
+    got = run_kill_restart(tmp_path, bucket_plan, s3_server, nproc=1, staged=False)
+    for seen in got["requests"]:  # each node read its windows from the bucket by ranges
+        assert any(s is not None for spans in seen.data_gets().values() for s in spans)

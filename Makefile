@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test test-load lint format bench fuzz soak gpu-check mcore06 clean
+.PHONY: demo test test-load lint format bench fuzz soak rehearsal gpu-check mcore06 clean
 
 # Packages install without byte-compiling every module (pip's default; a minute here): what runs
 # compiles on first import instead, so byte code must be written even where the environment
@@ -53,6 +53,17 @@ fuzz: $(STAMP)
 # The kill campaign (not in CI's time budget): see docs/reliability.md.
 soak: $(STAMP)
 	$(BIN)/python tests/tools/soak.py
+
+# Longer than CI's: the multi-node tests (tests/cluster: a three-node Ray cluster, two torchrun
+# nodes, each with a node killed) REHEARSAL_ROUNDS times over, then the fleet model with its
+# calibration at 50 ms a request (docs/cluster.md).
+REHEARSAL_ROUNDS ?= 5
+rehearsal: $(STAMP)
+	@for i in $$(seq $(REHEARSAL_ROUNDS)); do \
+		echo "rehearsal round $$i of $(REHEARSAL_ROUNDS)"; \
+		$(BIN)/pytest -q -m multinode -n 2 || exit 1; \
+	done
+	$(BIN)/python benchmarks/fleet_sim.py --latency-ms 50
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py

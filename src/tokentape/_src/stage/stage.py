@@ -119,9 +119,14 @@ from tokentape._src.util.checks import check_count, check_path
 from tokentape._src.util.progress import ProgressCallback, check_callback
 from tokentape.errors import ArgumentError, PlanError, StoreChanged, StoreError
 
-RANGE_BYTES = 16 * 2**20
-"""The most bytes one ranged GET asks for (and a worker holds in memory)."""
-DEFAULT_WORKERS = 8
+RANGE_BYTES = 32 * 2**20
+"""The most bytes one ranged GET asks for (and a worker holds in memory). With S3's first-byte
+latency of about 100 ms, a GET of 16 MiB at about 90 MB/s spends a third of its time waiting
+for its first byte, and a node's stage was as slow again as its connections allow
+(benchmarks/fleet_sim.py; docs/cluster.md)."""
+DEFAULT_WORKERS = 16
+"""Concurrent ranged GETs of one stage: with ``RANGE_BYTES``, 512 MiB in flight, about 1 GB/s
+from S3 (8 x 16 MiB: about 0.44 GB/s)."""
 DEFAULT_WAIT_S = 4 * 3600.0
 """How long a process waits for another one staging the same store before giving up."""
 MAX_WORKERS = 1024

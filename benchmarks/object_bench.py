@@ -440,6 +440,98 @@ def stream_row(bench: Bench, proxy: FaultProxy) -> Row:
     )
 
 
+HYBRID_BATCH = 64
+HYBRID_STEPS = 40
+"""Steps timed for the steady rate, once the hybrid loader reads its staged copies."""
+
+
+def _steps_per_s(
+    loader: tokentape.Loader, expected: tokentape.Loader, n: int
+) -> tuple[float, bool]:
+    """``n`` steps of ``loader`` (each compared with ``expected``'s): samples/s, all equal."""
+    same = True
+    started = time.perf_counter()
+    for _ in range(n):
+        got = loader.step()
+        want = expected.step()
+        pairs = zip(got.micro_batches, want.micro_batches, strict=True)
+        same &= all(np.array_equal(a.tokens, b.tokens) for a, b in pairs)
+        loader.commit()
+        expected.commit()
+    return n * loader.config.global_batch / (time.perf_counter() - started), same
+
+
+def hybrid_row(bench: Bench, proxy: FaultProxy) -> Row:
+    """A loader with a ``cache_dir`` (its default, ``stage="background"``) against streaming
+    (first batch) and the staged copy (steady samples/s), batch 64, no worker processes; bytes
+    fetched at the proxy over the store's size; every batch against the local store's."""
+    s = bench.stream
+    if s is None:
+        raise RuntimeError("no stream store (built only when the stream or hybrid row is chosen)")
+    shape = {"seq_len": s.seq_len, "seed": 1, "total_samples": 10**6}
+    remote = tokentape.Plan.build(
+        {"random": {"path": s.url, "weight": 1, "max_repeats": 10**4}},
+        storage_options={"endpoint_url": proxy.endpoint}, **shape,
+    )  # fmt: skip
+    local_dir = bench.work / "random-store"
+    local = tokentape.Plan.build(
+        {"random": {"path": str(local_dir), "weight": 1, "max_repeats": 10**4}}, **shape
+    )
+    config = tokentape.BatchConfig(1, HYBRID_BATCH, 1)
+    started = time.perf_counter()
+    with tokentape.Loader(remote, 0, config, prefetch=0) as streamed:
+        streamed.step()
+    stream_first = time.perf_counter() - started
+    cache = bench.work / "hybrid-cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    proxy.reset()
+    with tokentape.Loader(local, 0, config, prefetch=0) as expected:
+        started = time.perf_counter()
+        with tokentape.Loader(remote, 0, config, prefetch=1, cache_dir=cache) as loader:
+            first = loader.step()
+            hybrid_first = time.perf_counter() - started
+            same = all(np.array_equal(a.tokens, b.tokens)
+                       for a, b in zip(first.micro_batches, expected.step().micro_batches,
+                                       strict=True))  # fmt: skip
+            loader.commit()
+            expected.commit()
+            streamed_steps = 1
+            while not loader.staged:
+                _, ok = _steps_per_s(loader, expected, 1)
+                same &= ok
+                streamed_steps += 1
+            _, ok = _steps_per_s(loader, expected, loader.prefetch + 2)  # scheduled before
+            rate, ok2 = _steps_per_s(loader, expected, HYBRID_STEPS)
+            same &= ok and ok2
+    stats = proxy.stats()
+    store_bytes = sum(p.stat().st_size for p in local_dir.iterdir() if p.is_file())
+    staged_plan = tokentape.Plan.build(
+        {"random": {"path": str(next(d for d in cache.iterdir() if d.is_dir())),
+                    "weight": 1, "max_repeats": 10**4}}, **shape,
+    )  # fmt: skip
+    with (
+        tokentape.Loader(staged_plan, 0, config, prefetch=1) as staged,
+        tokentape.Loader(local, 0, config, prefetch=0) as expected,
+    ):
+        staged_rate, _ = _steps_per_s(staged, expected, HYBRID_STEPS)
+    return Row(
+        f"hybrid (B {HYBRID_BATCH}, L {s.seq_len})",
+        proxy.faults.delay * 1000,
+        {
+            "first s": hybrid_first,
+            "vs stream": hybrid_first / stream_first,
+            "steady/s": rate,
+            "vs staged": rate / staged_rate,
+            "fetched/store": f"{stats.bytes_sent / store_bytes:.3f}",
+            "same": "yes" if same else "NO",
+        },
+        stats.requests,
+        stats.bytes_sent / MB,
+        f"stream first {stream_first:.3g} s, staged {staged_rate:.0f}/s; {streamed_steps} "
+        f"steps streamed before the switch; {by_method(proxy)}",
+    )
+
+
 def _local_objects(bench: Bench) -> dict[str, bytes]:
     prefix = bench.bucket.key(bench.store_url + "/")
     return {
@@ -455,6 +547,7 @@ MEASURES: dict[str, Measurement] = {
     "stage": stage_row,
     "reuse": reuse_row,
     "stream": stream_row,
+    "hybrid": hybrid_row,
 }
 
 
@@ -506,7 +599,7 @@ def build(args: argparse.Namespace, bucket: Bucket, chosen: list[str]) -> Bench:
     corpus_url = bucket.upload_tree(corpus_dir, f"{bucket.url}/raw")
     store_url = bucket.upload_tree(store_dir, f"{bucket.url}/stores/web")
     stream = None
-    if "stream" in chosen:
+    if "stream" in chosen or "hybrid" in chosen:
         random_dir = work / "random-store"
         itemsize = write_random_store(random_dir, args.stream_windows * (args.seq_len + 1))
         stream = Stream(

@@ -180,6 +180,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="node-local directory to stage a bucket plan's stores to (default: stream them)",
     )
     p.add_argument(
+        "--stage",
+        choices=["background", "first"],
+        default="background",
+        help="with --cache-dir: stream the first steps while staging (default), or stage first",
+    )
+    p.add_argument(
         "--rank-log",
         action="store_true",
         help="each rank logs what it trains on to OUT/ranks/rank-R.jsonl",
@@ -217,7 +223,13 @@ def train(args: argparse.Namespace) -> int:
     ddp = DistributedDataParallel(model) if distributed else model
     log = out / "steps.jsonl" if rank == 0 else None
     loader = Loader(
-        plan, rank, config, step_log=log, segments=args.doc_mask, cache_dir=args.cache_dir
+        plan,
+        rank,
+        config,
+        step_log=log,
+        segments=args.doc_mask,
+        cache_dir=args.cache_dir,
+        stage=args.stage,
     )
     rank_log = out / "ranks" / f"rank-{rank}.jsonl" if args.rank_log else None
     if rank_log is not None:

@@ -146,7 +146,7 @@ VALID: dict[str, Args] = {
     "tokentape.Loader": lambda c: {
         "plan": c.plan, "dp_rank": 0, "config": c.config, "state": c.state, "prefetch": 0,
         "step_log": c.fresh() / "steps.jsonl", "dtype": np.int32, "segments": False,
-        "cache_dir": c.fresh(), "fetch": tokentape.FetchConfig(),
+        "cache_dir": c.fresh(), "fetch": tokentape.FetchConfig(), "stage": "first",
     },
     "tokentape.Loader.set_config": lambda c: {"config": tokentape.BatchConfig(1, 1, 2)},
     "tokentape.Loader.load_state_dict": lambda c: {"data": c.state.to_dict()},

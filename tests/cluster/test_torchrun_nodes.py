@@ -122,8 +122,8 @@ class Node:
         script = [str(EXAMPLE), str(plan), "--out", str(run), "--steps", str(steps),
                   "--global-batch", str(GLOBAL_BATCH), "--micro", str(MICRO), "--save-every",
                   "3", "--check-ranks", "--rank-log", "--width", "32"]  # fmt: skip
-        if self.cache is not None:
-            script += ["--cache-dir", str(self.cache)]
+        if self.cache is not None:  # staged before the first step: every GET is the stage's
+            script += ["--cache-dir", str(self.cache), "--stage", "first"]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1",
                "AWS_ENDPOINT_URL": self.proxy.endpoint}  # fmt: skip
         self.proc = subprocess.Popen(

@@ -144,7 +144,7 @@ def test_loader_with_a_cache_dir_stages_and_with_a_small_cache_still_streams_exa
     config = BatchConfig(2, 4, 2)
     tiny = tokentape.FetchConfig(concurrency=3, cache_mb=0.002)  # 2 KiB: evictions all along
     with (
-        Loader(remote, 1, config, cache_dir=tmp_path / "cache") as staged,
+        Loader(remote, 1, config, cache_dir=tmp_path / "cache", stage="first") as staged,
         Loader(remote, 1, config, fetch=tiny) as streamed,
         Loader(local, 1, config) as ll,
     ):

@@ -227,7 +227,8 @@ def test_a_planted_entry_is_refused_or_replaced_never_followed(world, tmp_path, 
 def test_a_planted_link_is_refused_by_the_command_and_the_loader(world, tmp_path):
     """`tokentape stage` (a process of its own) exits 2 with one line; ``Loader(cache_dir=...)``
     raises the same error instead of training on the outside copy the staged copy's name points
-    to."""
+    to: in its constructor with ``stage="first"``, from the step after its background stage
+    failed by default (the steps before are streamed from the bucket)."""
     plan, plan_path = world.plan, world.plan_path
     cache = tmp_path / "cache"
     shutil.copytree(world.complete, cache)
@@ -243,7 +244,14 @@ def test_a_planted_link_is_refused_by_the_command_and_the_loader(world, tmp_path
     assert f"'{cache / world.key}': is a symbolic link (to '{world.outside / 'store'}')" in lines[0]
     assert done.stdout == ""
     with pytest.raises(OutputError, match="is a symbolic link"):
-        Loader(plan, 0, BatchConfig(1, 2), cache_dir=cache)
+        Loader(plan, 0, BatchConfig(1, 2), cache_dir=cache, stage="first")
+    with Loader(plan, 0, BatchConfig(1, 2), cache_dir=cache, prefetch=0) as loader:
+        loader.step()
+        loader.commit()
+        assert loader._stage is not None
+        loader._stage.wait()
+        with pytest.raises(OutputError, match="is a symbolic link"):
+            loader.step()
 
 
 def test_a_cache_directory_others_can_write_is_refused(world, tmp_path):

@@ -262,10 +262,10 @@ def test_a_failed_hash_job_is_redone_at_commit(plan, tmp_path, monkeypatch):
         real = loader._step_hash
         failures = [OSError("EIO while hashing")]
 
-        def flaky(consumed, config):
+        def flaky(consumed, config, batcher=None):
             if failures:
                 raise failures.pop()
-            return real(consumed, config)
+            return real(consumed, config, batcher)
 
         monkeypatch.setattr(loader, "_step_hash", flaky)
         loader.step()

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from tokentape._src.objects.client import is_url
 from tokentape._src.objects.ranged import FetchConfig, FetchStats
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan
@@ -32,12 +33,16 @@ from tokentape._src.stage.stage import stage_plan
 from tokentape._src.store.reader import total_stats
 from tokentape._src.tape.resolve import Resolved
 from tokentape._src.train.ahead import ResolveAhead, StepShape
+from tokentape._src.train.background import BackgroundStage
 from tokentape._src.train.batch import Batch, Batcher, DocOrigin
 from tokentape._src.train.logwriter import StepLogWriter
 from tokentape._src.train.partition import BatchConfig, positions_for
 from tokentape._src.train.state import DataState
 from tokentape._src.util.checks import check_flag, check_path, shown
 from tokentape.errors import ArgumentError, PlanError, TokentapeError
+
+STAGE_MODES = ("background", "first")
+"""How a ``Loader`` with a ``cache_dir`` stages a plan's bucket stores."""
 
 
 @dataclass(frozen=True)
@@ -123,9 +128,15 @@ class Loader:
         segments: Also compute each token's document segment id and in-document position
             (``Batch.segment_ids``, ``Batch.doc_positions``, ``Batch.cu_seqlens``).
         cache_dir: For a plan whose stores are in object storage (``s3://...``): stage them
-            to this node-local directory first (``tokentape stage``: verified block by block,
-            one downloader per node and store while the other ranks wait), then read the staged
-            copies like local stores. None (the default): such stores are streamed instead.
+            to this node-local directory (``tokentape stage``: verified block by block, one
+            downloader per node and store while the other ranks wait) and read the staged
+            copies like local stores; see ``stage``. None (the default): such stores are
+            streamed.
+        stage: With ``cache_dir``: ``"background"`` (the default) streams the first steps
+            while the stores are staged on a thread of this loader's, begun once the first
+            step is built, and reads the staged copies from the first step scheduled after the
+            stage ends (the batches are the same either way; ``staged`` says which it reads);
+            ``"first"`` stages before the constructor returns, as ``tokentape stage`` does.
         fetch: How stores in object storage are streamed without ``cache_dir``: ranged GETs in
             flight and MiB cached per store (default ``FetchConfig()``). The next
             ``prefetch`` steps' windows are fetched as soon as the steps are scheduled, so
@@ -163,6 +174,7 @@ class Loader:
         segments: bool = False,
         cache_dir: str | os.PathLike[str] | None = None,
         fetch: FetchConfig | None = None,
+        stage: str = "background",
     ) -> None:
         if isinstance(plan, str | os.PathLike):
             plan = load_plan(plan)
@@ -172,6 +184,10 @@ class Loader:
             raise ArgumentError(f"fetch must be a FetchConfig, got {fetch!r}")
         if cache_dir is not None:
             check_path("cache_dir", cache_dir)
+        if stage not in STAGE_MODES:
+            raise ArgumentError(
+                f"stage must be one of {', '.join(STAGE_MODES)}, got {shown(stage)}"
+            )
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ArgumentError(f"prefetch must be an integer >= 0, got {prefetch!r}")
         if state is not None and not isinstance(state, DataState):
@@ -184,8 +200,14 @@ class Loader:
         check_flag("segments", segments)
         _check_dtype(dtype)
         positions_for(0, dp_rank, config)  # validates dp_rank against the config
+        self._stage: BackgroundStage | None = None
         if cache_dir is not None:  # every argument checked: stage
-            plan = stage_plan(plan, cache_dir)
+            if stage == "first" or not any(is_url(s.path) for s in plan.sources):
+                plan = stage_plan(plan, cache_dir)
+            else:
+                self._stage = BackgroundStage(plan, cache_dir)
+        self._dtype, self._segments = dtype, segments
+        self._streamed = FetchStats()  # what sources read before a switch to staged copies
         self.batcher = Batcher(plan, dtype, segments, fetch=fetch)
         # The step log hashes the whole step in the stores' own width (cheaper); same stores.
         self._log_batcher = (
@@ -220,8 +242,19 @@ class Loader:
 
     @property
     def fetch_stats(self) -> FetchStats:
-        """Requests and bytes fetched from object storage so far (zeros for local stores)."""
-        return total_stats(self.batcher.sources)
+        """Requests and bytes the loader's reads fetched from object storage so far (zeros
+        for local stores; a stage's downloads are not counted)."""
+        now = total_stats(self.batcher.sources)
+        s = self._streamed
+        return FetchStats(
+            s.requests + now.requests, s.bytes + now.bytes, s.blocks_checked + now.blocks_checked
+        )
+
+    @property
+    def staged(self) -> bool:
+        """Whether steps scheduled now read staged copies (or local stores): False while a
+        background stage (``stage="background"``) is under way."""
+        return self._stage is None
 
     # --- the training loop's three calls ------------------------------------------------
 
@@ -244,6 +277,7 @@ class Loader:
         if self._closed:
             raise TokentapeError("the loader is closed")
         self._check_log(self.state)
+        self._switch_when_staged()
         if self._outstanding is not None:
             out = self._outstanding
             return Step(out.state.step, out.state.consumed, out.config, out.ahead.batches.result())
@@ -265,6 +299,8 @@ class Loader:
             )
             raise
         self.waits.append(time.perf_counter() - started)
+        if self._stage is not None:
+            self._stage.start()  # after the first step: it does not delay the first batch
         self._outstanding = _Outstanding(state, config, ahead)
         return Step(state.step, state.consumed, config, batches)
 
@@ -395,6 +431,8 @@ class Loader:
         threads, letting go of their cached ranges. Idempotent."""
         if not self._closed:
             self._closed = True
+            if self._stage is not None:
+                self._stage.cancel()
             self._pool.shutdown(wait=False, cancel_futures=True)
             for source in self.batcher.sources:
                 source.close()
@@ -407,6 +445,29 @@ class Loader:
 
     # --- internals --------------------------------------------------------------------------
 
+    def _switch_when_staged(self) -> None:
+        """Once a background stage has ended: read the staged copies from the next step
+        scheduled on (the steps scheduled before read the bucket, whose sources are closed
+        after them), or raise the stage's error (then the loader goes on streaming)."""
+        stage = self._stage
+        if stage is None or not stage.finished:
+            return
+        self._stage = None
+        if stage.error is not None:
+            stage.error.add_note(
+                "tokentape: staging in the background failed; this loader goes on streaming"
+            )
+            raise stage.error
+        assert stage.result is not None
+        old = self.batcher
+        self.batcher = Batcher(stage.result, self._dtype, self._segments)
+        if self._log_batcher is not None:
+            hashing = hash_dtype(stage.result)
+            self._log_batcher = Batcher(stage.result, hashing, sources=self.batcher.sources)
+        self.plan = stage.result
+        self._streamed = total_stats(old.sources)
+        self._pool.submit(_close_sources, old)  # after the steps already scheduled on them
+
     def _schedule(self, consumed: int) -> None:
         b = self.config.global_batch
         for i in range(self.prefetch + 1):
@@ -416,29 +477,40 @@ class Loader:
                 if self.batcher.fetches_ahead:  # object storage: start this step's reads now
                     rows = positions_for(key[0], self.dp_rank, key[1]).ravel()
                     resolved = self.batcher.prefetch(rows)  # resolved once: the build reuses it
-                batches = self._pool.submit(self._build, *key, resolved)
-                hashed = self._pool.submit(self._step_hash, *key) if self._writer else None
+                batches = self._pool.submit(self._build, *key, resolved, self.batcher)
+                hashed = (
+                    self._pool.submit(self._step_hash, *key, self._log_batcher)
+                    if self._writer
+                    else None
+                )
                 self._ahead[key] = _Ahead(batches, hashed)
         for key in [k for k in self._ahead if k[0] < consumed]:
             self._ahead.pop(key).cancel()
 
     def _build(
-        self, consumed: int, config: BatchConfig, resolved: Resolved | None = None
+        self,
+        consumed: int,
+        config: BatchConfig,
+        resolved: Resolved | None = None,
+        batcher: Batcher | None = None,
     ) -> tuple[Batch, ...]:
+        """This rank's micro-batches at ``consumed``, read by ``batcher`` (the one the step
+        was scheduled with; by default the loader's)."""
         rows = positions_for(consumed, self.dp_rank, config)
         if resolved is None:
             shape = StepShape(config.global_batch, self.dp_rank * config.per_rank, config.per_rank)
             resolved = self._resolve.resolved(consumed, shape)
-        whole = self.batcher.batch(rows.ravel(), resolved)
+        whole = (batcher or self.batcher).batch(rows.ravel(), resolved)
         m = config.micro
         return tuple(_slice(whole, i * m, (i + 1) * m) for i in range(config.accum))
 
-    def _step_hash(self, consumed: int, config: BatchConfig) -> str:
+    def _step_hash(self, consumed: int, config: BatchConfig, batcher: Batcher | None = None) -> str:
         """The tokens hash of the whole step (every rank's positions), for the step log."""
         b = config.global_batch
-        assert self._log_batcher is not None
+        batcher = batcher or self._log_batcher
+        assert batcher is not None
         resolved = self._resolve.resolved(consumed, StepShape(b, 0, b))
-        whole = self._log_batcher.batch(np.arange(consumed, consumed + b), resolved)
+        whole = batcher.batch(np.arange(consumed, consumed + b), resolved)
         return step_tokens_hash(whole, self.plan)
 
     def _record(self, out: _Outstanding, tokens_hash: str) -> dict[str, Any]:
@@ -465,6 +537,11 @@ def _check_dtype(dtype: object) -> None:
         np.dtype(dtype)
     except TypeError:
         raise ArgumentError(f"dtype must be a numpy integer dtype, got {shown(dtype)}") from None
+
+
+def _close_sources(batcher: Batcher) -> None:
+    for source in batcher.sources:
+        source.close()
 
 
 def _failed(future: Future[Any]) -> bool:

@@ -72,6 +72,20 @@ class Bucket:
     def get(self, url: str) -> bytes:
         return self.client.get_object(Bucket=self.name, Key=self.key(url))["Body"].read()
 
+    def versioned(self) -> None:
+        """Keep every version of every object from now on: each PUT is counted (``puts``)."""
+        self.client.put_bucket_versioning(
+            Bucket=self.name, VersioningConfiguration={"Status": "Enabled"}
+        )
+
+    def puts(self) -> dict[str, int]:
+        """PUTs per key since ``versioned()`` (object versions; delete markers not counted)."""
+        counts: dict[str, int] = {}
+        for page in self.client.get_paginator("list_object_versions").paginate(Bucket=self.name):
+            for version in page.get("Versions", []):
+                counts[version["Key"]] = counts.get(version["Key"], 0) + 1
+        return counts
+
     def keys(self, url: str = "") -> list[str]:
         prefix = self.key(url.rstrip("/") + "/") if url and url != self.url else ""
         found, token = [], None

@@ -34,15 +34,6 @@ HEALTH = {"health_check_period_ms": 500, "health_check_failure_threshold": 10}
 """A node silent for 5 s is dead (Ray's default: 15 s): the lost task is rerun sooner."""
 
 
-def versions(s3) -> dict[str, int]:
-    """PUTs per key (the bucket is versioned: every PUT is a version)."""
-    counts: dict[str, int] = {}
-    for page in s3.client.get_paginator("list_object_versions").paginate(Bucket=s3.name):
-        for version in page.get("Versions", []):
-            counts[version["Key"]] = counts.get(version["Key"], 0) + 1
-    return counts
-
-
 def tokenize_args(inputs: str, out: str, tokenizer: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "tokentape", "tokenize", inputs, "--out", out,
             "--tokenizer", str(tokenizer), "--unit-mb", "0.01", "--shard-mb", "0.05",
@@ -54,7 +45,7 @@ def test_three_nodes_spread_survive_a_lost_node_and_match_the_local_store(
 ):
     (tmp_path / "corpus").mkdir()
     corpus = jsonl_corpus(tmp_path / "corpus", 1500, seed=31)
-    s3.client.put_bucket_versioning(Bucket=s3.name, VersioningConfiguration={"Status": "Enabled"})
+    s3.versioned()
     inputs = s3.upload_tree(corpus, f"{s3.url}/corpus")
     local = tmp_path / "local"
     done = subprocess.run(tokenize_args(inputs, str(local), hf_tokenizer_json, "--workers", "2"),
@@ -115,7 +106,7 @@ def test_three_nodes_spread_survive_a_lost_node_and_match_the_local_store(
     # Byte-identical to the local executor, every object PUT once.
     uploaded = tree_bytes(s3.download_tree(out, tmp_path / "downloaded"))
     assert uploaded == tree_bytes(local)
-    counts = versions(s3)
+    counts = s3.puts()
     store_keys = {k: n for k, n in counts.items() if k.startswith("stores/web/")}
     assert len(store_keys) == len(uploaded)
     assert set(store_keys.values()) == {1}, {k: n for k, n in store_keys.items() if n != 1}

@@ -60,19 +60,6 @@ def reference(corpus, hf_tokenizer_json, tmp_path_factory) -> Path:
     return out
 
 
-def versioned(s3) -> None:
-    s3.client.put_bucket_versioning(Bucket=s3.name, VersioningConfiguration={"Status": "Enabled"})
-
-
-def puts(s3) -> dict[str, int]:
-    """PUTs per key so far (object versions, delete markers not counted)."""
-    counts: dict[str, int] = {}
-    for page in s3.client.get_paginator("list_object_versions").paginate(Bucket=s3.name):
-        for version in page.get("Versions", []):
-            counts[version["Key"]] = counts.get(version["Key"], 0) + 1
-    return counts
-
-
 def remote_tree(s3, url: str, tmp_path: Path) -> dict[str, bytes]:
     return tree_bytes(s3.download_tree(url, tmp_path / "downloaded"))
 
@@ -105,24 +92,24 @@ def test_rerun_is_already_complete_and_uploads_nothing(
     s3, corpus, hf_tokenizer_json, tmp_path, monkeypatch
 ):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    versioned(s3)
+    s3.versioned()
     url = s3.url + "/web"
     first = tokenize(config(corpus, url, hf_tokenizer_json))
-    before = puts(s3)
+    before = s3.puts()
     assert set(before.values()) == {1}
     again = tokenize(config(corpus, url, hf_tokenizer_json))
     assert again.status == "already complete"
     assert again.out == url
     assert again.units == again.units_reused == first.units
     assert again.content_hash == first.content_hash
-    assert puts(s3) == before
+    assert s3.puts() == before
     assert not (tmp_path / "cache").exists()  # nothing left, nothing built
 
 
 def test_damaged_upload_reuploads_only_what_is_missing_or_corrupt(
     s3, corpus, hf_tokenizer_json, reference, tmp_path
 ):
-    versioned(s3)
+    s3.versioned()
     url = s3.url + "/web"
     tokenize(config(corpus, url, hf_tokenizer_json, work_dir=str(tmp_path / "w")))
     # a kill mid-upload, simulated: no manifest, one shard file missing, one object another
@@ -133,10 +120,10 @@ def test_damaged_upload_reuploads_only_what_is_missing_or_corrupt(
     changed = idx[:-1] + bytes([idx[-1] ^ 1])
     tag = {"sha256": hashlib.sha256(changed).hexdigest()}
     s3.client.put_object(Bucket=s3.name, Key="web/part-00000.idx.npy", Body=changed, Metadata=tag)
-    before = puts(s3)
+    before = s3.puts()
     summary = tokenize(config(corpus, url, hf_tokenizer_json, work_dir=str(tmp_path / "w")))
     assert summary.status == "resumed"
-    after = puts(s3)
+    after = s3.puts()
     changed = {key for key in after if after[key] != before.get(key, 0)}
     assert changed == {"web/manifest.json", "web/part-00001.bin", "web/part-00000.idx.npy"}
     assert all(after[key] == before[key] + 1 for key in changed)
@@ -146,7 +133,7 @@ def test_damaged_upload_reuploads_only_what_is_missing_or_corrupt(
 def test_kill_mid_upload_leaves_no_manifest_and_resumes(
     s3, corpus, hf_tokenizer_json, reference, tmp_path
 ):
-    versioned(s3)
+    s3.versioned()
     url = s3.url + "/stores/web"
     cache = tmp_path / "cache"
     env = {"XDG_CACHE_HOME": str(cache)}
@@ -163,7 +150,7 @@ def test_kill_mid_upload_leaves_no_manifest_and_resumes(
     summary = json.loads(done.stdout)
     assert summary["out"] == url
     assert summary["status"] == "resumed"
-    assert set(puts(s3).values()) == {1}  # nothing uploaded twice
+    assert set(s3.puts().values()) == {1}  # nothing uploaded twice
     assert remote_tree(s3, url, tmp_path) == tree_bytes(reference)
     assert not work.exists()
     for output in (killed, done):
@@ -185,14 +172,14 @@ def test_kill_after_upload_is_already_complete(s3, corpus, hf_tokenizer_json, tm
 
 
 def test_another_jobs_store_is_refused_then_replaced(s3, corpus, hf_tokenizer_json, tmp_path):
-    versioned(s3)
+    s3.versioned()
     url = s3.url + "/web"
     small = tokenize(config(corpus, url, hf_tokenizer_json, shard_mb=0.005))
-    before = puts(s3)
+    before = s3.puts()
     bigger = config(corpus, url, hf_tokenizer_json, shard_mb=0.02)
     with pytest.raises(OutputError, match=rf"^--out '{url}': .*pass --overwrite"):
         tokenize(bigger)
-    assert puts(s3) == before
+    assert s3.puts() == before
     # replaced: killed mid-upload, the old manifest is already gone (deleted first)
     args = cli_args(corpus, url, hf_tokenizer_json, "--shard-mb", "0.02", "--overwrite")
     killed = run_cli(*args, env={"TOKENTAPE_CRASH_AT": "mid-upload"})
@@ -287,7 +274,7 @@ def test_the_url_is_looked_at_again_after_the_build(
     s3, corpus, hf_tokenizer_json, reference, tmp_path
 ):
     """Another machine writes the URL while this one builds (the writer lock is local)."""
-    versioned(s3)
+    s3.versioned()
     work = tmp_path / "work"
 
     def meanwhile(write):
@@ -308,7 +295,7 @@ def test_the_url_is_looked_at_again_after_the_build(
     cfg = config(corpus, url, hf_tokenizer_json, work_dir=str(work))
     summary = tokenize(cfg, progress=meanwhile(lambda: s3.upload_tree(reference, url)))
     assert summary.status == "already complete"
-    assert {k: n for k, n in puts(s3).items() if k.startswith("b/")} == {
+    assert {k: n for k, n in s3.puts().items() if k.startswith("b/")} == {
         f"b/{name}": 1 for name in tree_bytes(reference)
     }
     assert tree_bytes(work) == tree_bytes(reference)  # built here, kept (a --work-dir given)

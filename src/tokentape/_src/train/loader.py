@@ -200,12 +200,11 @@ class Loader:
         check_flag("segments", segments)
         _check_dtype(dtype)
         positions_for(0, dp_rank, config)  # validates dp_rank against the config
+        background = cache_dir is not None and stage == "background"
+        background = background and any(is_url(s.path) for s in plan.sources)
+        if cache_dir is not None and not background:  # every argument checked: stage
+            plan = stage_plan(plan, cache_dir)
         self._stage: BackgroundStage | None = None
-        if cache_dir is not None:  # every argument checked: stage
-            if stage == "first" or not any(is_url(s.path) for s in plan.sources):
-                plan = stage_plan(plan, cache_dir)
-            else:
-                self._stage = BackgroundStage(plan, cache_dir)
         self._dtype, self._segments = dtype, segments
         self._streamed = FetchStats()  # what sources read before a switch to staged copies
         self.batcher = Batcher(plan, dtype, segments, fetch=fetch)
@@ -239,6 +238,9 @@ class Loader:
         self.waits: deque[float] = deque(maxlen=10_000)
         """Seconds the last ``step()`` calls blocked waiting for their batches: the trainer's
         data stalls (near 0 when prefetch keeps ahead)."""
+        if background:  # last: a constructor that raised leaves no thread behind
+            assert cache_dir is not None
+            self._stage = BackgroundStage(plan, cache_dir)
 
     @property
     def fetch_stats(self) -> FetchStats:

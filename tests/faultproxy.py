@@ -24,6 +24,13 @@ one draw per request, so a given request order gives the same faults):
 ``Range`` header (None without one), in the proxy's handler thread, before the request is
 forwarded: a test rewrites an object there at a chosen request, as another writer would.
 
+``mirror`` (not a fault: a faster server) maps request paths (``/BUCKET/KEY``) to local files
+holding those objects' exact bytes: a GET of one is answered from the file, reading only the
+range asked for (206 with ``Content-Range``; 412 when ``If-Match`` is not the file's MD5 ETag,
+which is what the server gives an object uploaded in one PUT), instead of being forwarded.
+moto answers a ranged GET by copying the whole object under a lock; the benchmarks use this to
+measure against a server that reads ranges as S3 does.
+
 ``methods`` limits the faults (not the delay) to some methods (e.g. ``{"GET"}``); ``ranged``
 limits them to requests with a ``Range`` header. Counters (``stats()``): requests seen, faults
 by kind, body bytes sent to clients (``bytes_sent``: what a client fetched) and received.
@@ -37,15 +44,18 @@ Nothing here listens anywhere but loopback or forwards anywhere but ``upstream``
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import http.client
 import random
+import re
 import socket
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 FAULTS = ("slowdown", "drop", "truncate", "corrupt", "stall", "deny")
@@ -69,6 +79,12 @@ DENIED_BODY = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n'
     b"<Error><Code>AccessDenied</Code><Message>Access Denied</Message>"
     b"<RequestId>FAULTPROXY</RequestId><HostId>faultproxy</HostId></Error>"
+)
+PRECONDITION_BODY = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n'
+    b"<Error><Code>PreconditionFailed</Code><Message>At least one of the pre-conditions you "
+    b"specified did not hold</Message><Condition>If-Match</Condition>"
+    b"<RequestId>FAULTPROXY</RequestId></Error>"
 )
 COPY_CHUNK = 64 * 1024
 
@@ -123,7 +139,13 @@ _Ticket = tuple[Stats, int]
 class FaultProxy:
     """A loopback HTTP proxy to ``upstream`` (``http://host:port``) that injects faults."""
 
-    def __init__(self, upstream: str, seed: int = 0, **faults: Any) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        seed: int = 0,
+        mirror: Mapping[str, Path] | None = None,
+        **faults: Any,
+    ) -> None:
         parsed = urllib.parse.urlsplit(upstream)
         if parsed.scheme != "http" or not parsed.hostname or parsed.port is None:
             raise ValueError(f"upstream must be http://host:port, got {upstream!r}")
@@ -133,6 +155,7 @@ class FaultProxy:
         self._faults = Faults(**faults)
         self._stats = Stats()
         self._sockets: set[socket.socket] = set()
+        self.mirror = {path: (Path(f), _md5_etag(Path(f))) for path, f in (mirror or {}).items()}
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.proxy = self
         self._thread: threading.Thread | None = None
@@ -233,6 +256,35 @@ class FaultProxy:
         self.stop()
 
 
+def _md5_etag(path: Path) -> str:
+    digest = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return f'"{digest.hexdigest()}"'
+
+
+def _ranged_answer(
+    path: Path, etag: str, range_header: str | None, if_match: str | None
+) -> tuple[int, list[tuple[str, str]], bytes]:
+    """A mirrored object's answer: the range asked for (or all of it), read from its file."""
+    base = [("ETag", etag), ("Accept-Ranges", "bytes"), ("x-amz-request-id", "FAULTPROXY")]
+    if if_match is not None and if_match.strip().strip('"') != etag.strip('"'):
+        return 412, [*base, ("Content-Type", "application/xml")], PRECONDITION_BODY
+    size = path.stat().st_size
+    found = re.fullmatch(r"bytes=(\d+)-(\d*)", range_header or "")
+    with open(path, "rb") as f:
+        if found is None:
+            return 200, [*base, ("Content-Type", "binary/octet-stream")], f.read()
+        start = int(found[1])
+        stop = min(size, int(found[2]) + 1) if found[2] else size
+        f.seek(start)
+        data = f.read(max(0, stop - start))
+    headers = [*base, ("Content-Type", "binary/octet-stream"),
+               ("Content-Range", f"bytes {start}-{start + len(data) - 1}/{size}")]  # fmt: skip
+    return 206, headers, data
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     proxy: FaultProxy
@@ -324,6 +376,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._respond(status, headers, payload, cut=cut)
 
     def _upstream(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
+        key = self.path.split("?", 1)[0]
+        mirrored = self.server.proxy.mirror.get(key) if self.command == "GET" else None
+        if mirrored is not None:
+            return _ranged_answer(
+                *mirrored, self.headers.get("Range"), self.headers.get("If-Match")
+            )
         host, port = self.server.proxy.upstream
         conn = http.client.HTTPConnection(host, port, timeout=120)
         try:

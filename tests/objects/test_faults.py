@@ -18,7 +18,7 @@ from faultproxy import FaultProxy, Faults
 from objstore import ACCESS_KEY, SECRET_KEY
 
 from tokentape._src.objects.client import object_store
-from tokentape.errors import ObjectStorageError
+from tokentape.errors import ObjectStorageError, StoreChanged
 
 pytestmark = pytest.mark.s3
 
@@ -119,6 +119,34 @@ def test_proxy_forwards_exactly_and_counts(s3, proxy, tmp_path):
         assert response.status == 206 and response.read() == big[:100]
     conn.close()
     assert proxy.stats().requests == 2 and proxy.stats().bytes_sent == 200
+
+
+def test_a_mirror_answers_ranges_from_its_file_and_refuses_another_version(s3, s3_server, tmp_path):
+    """The benchmarks' range-aware server: ranged GETs of a mirrored object are read from its
+    file (the same bytes moto gives), and an If-Match for another version gets a 412."""
+    key = "stores/x/part-00000.bin"
+    url = f"{s3.url}/{key}"
+    s3.put(url, DATA)
+    etag = s3.client.head_object(Bucket=s3.name, Key=key)["ETag"]  # quoted, as S3 gives it
+    same, other = tmp_path / "same", tmp_path / "other"
+    same.write_bytes(DATA)
+    other.write_bytes(bytes(len(DATA)))  # the same size, other bytes: another version
+    with FaultProxy(s3_server.endpoint, mirror={f"/{s3.name}/{key}": same}) as mirrored:
+        store = through(mirrored, s3)
+        assert store.read(url, 1000, 2_000_000, etag.strip('"')) == DATA[1000:2_000_000]
+        assert store.read(url) == DATA
+        status, headers, body = raw(mirrored, s3, key, headers={"Range": "bytes=5-9"})
+        assert (status, body, headers["Content-Range"]) == (
+            206,
+            DATA[5:10],
+            f"bytes 5-9/{len(DATA)}",
+        )
+        assert headers["ETag"] == etag
+    with (
+        FaultProxy(s3_server.endpoint, mirror={f"/{s3.name}/{key}": other}) as mirrored,
+        pytest.raises(StoreChanged),
+    ):
+        through(mirrored, s3).read(url, 0, 10, etag.strip('"'))
 
 
 def test_proxy_faults_do_what_they_say(s3, proxy):

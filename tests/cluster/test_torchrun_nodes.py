@@ -8,7 +8,8 @@ staged it. Streamed (no cache): the same training, read by ranged GETs.
 
 Either way, node 1 is SIGKILLed mid-run; node 0's ranks fail (their peers are gone) rather than
 hang, and the run restarts on node 0 alone from the last checkpoint, with half the ranks and
-twice the accumulation. Every rank's batch of every step is what the plan gives that rank for
+twice the accumulation. In ``torchrun``'s elastic mode (``--nnodes 1:2``) the same happens
+within one ``torchrun``: node 0's agent restarts its rank, which resumes alone. Every rank's batch of every step is what the plan gives that rank for
 that step's shape (a one-node computation), and the samples applied are exactly
 ``0 .. steps x global batch``, none lost, none twice."""
 
@@ -103,22 +104,36 @@ def kill_tree(pid: int) -> None:
 
 
 def lines(path: Path) -> list[dict]:
-    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+    """The JSON lines of a log a killed process may have left with its last line cut short."""
+    if not path.exists():
+        return []
+    raw = path.read_text().splitlines()
+    found = [json.loads(x) for x in raw[:-1]]
+    with contextlib.suppress(ValueError):
+        found += [json.loads(x) for x in raw[-1:]]
+    return found
 
 
 class Node:
     """One ``torchrun`` agent: ``nproc`` ranks of a job of ``nnodes`` nodes, reaching S3 through
     its own proxy."""
 
-    def __init__(self, proxy: FaultProxy, cache: Path | None) -> None:
-        self.proxy, self.cache = proxy, cache
+    def __init__(self, proxy: FaultProxy, cache: Path | None, log: Path) -> None:
+        self.proxy, self.cache, self.log = proxy, cache, log
         self.proc: subprocess.Popen | None = None
 
-    def start(self, plan: Path, run: Path, nnodes: int, nproc: int, port: int, steps: int):
-        launcher = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}",
-                    f"--nproc-per-node={nproc}", "--rdzv-backend=c10d",
-                    f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=tiny", "--max-restarts=0",
-                    "--monitor-interval=0.2"]  # fmt: skip
+    def start(self, plan: Path, run: Path, nnodes: int, nproc: int, port: int, steps: int,
+              elastic: bool = False, host: bool = True):  # fmt: skip
+        """``elastic``: ``--nnodes 1:2`` with restarts, this node hosting the rendezvous's
+        store when ``host`` (two agents on one machine would race for it)."""
+        launcher = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
+                    "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+                    "--rdzv-id=tiny", "--monitor-interval=0.2"]  # fmt: skip
+        if elastic:
+            launcher += ["--nnodes=1:2", "--max-restarts=3",
+                         f"--rdzv-conf=is_host={int(host)},last_call_timeout=2"]  # fmt: skip
+        else:
+            launcher += [f"--nnodes={nnodes}", "--max-restarts=0"]
         script = [str(EXAMPLE), str(plan), "--out", str(run), "--steps", str(steps),
                   "--global-batch", str(GLOBAL_BATCH), "--micro", str(MICRO), "--save-every",
                   "3", "--check-ranks", "--rank-log", "--width", "32"]  # fmt: skip
@@ -126,18 +141,18 @@ class Node:
             script += ["--cache-dir", str(self.cache), "--stage", "first"]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "OMP_NUM_THREADS": "1",
                "AWS_ENDPOINT_URL": self.proxy.endpoint}  # fmt: skip
-        self.proc = subprocess.Popen(
-            [*launcher, *script], env=env, start_new_session=True,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )  # fmt: skip
+        with open(self.log, "a") as out:  # a file, not a pipe: nothing waits for a reader
+            self.proc = subprocess.Popen(
+                [*launcher, *script], env=env, start_new_session=True,
+                stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
         return self
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
     def output(self) -> str:
-        assert self.proc is not None and self.proc.stdout is not None
-        return self.proc.stdout.read()
+        return self.log.read_text()
 
 
 @pytest.fixture
@@ -184,7 +199,8 @@ def run_kill_restart(tmp_path, bucket_plan, s3_server, nproc: int, staged: bool)
         for n in range(2):
             seen = Requests(s3.name)
             proxy = stack.enter_context(FaultProxy(s3_server.endpoint, before=seen))
-            nodes.append(Node(proxy, tmp_path / f"cache{n}" if staged else None))
+            nodes.append(Node(proxy, tmp_path / f"cache{n}" if staged else None,
+                              tmp_path / f"node{n}.log"))  # fmt: skip
             requests.append(seen)
         port = free_port()
         for node in nodes:
@@ -200,8 +216,7 @@ def run_kill_restart(tmp_path, bucket_plan, s3_server, nproc: int, staged: bool)
             # Node 0's ranks lose their peers: the agent ends (no hang), the job failed.
             wait_for(lambda: not nodes[0].alive(), "node 0 to stop after node 1 died")
             assert nodes[0].proc.returncode != 0
-            before_restart = [len(r.data_gets()) and sum(map(len, r.data_gets().values()))
-                              for r in requests]  # fmt: skip
+            before_restart = [sum(map(len, r.data_gets().values())) for r in requests]
             logged = len(lines(run / "steps.jsonl"))
             steps = logged + 4
             restart = nodes[0].start(plan_path, run, nnodes=1, nproc=nproc, port=free_port(),
@@ -247,3 +262,37 @@ def test_two_nodes_streaming_then_restart_on_one(tmp_path, bucket_plan, s3_serve
     got = run_kill_restart(tmp_path, bucket_plan, s3_server, nproc=1, staged=False)
     for seen in got["requests"]:  # each node read its windows from the bucket by ranges
         assert any(s is not None for spans in seen.data_gets().values() for s in spans)
+
+
+def test_elastic_torchrun_goes_on_with_the_node_left(tmp_path, bucket_plan, s3_server):
+    """``torchrun``'s own elastic mode (``--nnodes 1:2``, restarts allowed), streaming: node 1
+    is killed; node 0's agent restarts its rank, which meets at the rendezvous alone and resumes
+    from the checkpoint at dp 1, in the same ``torchrun``. Every step logged is the plan's for
+    its shape and the applied samples are exact."""
+    plan_path, local_plan, _ = bucket_plan
+    run = tmp_path / "run"
+    log = run / "steps.jsonl"
+    with contextlib.ExitStack() as stack:
+        nodes = [Node(stack.enter_context(FaultProxy(s3_server.endpoint)), None,
+                      tmp_path / f"node{n}.log") for n in range(2)]  # fmt: skip
+        port = free_port()
+        nodes[0].start(plan_path, run, 2, 1, port, steps=10**5, elastic=True, host=True)
+        nodes[1].start(plan_path, run, 2, 1, port, steps=10**5, elastic=True, host=False)
+        try:
+            wait_for(lambda: any(r["dp"] == 2 for r in lines(log))
+                     and (run / "checkpoint.npz").exists(), "steps on two nodes",
+                     alive=lambda: all(n.alive() for n in nodes))  # fmt: skip
+            kill_tree(nodes[1].proc.pid)
+            nodes[1].proc.wait()
+            killed_at = len(lines(log))
+            # node 0 goes on alone: its restarted rank commits steps at dp 1
+            wait_for(lambda: sum(r["dp"] == 1 for r in lines(log)[killed_at:]) >= 3,
+                     "steps at dp 1 after node 1 died", alive=nodes[0].alive)  # fmt: skip
+        finally:
+            for node in nodes:
+                if node.alive():
+                    kill_tree(node.proc.pid)
+                    node.proc.wait()
+    records = read_step_log(log)
+    assert records[-1].dp == 1 and any(r.dp == 2 for r in records)
+    check_every_rank_and_the_union(run, local_plan, len(records))

@@ -9,9 +9,11 @@ staged it. Streamed (no cache): the same training, read by ranged GETs.
 Either way, node 1 is SIGKILLed mid-run; node 0's ranks fail (their peers are gone) rather than
 hang, and the run restarts on node 0 alone from the last checkpoint, with half the ranks and
 twice the accumulation. In ``torchrun``'s elastic mode (``--nnodes 1:2``) the same happens
-within one ``torchrun``: node 0's agent restarts its rank, which resumes alone. Every rank's batch of every step is what the plan gives that rank for
-that step's shape (a one-node computation), and the samples applied are exactly
-``0 .. steps x global batch``, none lost, none twice."""
+within one ``torchrun``: node 0's agent restarts its rank, which resumes alone.
+
+Every rank's batch of every step is what the plan gives that rank for that step's shape (a
+one-node computation), and the samples applied are exactly ``0 .. steps x global batch``, none
+lost, none twice."""
 
 from __future__ import annotations
 

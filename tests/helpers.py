@@ -7,9 +7,11 @@ module as ``helpers``. Golden vectors depend on these builders: change none of t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -210,6 +212,26 @@ def wait_for(
         assert alive(), f"ended before {what}"
         assert time.monotonic() < deadline, f"no progress: waited 10 minutes for {what}"
         time.sleep(0.002)
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process and all its descendants (torchrun's workers run in their own
+    sessions, so killing the launcher's process group would leave them running)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                stat = (entry / "stat").read_text()
+                parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [c for c, p in parents.items() if p == parent and c not in tree]
+        tree.update(children)
+        frontier += children
+    for p in tree:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p, signal.SIGKILL)
 
 
 def one_line_refusal(code: int, out: str, err: str) -> str:

@@ -22,7 +22,6 @@ import hashlib
 import json
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -32,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from faultproxy import FaultProxy
-from helpers import PLAN, plan_of, small_shard_stores, wait_for
+from helpers import PLAN, kill_tree, plan_of, small_shard_stores, wait_for
 
 from tokentape._src.store.format import MANIFEST_NAME
 from tokentape._src.train.batch import Batcher
@@ -84,25 +83,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def kill_tree(pid: int) -> None:
-    """SIGKILL a process and its descendants (torchrun's ranks are in their own sessions)."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                stat = (entry / "stat").read_text()
-                parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    tree, frontier = {pid}, [pid]
-    while frontier:
-        parent = frontier.pop()
-        children = [c for c, p in parents.items() if p == parent and c not in tree]
-        tree.update(children)
-        frontier += children
-    for p in tree:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(p, signal.SIGKILL)
 
 
 def lines(path: Path) -> list[dict]:

@@ -3,11 +3,9 @@ continues at the checkpoint's consumed and every step's tokens are the plan's.""
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -15,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import small_plan_json
+from helpers import kill_tree, small_plan_json
 
 import tokentape
 from tokentape._src.plan.load import load_plan
@@ -49,28 +47,6 @@ def _torchrun(plan: Path, out: Path, nproc: int, steps: int) -> subprocess.Popen
     )
 
 
-def _kill_tree(pid: int) -> None:
-    """SIGKILL a process and all its descendants (torchrun's workers run in their own
-    sessions, so killing the launcher's process group would leave them running)."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    tree, frontier = {pid}, [pid]
-    while frontier:
-        children = [c for c, p in parents.items() if p == frontier[-1]]
-        frontier.pop()
-        frontier += [c for c in children if c not in tree]
-        tree.update(children)
-    for p in tree:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(p, signal.SIGKILL)
-
-
 def _lines(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
@@ -98,7 +74,7 @@ def test_kill_two_ranks_and_resume_with_one(plan_path, tmp_path):
         assert proc.poll() is None, proc.stdout.read().decode() if proc.stdout else ""
         assert time.monotonic() < deadline, "the 2-rank run made no progress"
         time.sleep(0.05)
-    _kill_tree(proc.pid)
+    kill_tree(proc.pid)
     proc.wait()
     logged_before = _lines(run / "steps.jsonl")
     saved = _checkpoint_data(run / "checkpoint.npz")

@@ -69,6 +69,13 @@ class FetchStats:
     bytes: int = 0
     blocks_checked: int = 0
 
+    def __add__(self, other: FetchStats) -> FetchStats:
+        return FetchStats(
+            self.requests + other.requests,
+            self.bytes + other.bytes,
+            self.blocks_checked + other.blocks_checked,
+        )
+
 
 @dataclass(frozen=True)
 class Blocks:

@@ -246,11 +246,7 @@ class Loader:
     def fetch_stats(self) -> FetchStats:
         """Requests and bytes the loader's reads fetched from object storage so far (zeros
         for local stores; a stage's downloads are not counted)."""
-        now = total_stats(self.batcher.sources)
-        s = self._streamed
-        return FetchStats(
-            s.requests + now.requests, s.bytes + now.bytes, s.blocks_checked + now.blocks_checked
-        )
+        return self._streamed + total_stats(self.batcher.sources)
 
     @property
     def staged(self) -> bool:
@@ -436,8 +432,7 @@ class Loader:
             if self._stage is not None:
                 self._stage.cancel()
             self._pool.shutdown(wait=False, cancel_futures=True)
-            for source in self.batcher.sources:
-                source.close()
+            _close_sources(self.batcher)
 
     def __enter__(self) -> Loader:
         return self
@@ -493,16 +488,16 @@ class Loader:
         self,
         consumed: int,
         config: BatchConfig,
-        resolved: Resolved | None = None,
-        batcher: Batcher | None = None,
+        resolved: Resolved | None,
+        batcher: Batcher,
     ) -> tuple[Batch, ...]:
         """This rank's micro-batches at ``consumed``, read by ``batcher`` (the one the step
-        was scheduled with; by default the loader's)."""
+        was scheduled with)."""
         rows = positions_for(consumed, self.dp_rank, config)
         if resolved is None:
             shape = StepShape(config.global_batch, self.dp_rank * config.per_rank, config.per_rank)
             resolved = self._resolve.resolved(consumed, shape)
-        whole = (batcher or self.batcher).batch(rows.ravel(), resolved)
+        whole = batcher.batch(rows.ravel(), resolved)
         m = config.micro
         return tuple(_slice(whole, i * m, (i + 1) * m) for i in range(config.accum))
 
@@ -542,6 +537,7 @@ def _check_dtype(dtype: object) -> None:
 
 
 def _close_sources(batcher: Batcher) -> None:
+    """Let go of what a batcher's sources hold beyond their memory maps."""
     for source in batcher.sources:
         source.close()
 

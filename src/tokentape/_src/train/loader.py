@@ -30,7 +30,7 @@ from tokentape._src.objects.ranged import FetchConfig, FetchStats
 from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.plan import Plan
 from tokentape._src.stage.stage import stage_plan
-from tokentape._src.store.reader import total_stats
+from tokentape._src.store.reader import TokenStream, total_stats
 from tokentape._src.tape.resolve import Resolved
 from tokentape._src.train.ahead import ResolveAhead, StepShape
 from tokentape._src.train.background import BackgroundStage
@@ -206,7 +206,7 @@ class Loader:
             plan = stage_plan(plan, cache_dir)
         self._stage: BackgroundStage | None = None
         self._dtype, self._segments = dtype, segments
-        self._streamed = FetchStats()  # what sources read before a switch to staged copies
+        self._retired: list[TokenStream] = []  # the bucket's, until a switch to staged copies
         self.batcher = Batcher(plan, dtype, segments, fetch=fetch)
         # The step log hashes the whole step in the stores' own width (cheaper); same stores.
         self._log_batcher = (
@@ -246,7 +246,7 @@ class Loader:
     def fetch_stats(self) -> FetchStats:
         """Requests and bytes the loader's reads fetched from object storage so far (zeros
         for local stores; a stage's downloads are not counted)."""
-        return self._streamed + total_stats(self.batcher.sources)
+        return total_stats([*self._retired, *self.batcher.sources])
 
     @property
     def staged(self) -> bool:
@@ -462,7 +462,7 @@ class Loader:
             hashing = hash_dtype(stage.result)
             self._log_batcher = Batcher(stage.result, hashing, sources=self.batcher.sources)
         self.plan = stage.result
-        self._streamed = total_stats(old.sources)
+        self._retired = list(old.sources)  # still counted: earlier steps may go on reading
         self._pool.submit(_close_sources, old)  # after the steps already scheduled on them
 
     def _schedule(self, consumed: int) -> None:

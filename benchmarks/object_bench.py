@@ -529,6 +529,7 @@ def hybrid_row(bench: Bench, proxy: FaultProxy) -> Row:
         _, ok = _steps_per_s(loader, expected, loader.prefetch + 2)  # scheduled before
         same &= ok
         stats = proxy.stats()  # what the hybrid loader and its stage fetched
+        landed_mb = loader.fetch_stats.staged_bytes / MB  # read from blocks staged meanwhile
         staged_plan = tokentape.Plan.build(
             {"random": {"path": str(next(d for d in cache.iterdir() if d.is_dir())),
                         "weight": 1, "max_repeats": 10**4}}, **shape,
@@ -557,7 +558,8 @@ def hybrid_row(bench: Bench, proxy: FaultProxy) -> Row:
         stats.requests,
         stats.bytes_sent / MB,
         f"stream first {stream_first:.3g} s, staged {staged_rate:.0f}/s; {streamed_steps} "
-        f"steps streamed before the switch; {by_method(proxy)}",
+        f"steps before the switch, which read {landed_mb:.2f} MB of landed blocks locally; "
+        f"{by_method(proxy)}",
     )
 
 

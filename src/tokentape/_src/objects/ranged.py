@@ -22,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 
@@ -63,17 +64,20 @@ class FetchConfig:
 @dataclass
 class FetchStats:
     """What a source in object storage fetched: requests, bytes, and block hashes checked (all
-    0 for a source on disk)."""
+    0 for a source on disk), and the bytes it read from blocks its node's stage had already
+    verified on local disk instead (``LocalBlocks``)."""
 
     requests: int = 0
     bytes: int = 0
     blocks_checked: int = 0
+    staged_bytes: int = 0
 
     def __add__(self, other: FetchStats) -> FetchStats:
         return FetchStats(
             self.requests + other.requests,
             self.bytes + other.bytes,
             self.blocks_checked + other.blocks_checked,
+            self.staged_bytes + other.staged_bytes,
         )
 
 
@@ -87,6 +91,24 @@ class Blocks:
     sha256: tuple[str, ...]
     size: int
     etag: str = ""
+
+
+class LocalBlocks(Protocol):
+    """Blocks of a source's token files that are already on local disk (a stage under way on
+    this node, ``stage.landed``): read there instead of fetched. ``blocks`` is what the source
+    checks the file against; a local block is used only once it matches them."""
+
+    def has(self, url: str, start: int, stop: int, blocks: Blocks) -> bool:
+        """Whether bytes ``[start, stop)`` of ``url`` are probably local (cheap: nothing
+        hashed; ``read`` may still find a block damaged and return None)."""
+        ...
+
+    def read(self, url: str, start: int, stop: int, blocks: Blocks) -> bytes | None:
+        """Bytes ``[start, stop)`` of ``url`` from local disk, every block they touch checked
+        against ``blocks``; None when some block is not there (or does not match)."""
+        ...
+
+    def close(self) -> None: ...
 
 
 class _Ranges:
@@ -138,6 +160,9 @@ class RangeCache:
         self.cache_bytes = cache_bytes
         self.concurrency = concurrency
         self.stats = FetchStats()
+        self.local: LocalBlocks | None = None
+        """Where blocks already on local disk are read instead of fetched (none: every range
+        is fetched)."""
         self._start()
 
     def _start(self) -> None:
@@ -165,6 +190,9 @@ class RangeCache:
         with self._lock:
             held = self._ranges.setdefault(url, _Ranges())
             missing = sorted(r for r in ranges if held.find(*r) is None)
+        if self.local is not None:  # outside the lock: it may look at the disk
+            missing = [r for r in missing if not self._local_has(url, *r)]
+        with self._lock:
             for start, stop in merge_ranges(missing):
                 if held.find(start, stop) is None:
                     self._submit(url, held, start, stop)
@@ -172,6 +200,10 @@ class RangeCache:
     def read(self, url: str, start: int, stop: int) -> bytes:
         """Bytes ``[start, stop)`` of ``url``, from the cache or fetched now."""
         self._forked()
+        if self.local is not None and not self._cached(url, start, stop):
+            data = self._read_local(url, start, stop)
+            if data is not None:
+                return data
         with self._lock:
             held = self._ranges.setdefault(url, _Ranges())
             found = held.find(start, stop)
@@ -190,6 +222,31 @@ class RangeCache:
                     self._held -= b - a
             raise
         return data[start - a : stop - a]
+
+    def _cached(self, url: str, start: int, stop: int) -> bool:
+        """Whether the range is fetched or in flight."""
+        with self._lock:
+            held = self._ranges.get(url)
+            return held is not None and held.find(start, stop) is not None
+
+    def _local_has(self, url: str, start: int, stop: int) -> bool:
+        blocks = self.shards.get(url)
+        return (
+            self.local is not None
+            and blocks is not None
+            and self.local.has(url, start, stop, blocks)
+        )
+
+    def _read_local(self, url: str, start: int, stop: int) -> bytes | None:
+        """The range from local disk (``local``), counted, or None: fetch it."""
+        blocks = self.shards.get(url)
+        if self.local is None or blocks is None:
+            return None
+        data = self.local.read(url, start, stop, blocks)
+        if data is not None:
+            with self._lock:
+                self.stats.staged_bytes += len(data)
+        return data
 
     def _submit(self, url: str, held: _Ranges, start: int, stop: int) -> Future[bytes]:
         fut = self._pool.submit(self._fetch, url, start, stop)
@@ -246,7 +303,9 @@ class RangeCache:
         return None
 
     def close(self) -> None:
-        """Stop the fetch threads and let go of every cached range."""
+        """Stop the fetch threads and let go of every cached range (and of ``local``)."""
+        if self.local is not None:
+            self.local.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
         with self._lock:
             self._lru.clear()
@@ -333,6 +392,15 @@ class RangedFiles:
             self.ready(index)
             self.cache.prefetch(self.pieces[index].url, wanted)
 
+    def blocks(self, index: int) -> Blocks | None:
+        """What file ``index`` is checked against (None: nothing recorded)."""
+        return self.cache.shards.get(self.pieces[index].url)
+
+    def use_local(self, local: LocalBlocks) -> None:
+        """Read the blocks ``local`` holds from local disk instead of fetching them (from the
+        next read on; ``close`` closes it)."""
+        self.cache.local = local
+
     def advise_random(self) -> None:
         """Nothing to advise: no memory maps."""
 
@@ -373,6 +441,7 @@ __all__ = [
     "FetchConfig",
     "FetchStats",
     "FirstLook",
+    "LocalBlocks",
     "RangeCache",
     "RangedFiles",
     "RangedPiece",

@@ -42,6 +42,7 @@ from tokentape.errors import StoreError
 _RECORD = struct.Struct("<I")
 """One verified block in a ``.FILE.ok`` record: its index, 4 bytes little-endian."""
 _datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
+_LATER = float("inf")
 
 
 class Counter:
@@ -81,6 +82,8 @@ class Job:
     """Files in ``work`` known to match their hashes (linked from a verified staged copy)."""
     versions: Mapping[str, str] = field(default_factory=dict)
     """Each object's version (ETag) when the stage looked: every GET of it is pinned to it."""
+    first_use: FirstUse = field(default_factory=dict)
+    """When the coming steps first read each block: those blocks are fetched first."""
 
     def object_url(self, name: str) -> str:
         return join(self.url, name)
@@ -92,6 +95,12 @@ class Job:
     def check(self) -> None:
         if self.stop.is_set():
             raise _Stopped
+
+
+FirstUse = Mapping[str, Mapping[int, int]]
+"""Per ``.bin`` file name, its blocks the coming steps read, each with the rank of its first
+read (0 first): a stage fetches the groups of blocks by their earliest rank, then the rest in
+file order."""
 
 
 class _Stopped(Exception):
@@ -378,6 +387,7 @@ def fetch_files(
     size, their check) in one piece; returns (bytes fetched, bytes reused)."""
     bins: list[_BinFile] = []
     tasks: list[Callable[[], None]] = []
+    ordered: list[tuple[float, int, Callable[[], None]]] = []
     reused = todo = 0
     try:
         for name, shard, size in blocked:
@@ -388,7 +398,11 @@ def fetch_files(
             bins.append(f)
             reused += f.kept_bytes()
             todo += size - f.kept_bytes()
-            tasks += [partial(f.fetch, g) for g in f.groups()]
+            first = job.first_use.get(name, {})
+            for g in f.groups():
+                soonest = min((first[i] for i in g if i in first), default=_LATER)
+                ordered.append((soonest, len(ordered), partial(f.fetch, g)))
+        tasks += [task for _, _, task in sorted(ordered, key=lambda t: t[:2])]
         for name, size, check in whole:
             if _kept(job, name, size, partial(_read_problem, job.work, name, check)):
                 reused += size
@@ -418,4 +432,4 @@ def _kept(job: Job, name: str, size: int, problem: Callable[[], str | None]) -> 
     return False
 
 
-__all__ = ["Counter", "Job", "download", "fetch_files", "file_problem"]
+__all__ = ["Counter", "FirstUse", "Job", "download", "fetch_files", "file_problem"]

@@ -75,6 +75,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -103,7 +104,7 @@ from tokentape._src.plan.load import load_plan
 from tokentape._src.plan.open import MEGATRON, TOKENTAPE
 from tokentape._src.plan.plan import Plan, expected_index_hash
 from tokentape._src.stage.cachelock import cache_lock
-from tokentape._src.stage.fetch import Job, download, fetch_files, file_problem
+from tokentape._src.stage.fetch import FirstUse, Job, download, fetch_files, file_problem
 from tokentape._src.store.atomic import replace_entry
 from tokentape._src.store.format import (
     MANIFEST_NAME,
@@ -341,6 +342,7 @@ class _Stage:
     label: str
     range_bytes: int
     recheck: bool
+    first_use: FirstUse
 
     @property
     def path(self) -> Path:
@@ -353,7 +355,10 @@ class _Stage:
     def job(self, store: ObjectStore, url: str, work: SafeDir, **more: Any) -> Job:
         """The fetch job into ``work`` (``more``: ``Job``'s optional fields)."""
         retry = Retry.from_env()
-        return Job(store, url, work, retry.attempts, retry.backoff, self.range_bytes, **more)
+        return Job(
+            store, url, work, retry.attempts, retry.backoff, self.range_bytes,
+            first_use=self.first_use, **more,
+        )  # fmt: skip
 
     def cached(self, found: _Found) -> StagedStore:
         total = sum(found.sizes.values())
@@ -492,13 +497,15 @@ def stage(
     range_bytes: int = RANGE_BYTES,
     format: str = TOKENTAPE,
     verify: bool = False,
+    first_use: FirstUse | None = None,
 ) -> StagedStore:
     """Stage the store at ``url`` into ``cache_dir`` and say what that took (see the module
     docstring). ``expected_hash``: the content hash the store must have (a plan's record);
     ``label`` names the store in progress reports (default: the URL's last component);
     ``format``: ``megatron`` for a Megatron prefix (staged as ``KEY-NAME/NAME.bin`` and
     ``.idx``); ``verify``: hash every file of a staged copy again before reusing it, not only
-    those that changed on disk since they were verified."""
+    those that changed on disk since they were verified; ``first_use``: the blocks the coming
+    steps read, fetched first (``stage.fetch.FirstUse``)."""
     if not is_url(url):
         raise ArgumentError(f"url must be an object URL (s3://bucket/prefix), got {url!r}")
     check_path("cache_dir", cache_dir)
@@ -517,7 +524,7 @@ def stage(
                     cache.remove_tree(old)
             job = _Stage(
                 url.rstrip("/"), cache, name, expected_hash, storage_options, progress, workers,
-                label or basename(url), range_bytes, verify,
+                label or basename(url), range_bytes, verify, first_use or {},
             )  # fmt: skip
             result = (_stage_prefix_locked if format == MEGATRON else _stage_locked)(job)
     return replace(result, waited_s=waited)
@@ -561,9 +568,10 @@ def stage_sources(
     workers: int = DEFAULT_WORKERS,
     wait_s: float = DEFAULT_WAIT_S,
     verify: bool = False,
+    first_use: Mapping[str, FirstUse] | None = None,
 ) -> tuple[Plan, dict[str, StagedStore]]:
     """``stage_plan``'s plan and, per staged source name, what staging it did (``verify``:
-    see ``stage``)."""
+    see ``stage``; ``first_use``: per source path, see ``stage``)."""
     if not isinstance(plan, Plan):
         check_path("plan", plan)
         plan = load_plan(plan)
@@ -586,6 +594,7 @@ def stage_sources(
             label=s.name,
             format=s.format,
             verify=verify,
+            first_use=(first_use or {}).get(s.path),
         )
         staged[s.name] = result
         sources.append(replace(s, path=str(result.path), versions=()))  # local now

@@ -748,6 +748,21 @@ def _map_keys(directory: Path, manifest: Manifest, index: int) -> np.ndarray:
         os.close(dir_fd)
 
 
+def window_bytes(
+    source: TokenStream, samples: np.ndarray, seq_len: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where the windows of ``samples`` at ``seq_len`` lie in ``source``: each one's token
+    file (its first) and its byte range ``[start, stop)`` in that file (cut at the file's
+    end)."""
+    k = source._check_samples(samples, seq_len)
+    offsets = source._shard_offsets
+    starts = k * seq_len
+    files = np.searchsorted(offsets, starts, side="right") - 1
+    stops = np.minimum(starts + seq_len + 1, offsets[files + 1])
+    item = source.dtype.itemsize
+    return files, (starts - offsets[files]) * item, (stops - offsets[files]) * item
+
+
 def total_stats(sources: Sequence[TokenStream]) -> FetchStats:
     """What ``sources`` fetched from object storage, added up."""
     return sum((s.stats for s in sources), FetchStats())
@@ -786,4 +801,5 @@ __all__ = [
     "TokenStream",
     "source_at_url",
     "total_stats",
+    "window_bytes",
 ]

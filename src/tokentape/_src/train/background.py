@@ -4,23 +4,44 @@
 first step is built, so that the stage does not compete with the first batch), then runs
 ``stage_plan`` (one downloader per node and store, the node's other ranks waiting for it, every
 block verified: ``stage.stage``) and keeps its result: the staged plan, or the error it raised.
-The loader switches its reads to the staged copies between steps once the result is there.
+The loader switches its reads to the staged copies between steps once the result is there;
+until then its streaming sources read the blocks the stage has landed from local disk
+(``stage.landed``), and the stage fetches first the blocks the coming steps read first
+(``first_use``).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Mapping
 
+import numpy as np
+
+from tokentape._src.objects.client import basename
+from tokentape._src.objects.ranged import RangedFiles
 from tokentape._src.plan.plan import Plan
-from tokentape._src.stage.stage import stage_plan
+from tokentape._src.stage.fetch import FirstUse
+from tokentape._src.stage.stage import stage_sources
+from tokentape._src.store.reader import window_bytes
+from tokentape._src.train.batch import Batcher
+
+FIRST_USE_POSITIONS = 1 << 16
+"""Positions (from where the loader starts) whose blocks a background stage fetches first."""
 
 
 class BackgroundStage:
     """One plan's stage, run on a daemon thread once started."""
 
-    def __init__(self, plan: Plan, cache_dir: str | os.PathLike[str]) -> None:
-        self._plan, self._cache_dir = plan, cache_dir
+    def __init__(
+        self,
+        plan: Plan,
+        cache_dir: str | os.PathLike[str],
+        first_use: Callable[[], Mapping[str, FirstUse]] | None = None,
+    ) -> None:
+        """``first_use``: run on the stage's thread before it begins, the blocks to fetch
+        first, per source path (``stage_sources``)."""
+        self._plan, self._cache_dir, self._first_use = plan, cache_dir, first_use
         self._go = threading.Event()
         self._done = threading.Event()
         self._cancelled = False
@@ -52,11 +73,38 @@ class BackgroundStage:
         self._go.wait()
         try:
             if not self._cancelled:
-                self.result = stage_plan(self._plan, self._cache_dir)
+                order = None if self._first_use is None else self._first_use()
+                self.result = stage_sources(self._plan, self._cache_dir, first_use=order)[0]
         except BaseException as exc:  # handed to the loader, raised from its step()
             self.error = exc
         finally:
             self._done.set()
 
 
-__all__ = ["BackgroundStage"]
+def first_use(batcher: Batcher, start: int, count: int) -> dict[str, FirstUse]:
+    """The blocks positions ``[start, start + count)`` read from each of ``batcher``'s
+    sources in object storage (by path), each with the offset of the position that reads it
+    first: a window's first and last block in its (first) token file."""
+    r = batcher.tape.resolve_range(start, count)
+    out: dict[str, FirstUse] = {}
+    for d, source in enumerate(batcher.sources):
+        files, rows = source.files, np.flatnonzero(r.source == d)
+        if not isinstance(files, RangedFiles) or not rows.size:
+            continue
+        index, lo, hi = window_bytes(source, r.sample[rows], batcher.plan.seq_len)
+        sizes = [files.blocks(i) for i in range(len(files.pieces))]
+        block = np.array([1 if b is None else b.block_bytes for b in sizes], dtype=np.int64)
+        first, last = lo // block[index], (np.maximum(hi, lo + 1) - 1) // block[index]
+        names = [basename(p.url) for p in files.pieces]
+        per: dict[str, dict[int, int]] = {}
+        for rank, i, a, b in zip(
+            rows.tolist(), index.tolist(), first.tolist(), last.tolist(), strict=True
+        ):
+            blocks = per.setdefault(names[i], {})
+            for block_index in (a, b):
+                blocks.setdefault(block_index, rank)
+        out[batcher.plan.sources[d].path] = per
+    return out
+
+
+__all__ = ["FIRST_USE_POSITIONS", "BackgroundStage", "first_use"]

@@ -26,14 +26,16 @@ from typing import Any
 import numpy as np
 
 from tokentape._src.objects.client import is_url
-from tokentape._src.objects.ranged import FetchConfig, FetchStats
+from tokentape._src.objects.ranged import FetchConfig, FetchStats, RangedFiles
 from tokentape._src.plan.load import load_plan
+from tokentape._src.plan.open import TOKENTAPE
 from tokentape._src.plan.plan import Plan
+from tokentape._src.stage.landed import LandedBlocks
 from tokentape._src.stage.stage import stage_plan
 from tokentape._src.store.reader import TokenStream, total_stats
 from tokentape._src.tape.resolve import Resolved
 from tokentape._src.train.ahead import ResolveAhead, StepShape
-from tokentape._src.train.background import BackgroundStage
+from tokentape._src.train.background import FIRST_USE_POSITIONS, BackgroundStage, first_use
 from tokentape._src.train.batch import Batch, Batcher, DocOrigin
 from tokentape._src.train.logwriter import StepLogWriter
 from tokentape._src.train.partition import BatchConfig, positions_for
@@ -136,6 +138,8 @@ class Loader:
             while the stores are staged on a thread of this loader's, begun once the first
             step is built, and reads the staged copies from the first step scheduled after the
             stage ends (the batches are the same either way; ``staged`` says which it reads);
+            meanwhile it reads the blocks the stage has landed from local disk, and the stage
+            fetches first the blocks the coming steps read first;
             ``"first"`` stages before the constructor returns, as ``tokentape stage`` does.
         fetch: How stores in object storage are streamed without ``cache_dir``: ranged GETs in
             flight and MiB cached per store (default ``FetchConfig()``). The next
@@ -240,12 +244,16 @@ class Loader:
         data stalls (near 0 when prefetch keeps ahead)."""
         if background:  # last: a constructor that raised leaves no thread behind
             assert cache_dir is not None
-            self._stage = BackgroundStage(plan, cache_dir)
+            self._read_landed(cache_dir)
+            batcher, start = self.batcher, self.state.consumed
+            count = FIRST_USE_POSITIONS
+            self._stage = BackgroundStage(plan, cache_dir, lambda: first_use(batcher, start, count))
 
     @property
     def fetch_stats(self) -> FetchStats:
         """Requests and bytes the loader's reads fetched from object storage so far (zeros
-        for local stores; a stage's downloads are not counted)."""
+        for local stores; a stage's downloads are not counted), and the bytes they read from
+        blocks a stage under way had landed instead (``staged_bytes``)."""
         return total_stats([*self._retired, *self.batcher.sources])
 
     @property
@@ -441,6 +449,14 @@ class Loader:
         self.close()
 
     # --- internals --------------------------------------------------------------------------
+
+    def _read_landed(self, cache_dir: str | os.PathLike[str]) -> None:
+        """Let each streamed store read the blocks this node's stage has landed from local
+        disk (``stage.landed``; a tokentape store's: a Megatron prefix's stage records no
+        block hashes to check them by)."""
+        for planned, source in zip(self.plan.sources, self.batcher.sources, strict=True):
+            if planned.format == TOKENTAPE and isinstance(source.files, RangedFiles):
+                source.files.use_local(LandedBlocks(cache_dir, planned.path))
 
     def _switch_when_staged(self) -> None:
         """Once a background stage has ended: read the staged copies from the next step

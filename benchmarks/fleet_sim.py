@@ -62,7 +62,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))  # objstore (the S3 server), faultproxy
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from tokentape._src.stage.stage import DEFAULT_WORKERS, RANGE_BYTES  # noqa: E402
+from tokentape._src.stage.stage import DEFAULT_WORKERS, range_bytes_for  # noqa: E402
+from tokentape._src.store.format import DEFAULT_BLOCK_BYTES  # noqa: E402
 
 MB = 1e6
 MIB = 2**20
@@ -110,7 +111,8 @@ class NodeSpec:
     nic_MBps: float = 12_500  # 100 Gb/s
     disk_MBps: float = 4_000
     stage_workers: int = DEFAULT_WORKERS  # tokentape's default
-    range_bytes: int = RANGE_BYTES  # tokentape's default
+    range_bytes: int | None = None
+    """A stage's GET size; None: tokentape's default (``range_bytes_for`` the store)."""
     stream_concurrency: int = 32  # tokentape's default, per store
     peer_shard_bytes: int = 64 * MIB
     peer_threads: int = 8
@@ -127,6 +129,10 @@ class NodeSpec:
     """How much slower those two run than on a node of its own: in the calibration, N
     "nodes" share this machine's cores (N / cores, at least 1); 1 on a real fleet."""
 
+    def stage_range(self, store_bytes: int) -> int:
+        """The GET size of a stage of a store of ``store_bytes``."""
+        return self.range_bytes or range_bytes_for(store_bytes, self.stage_workers)
+
     @property
     def fixed_s(self) -> float:
         return (self.start_s + self.client_s) * self.cpu_share
@@ -139,7 +145,8 @@ class Workload:
     store_bytes: tuple[int, ...]
     """Each store's files (what a stage downloads)."""
     store_requests: tuple[int, ...]
-    """GETs a stage of each store makes (a ``.bin`` in ``range_bytes`` pieces, other files
+    """GETs a stage of each store makes (a ``.bin``'s blocks in runs of up to ``range_bytes``
+    (at least a block each, ``stage_gets``), other files
     whole) and the listing and manifest."""
     shards: tuple[int, ...]
     """Each store's shards."""
@@ -155,6 +162,18 @@ class Workload:
         return sum(self.store_bytes)
 
 
+def stage_gets(file_bytes: int, block_bytes: int, range_bytes: int) -> int:
+    """GETs a stage makes of a ``.bin``: its blocks in runs of as many as fit ``range_bytes``
+    (at least one), one GET a run (``stage.fetch``)."""
+    blocks = max(1, math.ceil(file_bytes / block_bytes))
+    return math.ceil(blocks / max(1, range_bytes // block_bytes))
+
+
+def _range_words(spec: NodeSpec, w: Workload) -> str:
+    sizes = sorted({spec.stage_range(b) for b in w.store_bytes})
+    return "/".join(f"{b / MIB:g}" for b in sizes) + " MiB GETs"
+
+
 def synthetic_workload(
     store_gb: list[float], seq_len: int, itemsize: int, samples: int, spec: NodeSpec
 ) -> Workload:
@@ -165,8 +184,9 @@ def synthetic_workload(
     sizes = tuple(int(g * 1e9) for g in store_gb)
     shards = tuple(max(1, math.ceil(s / shard)) for s in sizes)
     per_store = [
-        n * math.ceil(shard / spec.range_bytes) + n + 2 for n in shards
-    ]  # bins in pieces, one index each, manifest and listing
+        n * stage_gets(shard, DEFAULT_BLOCK_BYTES, spec.stage_range(size)) + n + 2
+        for n, size in zip(shards, sizes, strict=True)
+    ]  # bins in runs of blocks, one index each, manifest and listing
     window = (seq_len + 1) * itemsize
     touched = sum(min(n, samples * n / sum(shards)) for n in shards)
     return Workload(sizes, tuple(per_store), shards, window, samples, window, touched)
@@ -192,10 +212,15 @@ def plan_workload(
         size = (Path(s.path) / "manifest.json").stat().st_size  # the manifest comes too
         size += sum((Path(s.path) / f.name).stat().st_size for f in files)
         n = 2  # the listing and the manifest
+        block = {sh.bin_file: sh.block_bytes for sh in manifest.shards}
         for f in files:
             length = (Path(s.path) / f.name).stat().st_size
             if length:
-                n += math.ceil(length / spec.range_bytes) if f.name in bins else 1
+                n += (
+                    stage_gets(length, block[f.name], spec.stage_range(size))
+                    if f.name in bins
+                    else 1
+                )
         sizes.append(size)
         requests.append(n)
         shards.append(len(manifest.shards))
@@ -631,8 +656,8 @@ def main() -> None:
     ap.add_argument("--step-s", type=float, default=1.0, help="the trainer's step time")
     ap.add_argument("--jitter-s", type=float, default=30.0, help="node starts spread over this")
     ap.add_argument("--prefixes", type=int, default=1, help="prefixes each store is spread over")
-    ap.add_argument("--range-mb", type=float, default=RANGE_BYTES / MIB,
-                    help="stage: MiB per ranged GET")  # fmt: skip
+    ap.add_argument("--range-mb", type=float, default=None,
+                    help="stage: MiB per ranged GET (default: tokentape's, by size)")  # fmt: skip
     ap.add_argument("--stage-workers", type=int, default=DEFAULT_WORKERS)
     ap.add_argument("--no-calibrate", action="store_true")
     ap.add_argument("--latency-ms", type=float, default=10.0)
@@ -640,8 +665,8 @@ def main() -> None:
     ap.add_argument("--calib-store-mb", type=float, default=24.0)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    spec = NodeSpec(ranks=args.ranks, range_bytes=int(args.range_mb * MIB),
-                    stage_workers=args.stage_workers)  # fmt: skip
+    ranged = None if args.range_mb is None else int(args.range_mb * MIB)
+    spec = NodeSpec(ranks=args.ranks, range_bytes=ranged, stage_workers=args.stage_workers)
     w = synthetic_workload(args.store_gb, args.seq_len, args.itemsize, args.micro * args.accum,
                            spec)  # fmt: skip
     calib: list[dict] = []
@@ -653,7 +678,7 @@ def main() -> None:
              f"limits), {args.ranks} ranks a node, {args.micro}x{args.accum} windows of "
              f"{args.seq_len} a rank and step, step {args.step_s:g} s, starts over "
              f"{args.jitter_s:g} s, {args.prefixes} prefix(es) a store, stage "
-             f"{args.stage_workers} x {args.range_mb:g} MiB; a rank's fixed costs "
+             f"{args.stage_workers} x {_range_words(spec, w)}; a rank's fixed costs "
              f"{spec.fixed_s * 1000:.0f} ms")  # fmt: skip
     if args.json:
         print(json.dumps({"model": [asdict(r) for r in rows], "calibration": calib}, indent=1))

@@ -47,6 +47,8 @@ _SECRET_KEY = re.compile(
 _SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
 _ENDPOINT_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_ACCESS_KEY_ID")
 MAX_BACKOFF = 5.0
+CHUNK_BYTES = 8 * 2**20
+"""The most bytes ``ObjectStore.read_into`` holds of a streamed body at a time."""
 EXTRA_HINT = "object storage needs fsspec and s3fs: pip install 'tokentape[s3]'"
 
 StorageOptions = Mapping[str, Any]
@@ -396,18 +398,65 @@ class ObjectStore:
                     data = self.fs.cat_file(key, start=start, end=stop, **kwargs)
             except Exception as exc:
                 if pinned and _precondition_failed(exc):
-                    raise StoreChanged(
-                        f"{url}: the object was rewritten since it was recorded (its ETag is "
-                        f"no longer {etag}); it is not the object planned: check who writes "
-                        "there, then re-run `tokentape plan` (and `tokentape verify` the store)",
-                        path=url,
-                    ) from None
+                    raise _changed(url, etag) from None
                 raise
             if start is not None and stop is not None and len(data) != stop - start:
                 raise _Short(f"got {len(data)} bytes of a {stop - start}-byte range")
             return data
 
         return self.call("reading", url, get)
+
+    def read_into(
+        self,
+        url: str,
+        start: int,
+        stop: int,
+        sink: Callable[[bytes], None],
+        etag: str = "",
+        chunk_bytes: int = CHUNK_BYTES,
+    ) -> int:
+        """Bytes ``[start, stop)`` of the object handed to ``sink`` in order, in pieces of at
+        most ``chunk_bytes`` as they arrive, so that one GET may ask for far more than is held
+        in memory; returns the GETs it took. A GET that fails midway is followed by one for
+        the rest only, so nothing handed over is fetched again (the retry budget counts the
+        GETs in a row that handed nothing over).
+        With ``etag``, pinned as ``read`` is (S3: one GET streamed; elsewhere the range is
+        read in pieces of ``chunk_bytes``). What ``sink`` raises is raised, never retried."""
+        pos, requests = start, 0
+        if not (etag and self.protocol in PINNED_PROTOCOLS):
+            while pos < stop:
+                data = self.read(url, pos, min(stop, pos + chunk_bytes), etag)
+                requests += 1
+                _hand_over(sink, data)
+                pos += len(data)
+            return requests
+
+        def get() -> None:
+            """A GET of the rest; one that ends early having handed something over is not a
+            failure (the next asks for the rest, with the retry budget whole again)."""
+            nonlocal pos, requests
+            requests += 1
+            began = pos
+            try:
+                for data in _stream_if_match(self.fs, self._key(url), pos, stop, etag, chunk_bytes):
+                    if len(data) > stop - pos:
+                        raise _Short(f"got more than the {stop - start}-byte range")
+                    _hand_over(sink, data)
+                    pos += len(data)
+            except Exception as exc:
+                if _precondition_failed(exc):
+                    raise _changed(url, etag) from None
+                if pos == began:
+                    raise
+            if pos == began:
+                raise _Short(f"the body ended {stop - pos} bytes short of the range")
+
+        try:
+            while pos < stop:
+                self.call("reading", url, get)
+        except _SinkFailed as failed:
+            raise failed.error from None
+        return requests
 
     def read_whole(self, url: str, size: int) -> bytes:
         """The whole object, which must hold ``size`` bytes (a shorter body is retried)."""
@@ -517,6 +566,54 @@ class _RangeFile(io.RawIOBase):
         return len(data)
 
 
+def _changed(url: str, etag: str) -> StoreChanged:
+    """The error of a pinned read the server refused: the object is no longer ``etag``."""
+    return StoreChanged(
+        f"{url}: the object was rewritten since it was recorded (its ETag is no longer "
+        f"{etag}); it is not the object planned: check who writes there, then re-run "
+        "`tokentape plan` (and `tokentape verify` the store)",
+        path=url,
+    )
+
+
+class _SinkFailed(BaseException):
+    """What a ``read_into`` sink raised, carried past the retries (not an ``Exception``)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+def _hand_over(sink: Callable[[bytes], None], data: bytes) -> None:
+    try:
+        sink(data)
+    except BaseException as exc:
+        raise _SinkFailed(exc) from exc
+
+
+def _stream_if_match(
+    fs: Any, key: str, start: int, stop: int, etag: str, chunk_bytes: int
+) -> Iterator[bytes]:
+    """An S3 GET of bytes ``[start, stop)`` of ``key`` with ``If-Match: "etag"``, its body
+    read in pieces of at most ``chunk_bytes`` (on fsspec's event loop; handed over here)."""
+    from fsspec.asyn import sync
+
+    bucket, path, _ = fs.split_path(key)
+    request = {"Bucket": bucket, "Key": path, "IfMatch": f'"{etag}"'}
+    request["Range"] = f"bytes={start}-{stop - 1}"
+    response = sync(fs.loop, fs._call_s3, "get_object", **request)
+    body = response["Body"]
+
+    async def close() -> None:
+        body.close()
+
+    try:
+        while data := sync(fs.loop, body.read, chunk_bytes):
+            yield data
+    finally:
+        sync(fs.loop, close)
+
+
 def _get_if_match(fs: Any, key: str, start: int | None, stop: int | None, etag: str) -> bytes:
     """An S3 GET of ``key`` (bytes ``[start, stop)``, or all) with ``If-Match: "etag"``."""
     from fsspec.asyn import sync
@@ -554,6 +651,7 @@ def object_store(url: str, options: StorageOptions | None = None) -> ObjectStore
 
 
 __all__ = [
+    "CHUNK_BYTES",
     "EXTRA_HINT",
     "PINNED_PROTOCOLS",
     "ObjectInfo",

@@ -23,7 +23,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from functools import partial
 
-from tokentape._src.objects.client import ObjectStore, join
+from tokentape._src.objects.client import CHUNK_BYTES, ObjectStore, join
 from tokentape._src.objects.ranged import sha256_check
 from tokentape._src.store.format import (
     Manifest,
@@ -82,15 +82,13 @@ class Job:
     """Files in ``work`` known to match their hashes (linked from a verified staged copy)."""
     versions: Mapping[str, str] = field(default_factory=dict)
     """Each object's version (ETag) when the stage looked: every GET of it is pinned to it."""
+    chunk_bytes: int = CHUNK_BYTES
+    """The most bytes of a GET's body held at a time (a GET asks for up to ``range_bytes``)."""
     first_use: FirstUse = field(default_factory=dict)
     """When the coming steps first read each block: those blocks are fetched first."""
 
     def object_url(self, name: str) -> str:
         return join(self.url, name)
-
-    def read(self, name: str, start: int, stop: int) -> bytes:
-        """Bytes ``[start, stop)`` of the object ``name``, pinned to its version."""
-        return self.store.read(self.object_url(name), start, stop, self.versions.get(name, ""))
 
     def check(self) -> None:
         if self.stop.is_set():
@@ -198,25 +196,31 @@ class _BinFile:
         hasher = hashlib.sha256()
         pos = start
         fd = job.work.open_file(self.part, os.O_WRONLY)  # one per task: few open at a time
+
+        def sink(piece: bytes) -> None:
+            """Write and hash the next bytes of the run as they arrive."""
+            nonlocal pos, block, block_end, hasher
+            job.check()
+            data = memoryview(piece)
+            os.pwrite(fd, data, pos)
+            job.counter.add(len(data), len(data))
+            off = 0
+            while off < len(data):
+                take = min(len(data) - off, block_end - (pos + off))
+                hasher.update(data[off : off + take])
+                off += take
+                if pos + off == block_end:
+                    ok = hasher.hexdigest() == self.shard.block_sha256[block]
+                    (good if ok else bad).append(block)
+                    block += 1
+                    block_end = self.span(block)[1] if block < self.n_blocks else stop
+                    hasher = hashlib.sha256()
+            pos += len(data)
+
         try:
-            while pos < stop:
-                job.check()
-                piece_stop = min(stop, pos + job.range_bytes)
-                data = memoryview(job.read(self.name, pos, piece_stop))
-                os.pwrite(fd, data, pos)
-                job.counter.add(len(data), len(data))
-                off = 0
-                while off < len(data):
-                    take = min(len(data) - off, block_end - (pos + off))
-                    hasher.update(data[off : off + take])
-                    off += take
-                    if pos + off == block_end:
-                        ok = hasher.hexdigest() == self.shard.block_sha256[block]
-                        (good if ok else bad).append(block)
-                        block += 1
-                        block_end = self.span(block)[1] if block < self.n_blocks else stop
-                        hasher = hashlib.sha256()
-                pos = piece_stop
+            job.check()
+            etag = job.versions.get(self.name, "")
+            job.store.read_into(job.object_url(self.name), start, stop, sink, etag, job.chunk_bytes)
             crashpoint(f"stage.written.{self.name}")
             if bad:
                 job.counter.add(0, -sum(b - a for a, b in map(self.span, bad)))

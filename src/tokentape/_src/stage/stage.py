@@ -54,7 +54,10 @@ stager, then find its result):
    content hash the plan recorded: else ``StoreChanged``); the files are listed once and their
    sizes checked against the manifest.
 3. (``stage.fetch``) Each ``.bin`` is fetched with parallel ranged GETs (``workers``
-   threads; consecutive blocks grouped up to ``range_bytes`` per request) and every block is
+   threads; consecutive blocks grouped up to ``range_bytes`` per request, by default
+   ``range_bytes_for`` the store's size: 32 to 256 MiB; each body written and hashed as it
+   arrives, 8 MiB at a time; a GET cut short is followed by one for the rest), the blocks the
+   coming steps read first (``first_use``) first, and every block is
    checked against the manifest's ``block_sha256`` as it arrives; the ``.idx.npy`` and the
    tokenizer copy are checked whole (``idx_sha256``; the tokenizer's fingerprint). A block
    that does not match is fetched again, up to ``TOKENTAPE_IO_RETRIES`` times, then the stage
@@ -121,13 +124,25 @@ from tokentape._src.util.progress import ProgressCallback, check_callback
 from tokentape.errors import ArgumentError, PlanError, StoreChanged, StoreError
 
 RANGE_BYTES = 32 * 2**20
-"""The most bytes one ranged GET asks for (and a worker holds in memory). With S3's first-byte
-latency of about 100 ms, a GET of 16 MiB at about 90 MB/s spends a third of its time waiting
-for its first byte, and a node's stage was as slow again as its connections allow
+"""The least a ranged GET of a stage asks for (unless the file is smaller). With S3's
+first-byte latency of about 100 ms, a GET of 16 MiB at about 90 MB/s spends a third of its time
+waiting for its first byte, and a node's stage was as slow again as its connections allow
 (benchmarks/fleet_sim.py; docs/cluster.md)."""
+RANGE_BYTES_MAX = 256 * 2**20
+"""The most a ranged GET of a stage asks for. Its body is written as it arrives
+(``objects.client.CHUNK_BYTES`` held at a time), so the size costs no memory; fewer, larger
+GETs are what lets a thousand nodes stage one prefix at once (docs/cluster.md)."""
 DEFAULT_WORKERS = 16
-"""Concurrent ranged GETs of one stage: with ``RANGE_BYTES``, 512 MiB in flight, about 1 GB/s
-from S3 (8 x 16 MiB: about 0.44 GB/s)."""
+"""Concurrent ranged GETs of one stage: about 1.4 GB/s from S3 at about 88 MB/s each."""
+
+
+def range_bytes_for(total: int, workers: int) -> int:
+    """The GET size of a stage of ``total`` bytes on ``workers`` connections: as large as
+    keeps about 8 GETs per connection (so that none idles at the end), within ``RANGE_BYTES``
+    and ``RANGE_BYTES_MAX``."""
+    return min(RANGE_BYTES_MAX, max(RANGE_BYTES, total // (8 * max(1, workers))))
+
+
 DEFAULT_WAIT_S = 4 * 3600.0
 """How long a process waits for another one staging the same store before giving up."""
 MAX_WORKERS = 1024
@@ -340,7 +355,8 @@ class _Stage:
     progress: ProgressCallback | None
     workers: int
     label: str
-    range_bytes: int
+    range_bytes: int | None
+    """None: ``range_bytes_for`` the bytes to stage."""
     recheck: bool
     first_use: FirstUse
 
@@ -352,12 +368,14 @@ class _Stage:
     def work_name(self) -> str:
         return f".{self.name}.staging"
 
-    def job(self, store: ObjectStore, url: str, work: SafeDir, **more: Any) -> Job:
-        """The fetch job into ``work`` (``more``: ``Job``'s optional fields)."""
+    def job(self, store: ObjectStore, url: str, work: SafeDir, total: int, **more: Any) -> Job:
+        """The fetch job into ``work`` of a store of ``total`` bytes (``more``: ``Job``'s
+        optional fields)."""
         retry = Retry.from_env()
+        size = self.range_bytes or range_bytes_for(total, self.workers)
         return Job(
-            store, url, work, retry.attempts, retry.backoff, self.range_bytes,
-            first_use=self.first_use, **more,
+            store, url, work, retry.attempts, retry.backoff, size, first_use=self.first_use,
+            **more,
         )  # fmt: skip
 
     def cached(self, found: _Found) -> StagedStore:
@@ -388,14 +406,14 @@ def _stage_locked(s: _Stage) -> StagedStore:
         if found is not None:  # a staged copy with damaged files: the others are kept
             verified = _link_verified(s.cache, s.name, work, found)
         versions = {name: listed[name].version for name in sizes}
-        job = s.job(store, s.url, work, verified=frozenset(verified), versions=versions)
+        total = sum(sizes.values())
+        job = s.job(store, s.url, work, total, verified=frozenset(verified), versions=versions)
         fetched, reused = download(job, manifest, sizes, s.workers, s.label, s.progress)
         work.write_atomic(MANIFEST_NAME, manifest_bytes)  # last: the store is complete
         _read_only(work)
         _put_in_place(s.cache, work, s.name)
     with s.cache.make(s.name) as entry:
         _write_seal(s.cache, entry, list(sizes))
-    total = sum(sizes.values())
     rehashed = 0 if found is None else found.rehashed
     return StagedStore(
         s.url, s.path, manifest.content_hash, total, fetched, reused, False, rehashed_bytes=rehashed
@@ -475,7 +493,7 @@ def _stage_prefix_locked(s: _Stage) -> StagedStore:
     blocked.append((f"{name}.idx", idx_record, identity.idx_bytes))
     with _prepare_work(s.cache, s.work_name, marker_bytes) as work:
         versions = {f"{name}.bin": keys.bin.version, f"{name}.idx": keys.idx.version}
-        job = s.job(store, parent(s.url), work, record="its sidecar", versions=versions)
+        job = s.job(store, parent(s.url), work, total, record="its sidecar", versions=versions)
         fetched, reused = fetch_files(job, blocked, [], s.workers, s.label, s.progress)
         _read_only(work)
         staged = FileKeys(*(FileKey.of(work.check(f, "file")) for f, _, _ in blocked))  # type: ignore[arg-type]
@@ -494,7 +512,7 @@ def stage(
     workers: int = DEFAULT_WORKERS,
     wait_s: float = DEFAULT_WAIT_S,
     label: str | None = None,
-    range_bytes: int = RANGE_BYTES,
+    range_bytes: int | None = None,
     format: str = TOKENTAPE,
     verify: bool = False,
     first_use: FirstUse | None = None,
@@ -510,7 +528,8 @@ def stage(
         raise ArgumentError(f"url must be an object URL (s3://bucket/prefix), got {url!r}")
     check_path("cache_dir", cache_dir)
     check_count("workers", workers, 1, MAX_WORKERS)
-    check_count("range_bytes", range_bytes, 1, 2**40)
+    if range_bytes is not None:
+        check_count("range_bytes", range_bytes, 1, 2**40)
     check_callback(progress)
     if isinstance(wait_s, bool) or not isinstance(wait_s, int | float) or not wait_s >= 0:
         raise ArgumentError(f"wait_s must be a number of seconds >= 0, got {wait_s!r}")
@@ -639,8 +658,11 @@ __all__ = [
     "DEFAULT_WAIT_S",
     "DEFAULT_WORKERS",
     "MAX_WORKERS",
+    "RANGE_BYTES",
+    "RANGE_BYTES_MAX",
     "StagedStore",
     "cache_key",
+    "range_bytes_for",
     "stage",
     "stage_plan",
     "stage_sources",

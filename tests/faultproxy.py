@@ -13,7 +13,8 @@ one draw per request, so a given request order gives the same faults):
 - ``slowdown``: the fraction of requests answered ``503 SlowDown`` with S3's XML error body;
 - ``drop``: the fraction of connections closed without any response;
 - ``truncate``: the fraction of responses sent with their full ``Content-Length`` but only half
-  of the body, then the connection closed;
+  of the body, then the connection closed (``before_cut``, when set, is called in between: a
+  test holds the connection open there until its client has read what was sent);
 - ``corrupt``: the fraction of responses whose body has one byte flipped (same length);
 - ``stall``: the fraction of requests held ``stall_seconds`` (default 2 s) before they are
   forwarded (beyond a client's read timeout: a timeout);
@@ -104,6 +105,7 @@ class Faults:
     methods: frozenset[str] | None = None
     ranged: bool = False
     before: Callable[[str, str, str | None], None] | None = None
+    before_cut: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
         if self.delay < 0 or self.stall_seconds < 0:
@@ -373,7 +375,7 @@ class _Handler(BaseHTTPRequestHandler):
         cut = len(payload) // 2 if fault == "truncate" and len(payload) > 1 else None
         # counted before sending, so a client that has its answer sees it counted
         proxy._record(ticket, status, len(payload) if cut is None else cut, len(body))
-        self._respond(status, headers, payload, cut=cut)
+        self._respond(status, headers, payload, cut=cut, before_cut=faults.before_cut)
 
     def _upstream(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
         key = self.path.split("?", 1)[0]
@@ -408,16 +410,23 @@ class _Handler(BaseHTTPRequestHandler):
         headers: list[tuple[str, str]],
         payload: bytes,
         cut: int | None = None,
+        before_cut: Callable[[], None] | None = None,
     ) -> None:
-        """Send the response (the first ``cut`` bytes of the body only, then close when
-        ``cut`` is set); a client already gone (e.g. after its timeout) ends the connection."""
+        """Send the response (the first ``cut`` bytes of the body only, then ``before_cut``,
+        then close, when ``cut`` is set); a client already gone (e.g. after its timeout) ends
+        the connection."""
         try:
-            self._send(status, headers, payload, cut)
+            self._send(status, headers, payload, cut, before_cut)
         except OSError:
             self.close_connection = True
 
     def _send(
-        self, status: int, headers: list[tuple[str, str]], payload: bytes, cut: int | None
+        self,
+        status: int,
+        headers: list[tuple[str, str]],
+        payload: bytes,
+        cut: int | None,
+        before_cut: Callable[[], None] | None = None,
     ) -> None:
         self.send_response_only(status)
         has_length = False
@@ -438,6 +447,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body[start : start + COPY_CHUNK])
         self.wfile.flush()
         if cut is not None:
+            if before_cut is not None:
+                before_cut()
             self._drop(send_nothing=False)
 
     def _drop(self, send_nothing: bool = True) -> None:

@@ -349,6 +349,7 @@ def test_latency_is_only_slower(s3, proxy, tmp_path):
 @pytest.mark.parametrize("fault", ["slowdown", "drop", "truncate"])
 def test_after_the_budget_one_line_names_the_object_and_last_error(s3, proxy, monkeypatch, fault):
     monkeypatch.setenv("TOKENTAPE_IO_RETRIES", "2")
+    monkeypatch.setenv("TOKENTAPE_IO_THROTTLE_S", "0")  # 503s count as attempts
     url = f"{s3.url}/some/object.bin"
     s3.put(url, DATA[:5000])
     store = object_store(
@@ -375,6 +376,7 @@ def test_after_the_budget_one_line_names_the_object_and_last_error(s3, proxy, mo
 
 def test_writes_and_listings_after_the_budget(s3, proxy, monkeypatch):
     monkeypatch.setenv("TOKENTAPE_IO_RETRIES", "2")
+    monkeypatch.setenv("TOKENTAPE_IO_THROTTLE_S", "0")  # 503s count as attempts
     options = {"endpoint_url": proxy.endpoint, "key": ACCESS_KEY, "secret": SECRET_KEY}
     store = object_store(s3.url, options)
     proxy.set(slowdown=1.0)
@@ -391,6 +393,7 @@ def test_writes_and_listings_after_the_budget(s3, proxy, monkeypatch):
 
 def test_one_request_per_attempt(s3, proxy, monkeypatch):
     monkeypatch.setenv("TOKENTAPE_IO_RETRIES", "3")
+    monkeypatch.setenv("TOKENTAPE_IO_THROTTLE_S", "0")  # 503s count as attempts
     url = f"{s3.url}/x.bin"
     s3.put(url, b"abcdef")
     store = through(proxy, s3)

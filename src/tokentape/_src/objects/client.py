@@ -8,12 +8,14 @@ used. Endpoint and credentials come from the standard places (``AWS_ENDPOINT_URL
 keyword arguments of the fsspec filesystem, e.g. ``{"endpoint_url": ...}``).
 
 Every call retries with exponential backoff on anything but "not found" and "access denied"
-(5xx, throttling, resets, timeouts, a body shorter than asked for): ``TOKENTAPE_IO_RETRIES``
-attempts in all (default 6), the first wait ``TOKENTAPE_IO_BACKOFF`` seconds (default 0.2),
-doubling up to 5 s. After the last attempt an ``ObjectStorageError`` names the object and the
-last error, in one line. Messages never carry a credential: ``redact`` removes every secret
-this process knows of (the AWS variables, secret-looking storage options) from any text built
-from a library's error.
+(5xx, resets, timeouts, a body shorter than asked for): ``TOKENTAPE_IO_RETRIES`` attempts in
+all (default 6), the first wait ``TOKENTAPE_IO_BACKOFF`` seconds (default 0.2), doubling up to
+5 s. After the last attempt an ``ObjectStorageError`` names the object and the last error, in
+one line. An answer to slow down (503 SlowDown, 429...) is not an attempt: it is waited out,
+up to ``TOKENTAPE_IO_THROTTLE_S`` seconds (default 900) a call, and it halves the requests the
+store allows in flight (``objects.throttle``). Messages never carry a credential: ``redact``
+removes every secret this process knows of (the AWS variables, secret-looking storage options)
+from any text built from a library's error.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import contextlib
 import io
 import json
 import os
+import random
 import re
 import threading
 import time
@@ -29,6 +32,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from tokentape._src.objects.throttle import Gate, throttled
 from tokentape.errors import (
     ArgumentError,
     InputError,
@@ -47,6 +51,10 @@ _SECRET_KEY = re.compile(
 _SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID")
 _ENDPOINT_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_ACCESS_KEY_ID")
 MAX_BACKOFF = 5.0
+MAX_THROTTLE_WAIT = 20.0
+"""The longest single wait on an answer to slow down (the waits are random below it)."""
+MAX_IN_FLIGHT = 4096
+"""Requests one ``ObjectStore`` has in flight at most (its ``gate``'s ceiling)."""
 CHUNK_BYTES = 8 * 2**20
 """The most bytes ``ObjectStore.read_into`` holds of a streamed body at a time."""
 EXTRA_HINT = "object storage needs fsspec and s3fs: pip install 'tokentape[s3]'"
@@ -169,17 +177,22 @@ class Retry:
 
     attempts: int
     backoff: float
+    throttle_s: float = 900.0
+    """The most seconds one call waits in all on answers that say "slow down" (503
+    SlowDown...), which do not count as attempts (``objects.throttle``)."""
 
     @classmethod
     def from_env(cls) -> Retry:
         try:
             attempts = int(os.environ.get("TOKENTAPE_IO_RETRIES", "6"))
             backoff = float(os.environ.get("TOKENTAPE_IO_BACKOFF", "0.2"))
+            throttle_s = float(os.environ.get("TOKENTAPE_IO_THROTTLE_S", "900"))
         except ValueError:
             raise InputError(
-                "TOKENTAPE_IO_RETRIES must be an integer and TOKENTAPE_IO_BACKOFF a number"
+                "TOKENTAPE_IO_RETRIES must be an integer, TOKENTAPE_IO_BACKOFF and "
+                "TOKENTAPE_IO_THROTTLE_S numbers"
             ) from None
-        return cls(max(1, attempts), max(0.0, backoff))
+        return cls(max(1, attempts), max(0.0, backoff), max(0.0, throttle_s))
 
 
 class _Short(OSError):
@@ -280,6 +293,9 @@ class ObjectStore:
         self._fs = _filesystem(protocol, self.options)
         self._pid = os.getpid()
         self.retry = Retry.from_env()
+        self.gate = Gate(MAX_IN_FLIGHT)
+        """Requests in flight at once: fewer while the store says to slow down."""
+        self._jitter = random.Random()
 
     @property
     def fs(self) -> Any:
@@ -300,12 +316,18 @@ class ObjectStore:
         return key
 
     def call(self, what: str, url: str, fn: Callable[[], _T]) -> _T:
-        """``fn()`` with retries; ``what`` and ``url`` name it in the final error."""
-        delay = self.retry.backoff
-        for attempt in range(1, self.retry.attempts + 1):
+        """``fn()`` with retries, within this store's request budget (``gate``); ``what`` and
+        ``url`` name it in the final error. An answer to slow down is waited out (a random
+        wait, up to twice as long each time, at most ``MAX_THROTTLE_WAIT``) without counting
+        as an attempt, up to ``throttle_s`` seconds in all."""
+        delay, attempt, slowed, waited = self.retry.backoff, 0, 0, 0.0
+        while True:
+            epoch = self.gate.enter()
             try:
-                return fn()
+                result = fn()
             except Exception as exc:
+                slow = throttled(exc)
+                self.gate.leave(epoch, slow)
                 if _permanent(exc):
                     raise
                 if _refused(exc):
@@ -314,15 +336,28 @@ class ObjectStore:
                         "--storage-options (storage_options), AWS_ENDPOINT_URL and the "
                         "credentials"
                     ) from None
-                if attempt == self.retry.attempts:
+                if slow and waited < self.retry.throttle_s:
+                    cap = min(MAX_THROTTLE_WAIT, self.retry.backoff * 2**slowed)
+                    pause = min(self._jitter.uniform(0.0, cap), self.retry.throttle_s - waited)
+                    slowed, waited = slowed + 1, waited + pause
+                    time.sleep(pause)
+                    continue
+                attempt += 1
+                if attempt >= self.retry.attempts:
+                    held = f", and told to slow down for {waited:.1f} s" if waited else ""
                     raise ObjectStorageError(
-                        f"{url}: {what} failed after {attempt} attempts ({_one_line(exc)})",
+                        f"{url}: {what} failed after {attempt} attempts{held} ({_one_line(exc)})",
                         url=url,
                         last_error=_one_line(exc),
                     ) from None
-            time.sleep(delay)
-            delay = min(MAX_BACKOFF, delay * 2)
-        raise AssertionError("unreachable")
+                time.sleep(delay)
+                delay = min(MAX_BACKOFF, delay * 2)
+                continue
+            except BaseException:
+                self.gate.leave(epoch, False)
+                raise
+            self.gate.leave(epoch, False)
+            return result
 
     def info(self, url: str) -> ObjectInfo | None:
         """The object at ``url``, or None when there is none (or it is a "directory")."""

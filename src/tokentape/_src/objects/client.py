@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from tokentape._src.objects.throttle import Gate, throttled
+from tokentape._src.objects.throttle import Gate, answers, throttled
 from tokentape.errors import (
     ArgumentError,
     InputError,
@@ -219,16 +219,9 @@ def _permanent(exc: BaseException) -> bool:
 
 def _precondition_failed(exc: BaseException) -> bool:
     """Whether ``exc`` (or what caused it) is the server's 412 answer to ``If-Match``."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        response = getattr(seen, "response", None)
-        if isinstance(response, Mapping):
-            error = response.get("Error") or {}
-            status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
-            if error.get("Code") in ("PreconditionFailed", "412") or status == 412:
-                return True
-        seen = seen.__cause__ or seen.__context__
-    return False
+    return any(
+        code in ("PreconditionFailed", "412") or status == 412 for code, status in answers(exc)
+    )
 
 
 PINNED_PROTOCOLS = ("s3", "s3a")

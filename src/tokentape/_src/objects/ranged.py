@@ -96,16 +96,17 @@ class Blocks:
 class LocalBlocks(Protocol):
     """Blocks of a source's token files that are already on local disk (a stage under way on
     this node, ``stage.landed``): read there instead of fetched. ``blocks`` is what the source
-    checks the file against; a local block is used only once it matches them."""
+    checks the file against; a local block is used only where it was verified against the
+    same block hashes."""
 
     def has(self, url: str, start: int, stop: int, blocks: Blocks) -> bool:
-        """Whether bytes ``[start, stop)`` of ``url`` are probably local (cheap: nothing
-        hashed; ``read`` may still find a block damaged and return None)."""
+        """Whether bytes ``[start, stop)`` of ``url`` are local now (``read`` may still return
+        None, should the disk fail it)."""
         ...
 
     def read(self, url: str, start: int, stop: int, blocks: Blocks) -> bytes | None:
-        """Bytes ``[start, stop)`` of ``url`` from local disk, every block they touch checked
-        against ``blocks``; None when some block is not there (or does not match)."""
+        """Bytes ``[start, stop)`` of ``url`` from local disk when every block they touch is
+        there, verified against ``blocks``' hashes; else None (fetch them)."""
         ...
 
     def close(self) -> None: ...

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 THROTTLE_CODES = frozenset(
     {
@@ -35,19 +35,25 @@ THROTTLE_CODES = frozenset(
 """Error codes of answers that mean "ask less often" (S3, and S3-compatible stores)."""
 
 
-def throttled(exc: BaseException) -> bool:
-    """Whether ``exc`` (or what caused it) is a server's answer to slow down: a throttle code
-    or HTTP status 503 or 429."""
+def answers(exc: BaseException) -> Iterator[tuple[object, object]]:
+    """The (error code, HTTP status) of each server answer behind ``exc`` and what caused it
+    (botocore's ``response``; either may be None)."""
     seen: BaseException | None = exc
     while seen is not None:
         response = getattr(seen, "response", None)
         if isinstance(response, Mapping):
             error = response.get("Error") or {}
-            status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
-            if error.get("Code") in THROTTLE_CODES or status in (429, 503):
-                return True
+            yield error.get("Code"), (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
         seen = seen.__cause__ or seen.__context__
-    return False
+
+
+def throttled(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is a server's answer to slow down: a throttle code
+    or HTTP status 503 or 429."""
+    return any(
+        (isinstance(code, str) and code in THROTTLE_CODES) or status in (429, 503)
+        for code, status in answers(exc)
+    )
 
 
 class Gate:
@@ -90,4 +96,4 @@ class Gate:
             self._changed.notify_all()
 
 
-__all__ = ["THROTTLE_CODES", "Gate", "throttled"]
+__all__ = ["THROTTLE_CODES", "Gate", "answers", "throttled"]

@@ -175,12 +175,16 @@ def _range_words(spec: NodeSpec, w: Workload) -> str:
 
 
 def synthetic_workload(
-    store_gb: list[float], seq_len: int, itemsize: int, samples: int, spec: NodeSpec
+    store_gb: list[float],
+    seq_len: int,
+    itemsize: int,
+    samples: int,
+    spec: NodeSpec,
+    shard: int = 256 * MIB,
 ) -> Workload:
-    """Stores of ``store_gb`` in tokentape's default 256 MiB shards; a rank's ``samples``
-    windows a step, each in its own GET (random windows in stores this size almost never
-    touch)."""
-    shard = 256 * MIB
+    """Stores of ``store_gb`` in shards of ``shard`` bytes (tokentape's default 256 MiB); a
+    rank's ``samples`` windows a step, each in its own GET (random windows in stores this size
+    almost never touch)."""
     sizes = tuple(int(g * 1e9) for g in store_gb)
     shards = tuple(max(1, math.ceil(s / shard)) for s in sizes)
     per_store = [
@@ -659,6 +663,8 @@ def main() -> None:
     ap.add_argument("--range-mb", type=float, default=None,
                     help="stage: MiB per ranged GET (default: tokentape's, by size)")  # fmt: skip
     ap.add_argument("--stage-workers", type=int, default=DEFAULT_WORKERS)
+    ap.add_argument("--shard-mb", type=float, default=256.0,
+                    help="the stores' shards (tokenize --shard-mb)")  # fmt: skip
     ap.add_argument("--no-calibrate", action="store_true")
     ap.add_argument("--latency-ms", type=float, default=10.0)
     ap.add_argument("--calib-nodes", type=ints, default=[1, 2, 4])
@@ -668,7 +674,7 @@ def main() -> None:
     ranged = None if args.range_mb is None else int(args.range_mb * MIB)
     spec = NodeSpec(ranks=args.ranks, range_bytes=ranged, stage_workers=args.stage_workers)
     w = synthetic_workload(args.store_gb, args.seq_len, args.itemsize, args.micro * args.accum,
-                           spec)  # fmt: skip
+                           spec, int(args.shard_mb * MIB))  # fmt: skip
     calib: list[dict] = []
     if not args.no_calibrate:  # this machine's fixed costs (a client, a start) go into the model
         calib, here = calibrate(args)

@@ -84,7 +84,7 @@ from tokenize_bench import build_corpus  # noqa: E402
 
 import tokentape  # noqa: E402
 from tokentape._src.stage.stage import stage, stage_store  # noqa: E402
-from tokentape._src.store.format import sha256_stream  # noqa: E402
+from tokentape._src.store.format import DEFAULT_BLOCK_BYTES, sha256_stream  # noqa: E402
 from tokentape._src.store.tokenizers import load_tokenizer  # noqa: E402
 from tokentape._src.store.writer import ShardWriter  # noqa: E402
 from tokentape._src.util.progress import Progress  # noqa: E402
@@ -608,10 +608,15 @@ def run_measure(name: str, fn: Measurement, bench: Bench, proxy: FaultProxy) -> 
 
 
 def write_random_store(
-    directory: Path, n_tokens: int, seed: int = 0, shard_tokens: int = 8_000_000
+    directory: Path,
+    n_tokens: int,
+    seed: int = 0,
+    shard_tokens: int = 8_000_000,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
 ) -> int:
     """A store of about ``n_tokens`` random byte-tokenizer ids in documents of 200-5,000
-    tokens (one shard per ``shard_tokens``); returns its token dtype's item size."""
+    tokens (one shard per ``shard_tokens``, hash blocks of ``block_bytes``); returns its token
+    dtype's item size."""
     tok = load_tokenizer("bytes")
     rng = np.random.default_rng(seed)
     lengths = rng.integers(200, 5000, size=n_tokens // 2600 + 1)
@@ -619,7 +624,7 @@ def write_random_store(
     tokens[np.cumsum(lengths) - 1] = tok.eod_id  # each document ends with EOD
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
-    writer = ShardWriter(directory, "uint16", shard_tokens)
+    writer = ShardWriter(directory, "uint16", shard_tokens, block_bytes=block_bytes)
     writer.add(tokens, lengths)
     finish_store(
         directory,
@@ -645,7 +650,9 @@ def build(args: argparse.Namespace, bucket: Bucket, chosen: list[str]) -> Bench:
     stream = None
     if "stream" in chosen or "hybrid" in chosen:
         random_dir = work / "random-store"
-        itemsize = write_random_store(random_dir, args.stream_windows * (args.seq_len + 1))
+        n_tokens = args.stream_windows * (args.seq_len + 1)
+        block = int(args.stream_block_kb * 1024) if args.stream_block_kb else DEFAULT_BLOCK_BYTES
+        itemsize = write_random_store(random_dir, n_tokens, block_bytes=block)
         stream = Stream(
             bucket.upload_tree(random_dir, f"{bucket.url}/stores/random"),
             args.stream_windows,
@@ -708,6 +715,8 @@ def main() -> None:
     ap.add_argument("--headroom", type=float, default=1.5, help="stream: step / production")
     ap.add_argument("--concurrency", type=int, default=64, help="stream: FetchConfig's")
     ap.add_argument("--stream-windows", type=int, default=8192, help="stream: store size")
+    ap.add_argument("--stream-block-kb", type=float, default=None,
+                    help="stream, hybrid: the store's hash blocks (default 64 MiB)")  # fmt: skip
     ap.add_argument("--prefetch", type=int, default=None, help="stream: default by the rule")
     ap.add_argument("--tokenizer", default=None, help="default: GPT-2 (tiktoken) if present")
     ap.add_argument("--only", default=None, help=f"comma-separated, of: {', '.join(MEASURES)}")

@@ -1,14 +1,15 @@
 """Fetching one store's files into its staging directory, every block verified as it arrives.
 
-``download`` runs one task per group of consecutive ``.bin`` blocks (at most ``range_bytes``
-per GET) and one per whole file (the ``.idx.npy``, the tokenizer copy) on ``workers`` threads.
-A block's bytes are written in place in ``.FILE.part`` and hashed as they come; a block that
-matches the manifest's ``block_sha256`` is made durable (``fdatasync``) and then its index is
-appended to ``.FILE.ok`` (fsynced): that record is what a resumed stage trusts, and nothing
-else. A file whose every block is recorded is renamed to its name. A block or file that does
-not match is fetched again, up to the retry budget, then a ``StoreError`` names the object and
-the block. The first failure stops the other tasks; what was verified stays for the next run.
-(``stage.stage`` documents the cache layout.)
+``download`` runs one task per group of consecutive ``.bin`` blocks (one GET of at most
+``range_bytes``, its body handled as it arrives) and one per whole file (the ``.idx.npy``, the
+tokenizer copy) on ``workers`` threads. A block's bytes are written in place in ``.FILE.part``
+and hashed as they come; a block that matches the manifest's ``block_sha256`` is made durable
+(``fdatasync``) and then its index is appended to ``.FILE.ok`` (fsynced), as soon as it has
+arrived: that record is what a resumed stage trusts, and nothing else. A file whose every block
+is recorded is renamed to its name. A block or file that does not match is fetched again, up
+to the retry budget, then a ``StoreError`` names the object and the block. The first failure
+stops the other tasks; what was verified stays for the next run. (``stage.stage`` documents
+the cache layout.)
 """
 
 from __future__ import annotations
@@ -187,10 +188,11 @@ class _BinFile:
         )
 
     def _fetch_run(self, first: int, end: int) -> list[int]:
-        """Fetch blocks ``[first, end)``; record the good ones, return the bad ones."""
+        """Fetch blocks ``[first, end)`` in one GET; record each good one as soon as it has
+        arrived (a GET of a gigabyte killed midway keeps what it verified), return the bad
+        ones."""
         job = self.job
         start, stop = self.span(first)[0], self.span(end - 1)[1]
-        good: list[int] = []
         bad: list[int] = []
         block, (_, block_end) = first, self.span(first)
         hasher = hashlib.sha256()
@@ -210,8 +212,13 @@ class _BinFile:
                 hasher.update(data[off : off + take])
                 off += take
                 if pos + off == block_end:
-                    ok = hasher.hexdigest() == self.shard.block_sha256[block]
-                    (good if ok else bad).append(block)
+                    if hasher.hexdigest() == self.shard.block_sha256[block]:
+                        crashpoint(f"stage.written.{self.name}")
+                        _datasync(fd)  # the bytes first, then the record that vouches for them
+                        self._record([block])
+                        crashpoint(f"stage.verified.{self.name}")
+                    else:
+                        bad.append(block)
                     block += 1
                     block_end = self.span(block)[1] if block < self.n_blocks else stop
                     hasher = hashlib.sha256()
@@ -221,13 +228,8 @@ class _BinFile:
             job.check()
             etag = job.versions.get(self.name, "")
             job.store.read_into(job.object_url(self.name), start, stop, sink, etag, job.chunk_bytes)
-            crashpoint(f"stage.written.{self.name}")
             if bad:
                 job.counter.add(0, -sum(b - a for a, b in map(self.span, bad)))
-            if good:
-                _datasync(fd)  # the bytes first, then the record that vouches for them
-                self._record(good)
-                crashpoint(f"stage.verified.{self.name}")
         finally:
             os.close(fd)
         return bad

@@ -55,7 +55,7 @@ stager, then find its result):
    sizes checked against the manifest.
 3. (``stage.fetch``) Each ``.bin`` is fetched with parallel ranged GETs (``workers``
    threads; consecutive blocks grouped up to ``range_bytes`` per request, by default
-   ``range_bytes_for`` the store's size: 32 to 256 MiB; each body written and hashed as it
+   ``range_bytes_for`` the store's size: 32 MiB to 1 GiB; each body written and hashed as it
    arrives, 8 MiB at a time; a GET cut short is followed by one for the rest), the blocks the
    coming steps read first (``first_use``) first, and every block is
    checked against the manifest's ``block_sha256`` as it arrives; the ``.idx.npy`` and the
@@ -128,10 +128,11 @@ RANGE_BYTES = 32 * 2**20
 first-byte latency of about 100 ms, a GET of 16 MiB at about 90 MB/s spends a third of its time
 waiting for its first byte, and a node's stage was as slow again as its connections allow
 (benchmarks/fleet_sim.py; docs/cluster.md)."""
-RANGE_BYTES_MAX = 256 * 2**20
-"""The most a ranged GET of a stage asks for. Its body is written as it arrives
-(``objects.client.CHUNK_BYTES`` held at a time), so the size costs no memory; fewer, larger
-GETs are what lets a thousand nodes stage one prefix at once (docs/cluster.md)."""
+RANGE_BYTES_MAX = 2**30
+"""The most a ranged GET of a stage asks for: a whole shard of up to 1 GiB. Its body is
+written as it arrives (``objects.client.CHUNK_BYTES`` held at a time) and each block recorded
+as soon as it is verified, so the size costs no memory and a kill loses at most a block; fewer,
+larger GETs are what lets thousands of nodes stage one prefix at once (docs/cluster.md)."""
 DEFAULT_WORKERS = 16
 """Concurrent ranged GETs of one stage: about 1.4 GB/s from S3 at about 88 MB/s each."""
 

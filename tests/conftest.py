@@ -16,6 +16,9 @@ from tokenizers import decoders, models, pre_tokenizers, trainers
 # only: on Linux it would take the host's routable address for "127.0.0.1" and listen on every
 # interface; with this it keeps 127.0.0.1 (Ray reads it at import, in every process started).
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+# A request told to slow down waits up to 15 min in all by default; a test whose server throttles
+# every request (and forgot TOKENTAPE_IO_THROTTLE_S=0) fails in a minute instead of hanging.
+os.environ.setdefault("TOKENTAPE_IO_THROTTLE_S", "60")
 
 EOD = "<|endoftext|>"
 BIG_VOCAB_WORDS = 70_000

@@ -242,6 +242,7 @@ def test_not_a_store_and_a_failing_bucket_are_one_line(setup, s3, s3_server, mon
     ):
         stage(f"{s3.url}/nothing", cache)
     monkeypatch.setenv("TOKENTAPE_IO_RETRIES", "2")
+    monkeypatch.setenv("TOKENTAPE_IO_THROTTLE_S", "0")  # 503s count as attempts
     url = remote.sources[0].path
     with FaultProxy(s3_server.endpoint) as proxy:
         proxy.set(slowdown=1.0, ranged=True)  # the manifest and listing pass, every range fails

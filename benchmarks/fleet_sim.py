@@ -171,7 +171,7 @@ def stage_gets(file_bytes: int, block_bytes: int, range_bytes: int) -> int:
 
 def _range_words(spec: NodeSpec, w: Workload) -> str:
     sizes = sorted({spec.stage_range(b) for b in w.store_bytes})
-    return "/".join(f"{b / MIB:g}" for b in sizes) + " MiB GETs"
+    return "GETs of up to " + "/".join(f"{b / MIB:g}" for b in sizes) + " MiB (a shard at most)"
 
 
 def synthetic_workload(

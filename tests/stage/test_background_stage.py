@@ -1,5 +1,6 @@
 """``Loader(plan, ..., cache_dir=...)`` on a bucket plan: the first steps are streamed while the
-stores are staged on a thread of the loader's, begun only once the first step is built; the
+stores are staged on a thread of the loader's, begun only once the first step's reads are
+under way; the
 loader then reads the staged copies. The batches are the local stores' throughout.
 ``stage="first"`` stages before the constructor returns."""
 
@@ -59,8 +60,8 @@ def test_first_steps_stream_then_the_staged_copies_are_read(bucket, tmp_path):
         tokentape.Loader(remote, 0, CONFIG, prefetch=1, cache_dir=cache) as loader,
     ):
         assert not loader.staged
-        # Nothing is staged until the first step is built: the constructor stages nothing, and
-        # the stage's thread is let go only once step() has the first step's batches.
+        # Nothing is staged before the first step: the constructor stages nothing, and the
+        # stage's thread is let go only by step(), once the first step's reads are under way.
         assert not cache.exists() or not any(cache.iterdir())
         assert loader._stage is not None and not loader._stage._go.is_set()
         first = loader.step()

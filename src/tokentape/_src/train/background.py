@@ -1,7 +1,7 @@
 """Staging a plan's bucket stores on a thread of its own while the loader streams.
 
 ``BackgroundStage(plan, cache_dir)`` waits until ``start()`` (the loader calls it once its
-first step is built, so that the stage does not compete with the first batch), then runs
+first step's reads are under way, so that they go before the stage's), then runs
 ``stage_plan`` (one downloader per node and store, the node's other ranks waiting for it, every
 block verified: ``stage.stage``) and keeps its result: the staged plan, or the error it raised.
 The loader switches its reads to the staged copies between steps once the result is there;
@@ -95,14 +95,17 @@ def first_use(batcher: Batcher, start: int, count: int) -> dict[str, FirstUse]:
         sizes = [files.blocks(i) for i in range(len(files.pieces))]
         block = np.array([1 if b is None else b.block_bytes for b in sizes], dtype=np.int64)
         first, last = lo // block[index], (np.maximum(hi, lo + 1) - 1) // block[index]
+        # Each (file, block) once, at its smallest rank: sorted by rank, the first of each.
+        width = int(max(first.max(), last.max())) + 1
+        keys = np.concatenate([index * width + first, index * width + last])
+        ranks = np.concatenate([rows, rows])
+        order = np.argsort(ranks, kind="stable")
+        unique, at = np.unique(keys[order], return_index=True)
         names = [basename(p.url) for p in files.pieces]
         per: dict[str, dict[int, int]] = {}
-        for rank, i, a, b in zip(
-            rows.tolist(), index.tolist(), first.tolist(), last.tolist(), strict=True
-        ):
-            blocks = per.setdefault(names[i], {})
-            for block_index in (a, b):
-                blocks.setdefault(block_index, rank)
+        for key, rank in zip(unique.tolist(), ranks[order][at].tolist(), strict=True):
+            i, block_index = divmod(key, width)
+            per.setdefault(names[i], {})[block_index] = rank
         out[batcher.plan.sources[d].path] = per
     return out
 

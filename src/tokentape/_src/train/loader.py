@@ -136,8 +136,9 @@ class Loader:
             streamed.
         stage: With ``cache_dir``: ``"background"`` (the default) streams the first steps
             while the stores are staged on a thread of this loader's, begun once the first
-            step is built, and reads the staged copies from the first step scheduled after the
-            stage ends (the batches are the same either way; ``staged`` says which it reads);
+            step's reads are under way, and reads the staged copies from the first step
+            scheduled after the stage ends (the batches are the same either way; ``staged``
+            says which it reads);
             meanwhile it reads the blocks the stage has landed from local disk, and the stage
             fetches first the blocks the coming steps read first;
             ``"first"`` stages before the constructor returns, as ``tokentape stage`` does.
@@ -293,6 +294,8 @@ class Loader:
         if early is not None and _failed(early.batches):
             self._ahead.pop(key)  # built ahead and failed (a store briefly down): build afresh
         self._schedule(state.consumed)
+        if self._stage is not None:  # once the first step's reads are under way: they go first
+            self._stage.start()
         ahead = self._ahead[key]
         started = time.perf_counter()
         try:
@@ -305,8 +308,6 @@ class Loader:
             )
             raise
         self.waits.append(time.perf_counter() - started)
-        if self._stage is not None:
-            self._stage.start()  # after the first step: it does not delay the first batch
         self._outstanding = _Outstanding(state, config, ahead)
         return Step(state.step, state.consumed, config, batches)
 

@@ -71,9 +71,12 @@ def test_a_streamed_loader_through_a_throttling_server_gives_the_same_batches(th
 
 
 @pytest.mark.s3
-def test_the_time_spent_slowing_down_is_bounded(throttling, monkeypatch):
+@pytest.mark.parametrize("backoff", ["0.01", "0"])
+def test_the_time_spent_slowing_down_is_bounded(throttling, monkeypatch, backoff):
+    """Also with no backoff at all (the waits on throttling still grow: no endless loop)."""
     url, _, proxy = throttling
-    monkeypatch.setenv("TOKENTAPE_IO_THROTTLE_S", "0.05")
+    monkeypatch.setenv("TOKENTAPE_IO_BACKOFF", backoff)
+    monkeypatch.setenv("TOKENTAPE_IO_THROTTLE_S", "0.5")
     proxy.set(slowdown=1.0)
     store = object_store(url)
     with pytest.raises(ObjectStorageError, match="told to slow down") as caught:

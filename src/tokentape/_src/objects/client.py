@@ -53,6 +53,9 @@ _ENDPOINT_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_
 MAX_BACKOFF = 5.0
 MAX_THROTTLE_WAIT = 20.0
 """The longest single wait on an answer to slow down (the waits are random below it)."""
+MIN_THROTTLE_WAIT = 0.05
+"""The first wait's ceiling on an answer to slow down, even with ``TOKENTAPE_IO_BACKOFF=0``
+(which would ask again at once, for ever)."""
 MAX_IN_FLIGHT = 4096
 """Requests one ``ObjectStore`` has in flight at most (its ``gate``'s ceiling)."""
 CHUNK_BYTES = 8 * 2**20
@@ -330,7 +333,8 @@ class ObjectStore:
                         "credentials"
                     ) from None
                 if slow and waited < self.retry.throttle_s:
-                    cap = min(MAX_THROTTLE_WAIT, self.retry.backoff * 2**slowed)
+                    first = max(self.retry.backoff, MIN_THROTTLE_WAIT)
+                    cap = min(MAX_THROTTLE_WAIT, first * 2 ** min(slowed, 16))
                     pause = min(self._jitter.uniform(0.0, cap), self.retry.throttle_s - waited)
                     slowed, waited = slowed + 1, waited + pause
                     time.sleep(pause)

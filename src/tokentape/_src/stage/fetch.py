@@ -42,6 +42,25 @@ from tokentape.errors import StoreError
 
 _RECORD = struct.Struct("<I")
 """One verified block in a ``.FILE.ok`` record: its index, 4 bytes little-endian."""
+
+
+def part_name(name: str) -> str:
+    """The staging directory's file ``name`` while it is being written, block by block."""
+    return f".{name}.part"
+
+
+def ok_name(name: str) -> str:
+    """The record of the blocks of ``part_name(name)`` verified so far."""
+    return f".{name}.ok"
+
+
+def recorded_blocks(data: bytes) -> tuple[list[int], int]:
+    """The block indexes in ``data`` (bytes of a ``.FILE.ok`` record), and how many bytes
+    they took: a torn last record is left out."""
+    whole = len(data) - len(data) % _RECORD.size
+    return [i for (i,) in _RECORD.iter_unpack(data[:whole])], whole
+
+
 _datasync = getattr(os, "fdatasync", os.fsync)  # macOS has no fdatasync
 _LATER = float("inf")
 
@@ -122,8 +141,8 @@ class _BinFile:
         if problem is not None:
             raise StoreError(f"{job.object_url(self.name)}: {job.record}: {problem}")
         self.n_blocks = len(shard.block_sha256)
-        self.part = f".{self.name}.part"
-        self.ok = f".{self.name}.ok"
+        self.part = part_name(self.name)
+        self.ok = ok_name(self.name)
         self.done = self._recorded()
         self.lock = threading.Lock()
         self.finished = False
@@ -140,8 +159,7 @@ class _BinFile:
             work.unlink(self.ok)
             return set()
         data = work.read(self.ok, 8 * self.n_blocks * _RECORD.size) or b""  # a block once each
-        whole = len(data) - len(data) % _RECORD.size
-        found = {i for (i,) in _RECORD.iter_unpack(data[:whole]) if i < self.n_blocks}
+        found = {i for i in recorded_blocks(data)[0] if i < self.n_blocks}
         return found
 
     def span(self, block: int) -> tuple[int, int]:
@@ -438,4 +456,14 @@ def _kept(job: Job, name: str, size: int, problem: Callable[[], str | None]) -> 
     return False
 
 
-__all__ = ["Counter", "FirstUse", "Job", "download", "fetch_files", "file_problem"]
+__all__ = [
+    "Counter",
+    "FirstUse",
+    "Job",
+    "download",
+    "fetch_files",
+    "file_problem",
+    "ok_name",
+    "part_name",
+    "recorded_blocks",
+]

@@ -21,20 +21,23 @@ place) is read on.
 from __future__ import annotations
 
 import os
-import struct
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tokentape._src.objects.client import basename
 from tokentape._src.objects.ranged import Blocks
-from tokentape._src.stage.stage import MANIFEST_MAX_BYTES, REMEDY, STAGING_MANIFEST, cache_key
+from tokentape._src.stage.fetch import ok_name, part_name, recorded_blocks
+from tokentape._src.stage.stage import (
+    MANIFEST_MAX_BYTES,
+    REMEDY,
+    STAGING_MANIFEST,
+    cache_key,
+    staging_name,
+)
 from tokentape._src.store.format import ShardInfo, parse_manifest
 from tokentape._src.store.safedir import SafeDir
 from tokentape.errors import OutputError, StoreError
-
-_RECORD = struct.Struct("<I")
-"""One verified block in a ``.FILE.ok`` record (``stage.fetch``)."""
 
 
 @dataclass
@@ -64,7 +67,7 @@ class LandedBlocks:
 
     def __init__(self, cache_dir: str | os.PathLike[str], url: str) -> None:
         self._cache_dir = Path(cache_dir)
-        self._work_name = f".{cache_key(url)}.staging"
+        self._work_name = staging_name(cache_key(url))
         self._work: SafeDir | None = None
         self._shards: dict[str, ShardInfo] = {}
         """The staging manifest's shard records, by ``.bin`` name."""
@@ -128,16 +131,16 @@ class LandedBlocks:
             if work.check(name, "file") is not None:  # finished before this process looked
                 f.fd, f.whole = work.open_file(name, os.O_RDONLY), True
                 return
-            part = f".{name}.part"
+            part = part_name(name)
             if work.check(part, "file") is None:
                 return
             f.fd = work.open_file(part, os.O_RDONLY)
-        if f.ok_fd < 0 and work.check(f".{name}.ok", "file") is not None:
-            f.ok_fd = work.open_file(f".{name}.ok", os.O_RDONLY)
+        if f.ok_fd < 0 and work.check(ok_name(name), "file") is not None:
+            f.ok_fd = work.open_file(ok_name(name), os.O_RDONLY)
         got = os.pread(f.ok_fd, 1 << 16, f.ok_read) if f.ok_fd >= 0 else b""
-        whole = len(got) - len(got) % _RECORD.size
-        f.landed.update(i for (i,) in _RECORD.iter_unpack(got[:whole]))
-        f.ok_read += whole
+        recorded, taken = recorded_blocks(got)
+        f.landed.update(recorded)
+        f.ok_read += taken
         if not got:  # nothing new: finished (the .part renamed to its name) since?
             done = work.check(name, "file")
             mine = os.fstat(f.fd)

@@ -193,6 +193,12 @@ def cache_key(url: str) -> str:
     return f"{digest}-{name}"
 
 
+def staging_name(name: str) -> str:
+    """The staging directory of the cache entry ``name`` (``cache_key``): a stage in
+    progress."""
+    return f".{name}.staging"
+
+
 def _file_sizes(manifest: Manifest) -> dict[str, int | None]:
     """Each file's expected size (None: the tokenizer copy, whose size is not recorded)."""
     return {f.name: f.size for f in manifest_files(manifest)}
@@ -367,7 +373,7 @@ class _Stage:
 
     @property
     def work_name(self) -> str:
-        return f".{self.name}.staging"
+        return staging_name(self.name)
 
     def job(self, store: ObjectStore, url: str, work: SafeDir, total: int, **more: Any) -> Job:
         """The fetch job into ``work`` of a store of ``total`` bytes (``more``: ``Job``'s
@@ -668,4 +674,5 @@ __all__ = [
     "stage_plan",
     "stage_sources",
     "stage_store",
+    "staging_name",
 ]

@@ -138,6 +138,36 @@ _Ticket = tuple[Stats, int]
 """The counters a request was drawn under and its index in their log."""
 
 
+_RANGE = re.compile(r"bytes=(\d+)-(\d+)$")
+
+
+class Recorder:
+    """A ``before`` hook that records every request in arrival order: its method, its path
+    without the query, and its byte range ``(start, stop)`` (None without a ``Range``)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, tuple[int, int] | None]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, method: str, path: str, range_header: str | None) -> None:
+        found = _RANGE.match(range_header or "")
+        span = (int(found[1]), int(found[2]) + 1) if found else None
+        with self._lock:
+            self.seen.append((method, path.split("?", 1)[0], span))
+
+    def requests(self) -> list[tuple[str, str, tuple[int, int] | None]]:
+        with self._lock:
+            return list(self.seen)
+
+    def ranged_gets(self, suffix: str = "") -> list[tuple[str, int, int]]:
+        """(object name, start, stop) of each ranged GET of an object named ``...suffix``."""
+        return [
+            (path.rsplit("/", 1)[-1], *span)
+            for method, path, span in self.requests()
+            if method == "GET" and span is not None and path.endswith(suffix)
+        ]
+
+
 class FaultProxy:
     """A loopback HTTP proxy to ``upstream`` (``http://host:port``) that injects faults."""
 

@@ -21,16 +21,14 @@ import contextlib
 import hashlib
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
-from faultproxy import FaultProxy
+from faultproxy import FaultProxy, Recorder
 from helpers import PLAN, kill_tree, plan_of, small_shard_stores, wait_for
 
 from tokentape._src.store.format import MANIFEST_NAME
@@ -45,37 +43,27 @@ pytestmark = [pytest.mark.torch, pytest.mark.s3, pytest.mark.subprocess, pytest.
 EXAMPLE = Path(__file__).parents[2] / "examples" / "train_tiny.py"
 GLOBAL_BATCH = 8
 MICRO = 2
-RANGE = re.compile(r"bytes=(\d+)-(\d+)$")
 
 
-class Requests:
-    """What one node asked its proxy for: (method, object key, byte range or None)."""
+class Requests(Recorder):
+    """What one node asked its proxy for."""
 
     def __init__(self, bucket: str) -> None:
+        super().__init__()
         self.prefix = f"/{bucket}/"
-        self.seen: list[tuple[str, str, tuple[int, int] | None]] = []
-        self.lock = threading.Lock()
-
-    def __call__(self, method: str, path: str, range_header: str | None) -> None:
-        key = path.split("?", 1)[0]
-        if not key.startswith(self.prefix):
-            return
-        found = RANGE.match(range_header or "")
-        span = (int(found[1]), int(found[2]) + 1) if found else None
-        with self.lock:
-            self.seen.append((method, key[len(self.prefix) :], span))
 
     def data_gets(self) -> dict[str, list[tuple[int, int] | None]]:
-        """The GETs of each store file but the manifest, by key."""
+        """The GETs of each store file but the manifest, by key (the path in the bucket)."""
         got: dict[str, list[tuple[int, int] | None]] = {}
-        with self.lock:
-            for method, key, span in self.seen:
-                if (
-                    method == "GET"
-                    and key.startswith("stores/")
-                    and not key.endswith(MANIFEST_NAME)
-                ):
-                    got.setdefault(key, []).append(span)
+        for method, path, span in self.requests():
+            key = path.removeprefix(self.prefix)
+            if (
+                method == "GET"
+                and path.startswith(self.prefix)
+                and key.startswith("stores/")
+                and not key.endswith(MANIFEST_NAME)
+            ):
+                got.setdefault(key, []).append(span)
         return got
 
 

@@ -9,7 +9,7 @@ import random
 import threading
 
 import pytest
-from faultproxy import FaultProxy
+from faultproxy import FaultProxy, Recorder
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -22,16 +22,9 @@ pytestmark = pytest.mark.s3
 SIZE = 300_000
 
 
-class Ranges:
-    """The byte ranges of the GETs the proxy forwards, in order."""
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[int, int]] = []
-
-    def __call__(self, method: str, path: str, range_header: str | None) -> None:
-        if method == "GET" and range_header:
-            first, last = range_header.removeprefix("bytes=").split("-")
-            self.seen.append((int(first), int(last) + 1))
+def _ranges(recorder: Recorder) -> list[tuple[int, int]]:
+    """The byte ranges of the GETs the proxy forwarded, in order."""
+    return [(start, stop) for _, start, stop in recorder.ranged_gets()]
 
 
 @pytest.fixture
@@ -39,25 +32,25 @@ def blob(s3, s3_server):
     data = random.Random(5).randbytes(SIZE)
     url = f"{s3.url}/blob.bin"
     s3.put(url, data)
-    ranges = Ranges()
-    with FaultProxy(s3_server.endpoint, before=ranges) as proxy:
+    recorder = Recorder()
+    with FaultProxy(s3_server.endpoint, before=recorder) as proxy:
         store = object_store(url, {"endpoint_url": proxy.endpoint})
         info = store.info(url)
         assert info is not None
-        yield store, url, info.version, data, proxy, ranges.seen
+        yield store, url, info.version, data, proxy, recorder
 
 
 def test_one_get_streams_the_whole_range_in_pieces(blob):
-    store, url, etag, data, _proxy, ranges = blob
+    store, url, etag, data, _proxy, recorder = blob
     pieces: list[bytes] = []
     gets = store.read_into(url, 1000, SIZE - 7, pieces.append, etag, chunk_bytes=4096)
     assert b"".join(pieces) == data[1000 : SIZE - 7]
-    assert gets == 1 and ranges == [(1000, SIZE - 7)]
+    assert gets == 1 and _ranges(recorder) == [(1000, SIZE - 7)]
     assert max(len(p) for p in pieces) <= 4096 and len(pieces) > 1
 
 
 def test_a_body_cut_short_is_followed_by_a_get_for_the_rest_only(blob):
-    store, url, etag, data, proxy, ranges = blob
+    store, url, etag, data, proxy, recorder = blob
     half = SIZE // 2
     got = bytearray()
     read_half = threading.Event()
@@ -77,11 +70,11 @@ def test_a_body_cut_short_is_followed_by_a_get_for_the_rest_only(blob):
     gets = store.read_into(url, 0, SIZE, sink, etag, chunk_bytes=2048)
     assert bytes(got) == data  # nothing handed over twice, nothing missing
     assert gets == 2 and proxy.stats().faults["truncate"] == 1
-    assert ranges == [(0, SIZE), (half, SIZE)]  # the second GET asked for the rest only
+    assert _ranges(recorder) == [(0, SIZE), (half, SIZE)]  # the second GET asked for the rest only
 
 
 def test_a_rewritten_object_is_refused_and_a_receivers_error_raised_once(blob, s3):
-    store, url, etag, data, _proxy, ranges = blob
+    store, url, etag, data, _proxy, recorder = blob
 
     class Full(Exception):
         pass
@@ -91,7 +84,7 @@ def test_a_rewritten_object_is_refused_and_a_receivers_error_raised_once(blob, s
 
     with pytest.raises(Full):
         store.read_into(url, 0, SIZE, refuse, etag, chunk_bytes=4096)
-    assert len(ranges) == 1  # not retried
+    assert len(_ranges(recorder)) == 1  # not retried
 
     s3.put(url, data[::-1])
     with pytest.raises(StoreChanged, match="rewritten since it was recorded"):

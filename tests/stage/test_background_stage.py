@@ -6,11 +6,9 @@ loader then reads the staged copies. The batches are the local stores' throughou
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
-from faultproxy import FaultProxy
+from faultproxy import FaultProxy, Recorder
 from helpers import PLAN, plan_of, small_shard_stores, wait_for
 
 import tokentape
@@ -20,21 +18,11 @@ pytestmark = [pytest.mark.s3]
 CONFIG = tokentape.BatchConfig(1, 4, 2)
 
 
-class Seen:
-    """Every GET of a ``.bin`` the proxy forwards: (its key, whole object or a range)."""
-
-    def __init__(self) -> None:
-        self.gets: list[tuple[str, str | None]] = []
-        self.lock = threading.Lock()
-
-    def __call__(self, method: str, path: str, range_header: str | None) -> None:
-        if method == "GET" and path.split("?")[0].endswith(".bin"):
-            with self.lock:
-                self.gets.append((path.split("?")[0], range_header))
+class Seen(Recorder):
+    """Every request the proxy forwards; ``count``: the GETs of a ``.bin`` (whole or ranged)."""
 
     def count(self) -> int:
-        with self.lock:
-            return len(self.gets)
+        return sum(method == "GET" and path.endswith(".bin") for method, path, _ in self.requests())
 
 
 @pytest.fixture

@@ -10,13 +10,12 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
-from faultproxy import FaultProxy
+from faultproxy import FaultProxy, Recorder
 from helpers import write_store
 
 import tokentape
@@ -40,25 +39,6 @@ stage(sys.argv[1], sys.argv[2], workers=1, range_bytes=256)
 """
 
 
-class Gets:
-    """Every ranged GET of a ``.bin`` the proxy forwards, in order: (file name, start, stop)."""
-
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, int, int]] = []
-        self.lock = threading.Lock()
-
-    def __call__(self, method: str, path: str, range_header: str | None) -> None:
-        name = path.split("?")[0].rsplit("/", 1)[-1]
-        if method == "GET" and name.endswith(".bin") and range_header:
-            first, last = range_header.removeprefix("bytes=").split("-")
-            with self.lock:
-                self.seen.append((name, int(first), int(last) + 1))
-
-    def list(self) -> list[tuple[str, int, int]]:
-        with self.lock:
-            return list(self.seen)
-
-
 @pytest.fixture
 def bucket(tmp_path, s3, s3_server, monkeypatch):
     """A store of several shards of 64-byte blocks, local and uploaded, read through a proxy."""
@@ -67,7 +47,7 @@ def bucket(tmp_path, s3, s3_server, monkeypatch):
     local = tmp_path / "local" / "web"
     write_store(local, docs, SHARD_TOKENS, BLOCK)
     url = s3.upload_tree(local, f"{s3.url}/stores/web")
-    gets = Gets()
+    gets = Recorder()
     with FaultProxy(s3_server.endpoint, before=gets) as proxy:
         monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
         yield url, local, gets
@@ -129,9 +109,9 @@ def test_landed_blocks_are_read_locally_and_the_rest_fetched(bucket, tmp_path):
 
     local = Source(local_dir)
     source = _streamed(url, cache)
-    before = len(gets.list())
+    before = len(gets.ranged_gets(".bin"))
     _read_all(source, local, 10)
-    fetched = gets.list()[before:]
+    fetched = gets.ranged_gets(".bin")[before:]
 
     def is_local(i: int, lo: int, hi: int) -> bool:
         if i in (0, 1):
@@ -200,9 +180,9 @@ def test_a_stage_of_another_version_or_a_planted_link_is_not_read(bucket, tmp_pa
 def test_the_stage_fetches_the_blocks_read_first_first(bucket, tmp_path):
     url, local_dir, gets = bucket
     order = {"part-00002.bin": {5: 0, 1: 2}, "part-00000.bin": {3: 1}}
-    before = len(gets.list())
+    before = len(gets.ranged_gets(".bin"))
     stage(url, tmp_path / "cache", workers=1, range_bytes=BLOCK, first_use=order)
-    fetched = gets.list()[before:]
+    fetched = gets.ranged_gets(".bin")[before:]
     assert fetched[:3] == [
         ("part-00002.bin", 5 * BLOCK, 6 * BLOCK),
         ("part-00000.bin", 3 * BLOCK, 4 * BLOCK),
